@@ -1,0 +1,5 @@
+//! The Python edge of the core: conversions and registration, no rules of its own.
+
+pub mod errors;
+pub mod policy;
+pub mod ring;

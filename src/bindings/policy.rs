@@ -1,0 +1,7 @@
+//! Python bindings for the policies (filled in with the policies).
+
+use pyo3::prelude::*;
+
+pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+    Ok(())
+}

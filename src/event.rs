@@ -1,0 +1,1 @@
+//! The event model: what a stream carries and its JSON framing.

@@ -1,0 +1,23 @@
+//! modal-workspace-core: the rules that decide whether client input is safe, the event model,
+//! and the cursor ring. Logic lives in plain Rust modules; `bindings` is the only Python edge.
+
+pub mod event;
+pub mod policy;
+pub mod ring;
+
+#[cfg(feature = "python")]
+mod bindings;
+
+#[cfg(feature = "python")]
+use pyo3::prelude::*;
+
+/// The extension module `modal_workspace_core._core`: registration only, no logic.
+#[cfg(feature = "python")]
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    bindings::errors::register(m)?;
+    bindings::policy::register(m)?;
+    bindings::ring::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! The byte-budgeted cursor ring with waiting readers.
