@@ -1,0 +1,6 @@
+//! The gateway <-> agent protocol: one byte stream each way carrying framed requests, responses
+//! and pushed events. `frame` is the wire unit; the request set is described in docs/protocol.md.
+
+pub mod frame;
+
+pub use frame::{Frame, FrameDecoder, FrameError, FrameKind, MAX_FRAME_BYTES};
