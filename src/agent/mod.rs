@@ -1,0 +1,2 @@
+pub mod files;
+pub mod watch;

@@ -1,0 +1,1 @@
+//! Recursive inotify watches of directories inside the workspace.
