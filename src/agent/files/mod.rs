@@ -35,7 +35,9 @@ mod mkdir;
 mod read;
 mod remove;
 mod resolve;
-// mod search;
+mod search;
+#[cfg(test)]
+mod search_tests;
 mod stat;
 mod sys;
 mod write;
@@ -55,7 +57,7 @@ pub use mkdir::MkdirOutcome;
 pub use read::{ReadChunk, ReadOptions};
 pub use remove::RemoveOutcome;
 pub use resolve::{RelPath, Resolver, MAX_SYMLINKS};
-// pub use search::{GlobQuery, GrepQuery, SearchHit, SearchResult};
+pub use search::{GlobQuery, GrepQuery, SearchHit, SearchResult};
 pub use stat::{EntryKind, Stat};
 pub use write::{WriteOptions, WriteOutcome};
 
@@ -95,10 +97,6 @@ impl Workspace {
 
     pub fn resolver(&self) -> Resolver {
         self.resolver
-    }
-
-    pub(crate) fn root_fd(&self) -> BorrowedFd<'_> {
-        self.root_fd.as_fd()
     }
 }
 

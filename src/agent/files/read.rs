@@ -17,20 +17,11 @@ pub const MAX_READ_BYTES: usize = 8 * 1024 * 1024;
 /// What a read returns when the client names no length.
 pub const DEFAULT_READ_BYTES: usize = 1024 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReadOptions {
     pub offset: u64,
     /// Clamped to [`MAX_READ_BYTES`]; `None` means [`DEFAULT_READ_BYTES`].
     pub max_len: Option<usize>,
-}
-
-impl Default for ReadOptions {
-    fn default() -> Self {
-        Self {
-            offset: 0,
-            max_len: None,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

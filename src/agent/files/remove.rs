@@ -106,7 +106,6 @@ fn remove_tree(
 mod tests {
     use super::super::test_support::Sandbox;
     use super::super::FileErrorKind;
-    use super::*;
 
     #[test]
     fn remove_of_a_symlink_keeps_the_target() {

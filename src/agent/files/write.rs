@@ -159,3 +159,97 @@ fn replace(
     // The rename is durable only once the directory is: fsync it too.
     File::from(sys::reopen_dir(dir)?).sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::AtomicBool;
+
+    use super::super::test_support::Sandbox;
+    use super::*;
+
+    #[test]
+    fn write_creates_parents_only_on_request() {
+        let sb = Sandbox::new("write-parents");
+        let ws = sb.ws();
+        let err = ws
+            .write("a/b/c.txt", b"x", WriteOptions::default())
+            .unwrap_err();
+        assert_eq!(err.kind, FileErrorKind::NotFound);
+        let out = ws
+            .write(
+                "a/b/c.txt",
+                b"x",
+                WriteOptions {
+                    create_parents: true,
+                },
+            )
+            .unwrap();
+        assert!(out.created);
+        assert_eq!(sb.read("a/b/c.txt"), "x");
+    }
+
+    #[test]
+    fn write_keeps_the_mode_of_the_file_it_replaces() {
+        let sb = Sandbox::new("write-mode");
+        sb.file("run.sh", "old");
+        std::fs::set_permissions(sb.at("run.sh"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let out = sb
+            .ws()
+            .write("run.sh", b"new", WriteOptions::default())
+            .unwrap();
+        assert!(!out.created);
+        let mode = std::fs::metadata(sb.at("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o700);
+    }
+
+    #[test]
+    fn write_over_a_directory_is_a_conflict() {
+        let sb = Sandbox::new("write-dir");
+        sb.dir("d");
+        let err = sb
+            .ws()
+            .write("d", b"x", WriteOptions::default())
+            .unwrap_err();
+        assert_eq!(err.kind, FileErrorKind::Conflict);
+    }
+
+    #[test]
+    fn atomic_write_never_leaves_a_partial_file_visible() {
+        let sb = Sandbox::new("write-atomic");
+        let size = 256 * 1024;
+        let (a, b) = (vec![b'a'; size], vec![b'b'; size]);
+        std::fs::write(sb.at("f"), &a).unwrap();
+        let ws = sb.ws();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for i in 0..200 {
+                    let data = if i % 2 == 0 { &b } else { &a };
+                    ws.write("f", data, WriteOptions::default()).unwrap();
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            let mut seen = 0;
+            while !done.load(Ordering::Relaxed) {
+                let content = std::fs::read(sb.at("f")).unwrap();
+                assert_eq!(content.len(), size, "a reader saw a partial file");
+                assert!(content == a || content == b, "a reader saw mixed content");
+                seen += 1;
+            }
+            assert!(seen > 0);
+        });
+        let names: Vec<_> = std::fs::read_dir(sb.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("f")],
+            "no temporary file is left behind"
+        );
+    }
+}
