@@ -39,7 +39,7 @@ mod search;
 #[cfg(test)]
 mod search_tests;
 mod stat;
-mod sys;
+pub(crate) mod sys;
 mod write;
 
 #[cfg(test)]
