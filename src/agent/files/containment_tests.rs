@@ -1,0 +1,205 @@
+//! Containment, specified as tests: no path, symlink or race makes any operation read or write
+//! outside the workspace root, under both resolvers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use super::test_support::Sandbox;
+use super::{FileErrorKind, ReadOptions, Resolver, Workspace, WriteOptions};
+
+fn read_text(ws: &Workspace, path: &str) -> Result<String, super::FileError> {
+    ws.read(path, ReadOptions::default())
+        .map(|c| String::from_utf8(c.data).unwrap())
+}
+
+#[test]
+fn dotdot_that_climbs_out_is_refused_and_inner_dotdot_is_fine() {
+    let sb = Sandbox::new("dotdot");
+    sb.file("a/b.txt", "inside");
+    for ws in sb.workspaces() {
+        for path in ["../outside/secret.txt", "a/../../outside/secret.txt", ".."] {
+            let err = read_text(&ws, path).unwrap_err();
+            assert_eq!(err.kind, FileErrorKind::Permission, "{path}: {err}");
+        }
+        assert_eq!(read_text(&ws, "a/../a/b.txt").unwrap(), "inside");
+    }
+}
+
+#[test]
+fn absolute_paths_must_lie_under_the_root() {
+    let sb = Sandbox::new("absolute");
+    sb.file("a.txt", "inside");
+    let inside = sb.at("a.txt");
+    for ws in sb.workspaces() {
+        let err = read_text(&ws, "/etc/passwd").unwrap_err();
+        assert_eq!(err.kind, FileErrorKind::Permission);
+        assert!(err.message.contains("'/etc/passwd'"), "{err}");
+        let secret = sb.outside().join("secret.txt");
+        assert!(read_text(&ws, secret.to_str().unwrap()).is_err());
+        assert_eq!(read_text(&ws, inside.to_str().unwrap()).unwrap(), "inside");
+    }
+}
+
+#[test]
+fn symlinks_to_etc_and_to_the_parent_are_never_followed_out() {
+    let sb = Sandbox::new("links-out");
+    sb.symlink("/etc", "etc");
+    sb.symlink("..", "up");
+    sb.symlink("../outside/secret.txt", "secret");
+    sb.symlink(sb.outside(), "abs");
+    for ws in sb.workspaces() {
+        for path in [
+            "etc/passwd",
+            "up/outside/secret.txt",
+            "secret",
+            "abs/secret.txt",
+        ] {
+            let err = read_text(&ws, path).unwrap_err();
+            assert_eq!(err.kind, FileErrorKind::Permission, "{path}: {err}");
+            let write = ws.write(
+                path,
+                b"pwned",
+                WriteOptions {
+                    create_parents: true,
+                },
+            );
+            assert_eq!(write.unwrap_err().kind, FileErrorKind::Permission, "{path}");
+        }
+        let edit = super::EditRequest {
+            old: "SECRET".into(),
+            new: "x".into(),
+            expected: None,
+        };
+        assert!(ws.edit("secret", &edit).is_err());
+        assert!(ws
+            .write("up/new.txt", b"x", WriteOptions::default())
+            .is_err());
+        assert!(ws.list("up", Default::default()).is_err());
+        assert!(ws.list("etc", Default::default()).is_err());
+    }
+    sb.assert_outside_untouched();
+}
+
+#[test]
+fn a_symlink_in_a_middle_component_is_followed_only_while_it_stays_inside() {
+    let sb = Sandbox::new("middle");
+    sb.file("real/dir/f.txt", "inside");
+    sb.symlink("real/dir", "short");
+    sb.symlink("../../../outside", "real/dir/back");
+    for ws in sb.workspaces() {
+        assert_eq!(read_text(&ws, "short/f.txt").unwrap(), "inside");
+        ws.write("short/g.txt", b"new", WriteOptions::default())
+            .unwrap();
+        let err = read_text(&ws, "short/back/secret.txt").unwrap_err();
+        assert_eq!(err.kind, FileErrorKind::Permission);
+        let err = ws
+            .write("short/back/x.txt", b"x", WriteOptions::default())
+            .unwrap_err();
+        assert_eq!(err.kind, FileErrorKind::Permission);
+    }
+    assert_eq!(sb.read("real/dir/g.txt"), "new");
+    sb.assert_outside_untouched();
+}
+
+#[test]
+fn a_write_through_a_final_symlink_lands_on_its_inside_target() {
+    let sb = Sandbox::new("write-link");
+    sb.file("docs/target.md", "old");
+    sb.symlink("docs/target.md", "link.md");
+    for ws in sb.workspaces() {
+        ws.write("link.md", b"new", WriteOptions::default())
+            .unwrap();
+        assert!(sb
+            .at("link.md")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(sb.read("docs/target.md"), "new");
+    }
+}
+
+#[test]
+fn magic_links_are_refused() {
+    let sb = Sandbox::new("magic");
+    sb.symlink("/proc/self/root/etc", "magic");
+    for ws in sb.workspaces() {
+        assert!(read_text(&ws, "magic/passwd").is_err());
+    }
+}
+
+/// Swaps `root/d` between a real directory and a symlink to the outside, as fast as it can,
+/// while `work` runs; `work` must never see or change anything outside.
+fn race(resolver: Resolver, target: &str, work: impl Fn(&Workspace, usize) + Send + Sync) {
+    let sb = Sandbox::new("race");
+    sb.file("d/secret.txt", "inside");
+    sb.symlink(
+        target.replace("{outside}", sb.outside().to_str().unwrap()),
+        "alt",
+    );
+    let ws = Workspace::with_resolver(sb.root(), resolver).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (d, alt) = (
+        std::ffi::CString::new(sb.at("d").to_str().unwrap()).unwrap(),
+        std::ffi::CString::new(sb.at("alt").to_str().unwrap()).unwrap(),
+    );
+    thread::scope(|scope| {
+        let stop2 = Arc::clone(&stop);
+        scope.spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                // SAFETY: two valid NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
+                unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        d.as_ptr(),
+                        libc::AT_FDCWD,
+                        alt.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+            }
+        });
+        for i in 0..3000 {
+            work(&ws, i);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    sb.assert_outside_untouched();
+}
+
+#[test]
+fn a_symlink_swapped_in_between_check_and_use_never_leaks_a_read() {
+    for resolver in [Resolver::Openat2, Resolver::Walk] {
+        for target in ["../outside", "{outside}"] {
+            race(resolver, target, |ws, _| {
+                if let Ok(text) = read_text(ws, "d/secret.txt") {
+                    assert_eq!(text, "inside");
+                }
+                if let Ok(listing) = ws.list("d", Default::default()) {
+                    assert!(listing
+                        .entries
+                        .iter()
+                        .all(|e| e.kind != super::EntryKind::File || e.size == 6));
+                }
+            });
+        }
+    }
+}
+
+#[test]
+fn a_symlink_swapped_in_between_check_and_use_never_redirects_a_write() {
+    for resolver in [Resolver::Openat2, Resolver::Walk] {
+        race(resolver, "../outside", |ws, i| {
+            let _ = ws.write(
+                &format!("d/new-{}.txt", i % 7),
+                b"x",
+                WriteOptions::default(),
+            );
+            let _ = ws.write("d/secret.txt", b"inside", WriteOptions::default());
+            let _ = ws.mkdir("d/sub", true);
+            let _ = ws.remove("d/sub", true);
+            let _ = ws.remove(&format!("d/new-{}.txt", (i + 3) % 7), false);
+        });
+    }
+}

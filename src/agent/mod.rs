@@ -1,0 +1,5 @@
+//! The workspace agent: the supervisor that lives inside a workspace and owns its processes,
+//! their durable logs, contained file access and watches.
+
+pub mod files;
+pub mod watch;
