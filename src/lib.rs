@@ -1,6 +1,7 @@
 //! modal-workspace-core: the rules that decide whether client input is safe, the event model,
 //! and the cursor ring. Logic lives in plain Rust modules; `bindings` is the only Python edge.
 
+pub mod agent;
 pub mod event;
 pub mod policy;
 pub mod ring;

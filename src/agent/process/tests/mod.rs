@@ -1,0 +1,1 @@
+//! Behaviour of supervised execs with real processes.
