@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::pty;
 use super::spec::PtySize;
-use super::status::ExecStatus;
+use super::status::{ExecState, ExecStatus};
 use super::stdin::{StdinError, StdinQueue};
 
 /// State shared by the handle and the task that runs the exec.
@@ -48,11 +48,24 @@ impl Exec {
         self.shared.status.borrow().clone()
     }
 
+    /// Resolves once the exec has left `starting` (it runs, or ended without running).
+    pub async fn started(&self) -> ExecStatus {
+        let mut rx = self.shared.status.subscribe();
+        let result = rx
+            .wait_for(|status| status.state != ExecState::Starting)
+            .await
+            .map(|s| s.clone());
+        result.unwrap_or_else(|_| self.status())
+    }
+
     /// Resolves with the final status, after the sink has received all output and `finished`.
     pub async fn wait(&self) -> ExecStatus {
         let mut rx = self.shared.status.subscribe();
         // The sender lives in `shared`, which we hold, so the wait cannot fail.
-        let result = rx.wait_for(|status| status.state.is_final()).await.map(|s| s.clone());
+        let result = rx
+            .wait_for(|status| status.state.is_final())
+            .await
+            .map(|s| s.clone());
         result.unwrap_or_else(|_| self.status())
     }
 

@@ -33,12 +33,15 @@ impl FdIo {
             let mut guard = self.fd.readable().await?;
             let result = guard.try_io(|inner| {
                 // SAFETY: read writes at most buf.len() bytes into `buf`, borrowed mutably here.
-                let n = unsafe { libc::read(inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                let n =
+                    unsafe { libc::read(inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
                 usize::try_from(n).map_err(|_| io::Error::last_os_error())
             });
             match result {
                 Ok(Err(err)) if err.kind() == io::ErrorKind::Interrupted => continue,
-                Ok(Err(err)) if self.eio_is_eof && err.raw_os_error() == Some(libc::EIO) => return Ok(0),
+                Ok(Err(err)) if self.eio_is_eof && err.raw_os_error() == Some(libc::EIO) => {
+                    return Ok(0)
+                }
                 Ok(done) => return done,
                 Err(_would_block) => continue,
             }

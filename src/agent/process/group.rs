@@ -74,7 +74,11 @@ pub(crate) async fn terminate_group(
 }
 
 /// Waits until group `pgid` is empty or `until`; woken by reaping passes, not by a timer loop.
-async fn wait_group_gone(pgid: libc::pid_t, passes: &mut watch::Receiver<u64>, until: Instant) -> bool {
+async fn wait_group_gone(
+    pgid: libc::pid_t,
+    passes: &mut watch::Receiver<u64>,
+    until: Instant,
+) -> bool {
     loop {
         if !group_alive(pgid) {
             return true;

@@ -45,7 +45,12 @@ pub(crate) fn open(size: PtySize) -> io::Result<PtyPair> {
 
 /// Sets the terminal size; the kernel sends SIGWINCH to the terminal's foreground group.
 pub(crate) fn set_size(fd: BorrowedFd<'_>, size: PtySize) -> io::Result<()> {
-    let winsize = libc::winsize { ws_row: size.rows, ws_col: size.cols, ws_xpixel: 0, ws_ypixel: 0 };
+    let winsize = libc::winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: TIOCSWINSZ reads one `winsize`, which lives on our stack for the whole call.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &winsize) };
     if rc != 0 {
@@ -72,7 +77,12 @@ mod tests {
     #[test]
     fn test_a_new_pty_has_the_requested_size_and_an_eof_char() {
         let pair = open(PtySize { rows: 33, cols: 99 }).unwrap();
-        let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+        let mut ws = libc::winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
         // SAFETY: TIOCGWINSZ writes one winsize into `ws`.
         let rc = unsafe { libc::ioctl(pair.slave.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
         assert_eq!(rc, 0);

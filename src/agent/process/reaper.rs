@@ -59,7 +59,10 @@ fn start() -> Result<Arc<Reaper>, String> {
 
 impl Reaper {
     fn run(self: Arc<Self>, ready: SyncSender<Result<(), String>>) {
-        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
             Ok(runtime) => runtime,
             Err(err) => {
                 let _ = ready.send(Err(format!("cannot start the reaper runtime: {err}")));

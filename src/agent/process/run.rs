@@ -34,7 +34,14 @@ enum Start {
 }
 
 pub(crate) async fn run(ctx: RunContext) {
-    let RunContext { shared, spec, sink, stdin_rx, config, reaper } = ctx;
+    let RunContext {
+        shared,
+        spec,
+        sink,
+        stdin_rx,
+        config,
+        reaper,
+    } = ctx;
     let _guard = OutcomeGuard(Arc::clone(&shared));
     let start = {
         let _gate = shared.gate.lock();
@@ -57,10 +64,19 @@ pub(crate) async fn run(ctx: RunContext) {
     };
     let launched = match start {
         Start::Cancelled => return finish(&shared, &*sink, ExecState::Cancelled, None, None).await,
-        Start::Failed(message) => return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await,
+        Start::Failed(message) => {
+            return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await
+        }
         Start::Running(launched) => launched,
     };
-    let Launched { pid, exit, stdin, stdout, stderr, pty_master } = launched;
+    let Launched {
+        pid,
+        exit,
+        stdin,
+        stdout,
+        stderr,
+        pty_master,
+    } = launched;
     let is_pty = pty_master.is_some();
     if let Some(master) = pty_master {
         let _ = shared.pty_master.set(master);
@@ -70,11 +86,14 @@ pub(crate) async fn run(ctx: RunContext) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_err = stop_rx.clone();
     let readers = async {
-        tokio::join!(read_stream(&stdout, Stream::Stdout, &*sink, stop_rx), async {
-            if let Some(stderr) = &stderr {
-                read_stream(stderr, Stream::Stderr, &*sink, stop_err).await;
+        tokio::join!(
+            read_stream(&stdout, Stream::Stdout, &*sink, stop_rx),
+            async {
+                if let Some(stderr) = &stderr {
+                    read_stream(stderr, Stream::Stderr, &*sink, stop_err).await;
+                }
             }
-        })
+        )
     };
     let supervise = async {
         let outcome = supervise(&shared, &reaper, pid, exit, &spec).await;
@@ -106,7 +125,10 @@ async fn supervise(
         Ok(_) = cancel.wait_for(|cancelled| *cancelled) => ExecState::Cancelled,
         () = until(deadline) => ExecState::TimedOut,
     };
-    (reason, terminate_group(reaper, pid, exit, spec.kill_grace).await)
+    (
+        reason,
+        terminate_group(reaper, pid, exit, spec.kill_grace).await,
+    )
 }
 
 async fn until(deadline: Option<Instant>) {
@@ -117,7 +139,12 @@ async fn until(deadline: Option<Instant>) {
 }
 
 /// Hands chunks to the sink one at a time (see `OutputSink` for the flow-control contract).
-async fn read_stream(io: &FdIo, stream: Stream, sink: &dyn OutputSink, mut stop: watch::Receiver<bool>) {
+async fn read_stream(
+    io: &FdIo,
+    stream: Stream,
+    sink: &dyn OutputSink,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut buf = vec![0u8; MAX_CHUNK];
     loop {
         let n = tokio::select! {

@@ -60,7 +60,10 @@ impl ChannelSink {
 impl OutputSink for ChannelSink {
     fn output<'a>(&'a self, stream: Stream, chunk: &'a [u8]) -> SinkFuture<'a> {
         Box::pin(async move {
-            let event = SinkEvent::Output { stream, data: chunk.to_vec() };
+            let event = SinkEvent::Output {
+                stream,
+                data: chunk.to_vec(),
+            };
             // A dropped receiver means nobody wants the output any more; the exec still runs.
             let _ = self.tx.send(event).await;
         })

@@ -27,7 +27,11 @@ pub(crate) struct Launched {
 }
 
 /// Starts the process; the error is the text a user needs (what failed and the OS error).
-pub(crate) fn launch(spec: &ExecSpec, base_env: &[(OsString, OsString)], reaper: &Reaper) -> Result<Launched, String> {
+pub(crate) fn launch(
+    spec: &ExecSpec,
+    base_env: &[(OsString, OsString)],
+    reaper: &Reaper,
+) -> Result<Launched, String> {
     let (mut command, program) = match &spec.command {
         CommandLine::Shell(text) => {
             let mut command = Command::new("bash");
@@ -54,7 +58,9 @@ pub(crate) fn launch(spec: &ExecSpec, base_env: &[(OsString, OsString)], reaper:
         }
         command.current_dir(dir);
     }
-    command.env_clear().envs(base_env.iter().map(|(k, v)| (k, v)));
+    command
+        .env_clear()
+        .envs(base_env.iter().map(|(k, v)| (k, v)));
     command.envs(spec.env.iter().map(|(k, v)| (k, v)));
     let io_error = |err: io::Error| format!("cannot set up the exec's input and output: {err}");
     let pty_pair = match spec.pty {
@@ -70,7 +76,10 @@ pub(crate) fn launch(spec: &ExecSpec, base_env: &[(OsString, OsString)], reaper:
                 .stderr(slave(&pair.slave).map_err(io_error)?);
         }
         None => {
-            command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
         }
     }
     let take_tty = pty_pair.is_some();
@@ -92,30 +101,36 @@ pub(crate) fn launch(spec: &ExecSpec, base_env: &[(OsString, OsString)], reaper:
     let spawned = reaper.spawn(|| command.spawn());
     // Drop our copies of the PTY slave now: the master sees end-of-file only once all are closed.
     drop(command);
-    let (mut child, exit) = spawned.map_err(|err| format!("cannot start {}: {err}", program.to_string_lossy()))?;
+    let (mut child, exit) =
+        spawned.map_err(|err| format!("cannot start {}: {err}", program.to_string_lossy()))?;
     let pid = libc::pid_t::try_from(child.id()).map_err(|err| err.to_string())?;
     let streams = (|| {
         let (stdin, stdout, stderr, pty_master) = match pty_pair {
-        Some(pair) => {
-            drop(pair.slave);
-            let writer = pair.master.try_clone().map_err(io_error)?;
-            let resizer = pair.master.try_clone().map_err(io_error)?;
-            let reader = FdIo::new(pair.master, true).map_err(io_error)?;
-            (FdIo::new(writer, true).map_err(io_error)?, reader, None, Some(resizer))
-        }
-        None => {
-            let missing = || "the child's pipes are missing".to_string();
-            let stdin = OwnedFd::from(child.stdin.take().ok_or_else(missing)?);
-            let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
-            let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
-            (
-                FdIo::new(stdin, false).map_err(io_error)?,
-                FdIo::new(stdout, false).map_err(io_error)?,
-                Some(FdIo::new(stderr, false).map_err(io_error)?),
-                None,
-            )
-        }
-    };
+            Some(pair) => {
+                drop(pair.slave);
+                let writer = pair.master.try_clone().map_err(io_error)?;
+                let resizer = pair.master.try_clone().map_err(io_error)?;
+                let reader = FdIo::new(pair.master, true).map_err(io_error)?;
+                (
+                    FdIo::new(writer, true).map_err(io_error)?,
+                    reader,
+                    None,
+                    Some(resizer),
+                )
+            }
+            None => {
+                let missing = || "the child's pipes are missing".to_string();
+                let stdin = OwnedFd::from(child.stdin.take().ok_or_else(missing)?);
+                let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
+                let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
+                (
+                    FdIo::new(stdin, false).map_err(io_error)?,
+                    FdIo::new(stdout, false).map_err(io_error)?,
+                    Some(FdIo::new(stderr, false).map_err(io_error)?),
+                    None,
+                )
+            }
+        };
         Ok((stdin, stdout, stderr, pty_master))
     })();
     let (stdin, stdout, stderr, pty_master) = match streams {
@@ -127,5 +142,12 @@ pub(crate) fn launch(spec: &ExecSpec, base_env: &[(OsString, OsString)], reaper:
         }
     };
     // `child` is dropped without waiting: its status belongs to the reaper.
-    Ok(Launched { pid, exit, stdin, stdout, stderr, pty_master })
+    Ok(Launched {
+        pid,
+        exit,
+        stdin,
+        stdout,
+        stderr,
+        pty_master,
+    })
 }

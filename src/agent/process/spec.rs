@@ -52,7 +52,9 @@ impl ExecSpec {
         I: IntoIterator<Item = S>,
         S: Into<OsString>,
     {
-        Self::new(CommandLine::Argv(argv.into_iter().map(Into::into).collect()))
+        Self::new(CommandLine::Argv(
+            argv.into_iter().map(Into::into).collect(),
+        ))
     }
 
     fn new(command: CommandLine) -> Self {

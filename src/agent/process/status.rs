@@ -100,7 +100,12 @@ mod tests {
     fn test_only_the_four_outcomes_are_final() {
         assert!(!ExecState::Starting.is_final());
         assert!(!ExecState::Running.is_final());
-        for state in [ExecState::Finished, ExecState::Cancelled, ExecState::Failed, ExecState::TimedOut] {
+        for state in [
+            ExecState::Finished,
+            ExecState::Cancelled,
+            ExecState::Failed,
+            ExecState::TimedOut,
+        ] {
             assert!(state.is_final(), "{}", state.as_str());
         }
     }

@@ -25,7 +25,9 @@ pub enum StdinError {
 impl fmt::Display for StdinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Closed => f.write_str("stdin is closed: the input was ended or the process no longer reads it"),
+            Self::Closed => f.write_str(
+                "stdin is closed: the input was ended or the process no longer reads it",
+            ),
             Self::Full => write!(
                 f,
                 "the stdin queue is full ({} KiB waiting for the process to read it): retry later",
@@ -51,7 +53,12 @@ pub(crate) struct StdinQueue {
 impl StdinQueue {
     pub(crate) fn new() -> (Self, mpsc::Receiver<StdinMsg>) {
         let (tx, rx) = mpsc::channel(STDIN_QUEUE_CHUNKS);
-        (Self { tx: Mutex::new(Some(tx)) }, rx)
+        (
+            Self {
+                tx: Mutex::new(Some(tx)),
+            },
+            rx,
+        )
     }
 
     /// Queues `data`, waiting (without blocking a thread) while the queue is full.
@@ -59,7 +66,9 @@ impl StdinQueue {
         let guard = self.tx.lock().await;
         let tx = guard.as_ref().ok_or(StdinError::Closed)?;
         for chunk in data.chunks(STDIN_CHUNK) {
-            tx.send(StdinMsg::Data(chunk.to_vec())).await.map_err(|_| StdinError::Closed)?;
+            tx.send(StdinMsg::Data(chunk.to_vec()))
+                .await
+                .map_err(|_| StdinError::Closed)?;
         }
         Ok(())
     }
@@ -76,10 +85,11 @@ impl StdinQueue {
             return Err(StdinError::Full);
         }
         for chunk in data.chunks(STDIN_CHUNK) {
-            tx.try_send(StdinMsg::Data(chunk.to_vec())).map_err(|err| match err {
-                TrySendError::Full(_) => StdinError::Full,
-                TrySendError::Closed(_) => StdinError::Closed,
-            })?;
+            tx.try_send(StdinMsg::Data(chunk.to_vec()))
+                .map_err(|err| match err {
+                    TrySendError::Full(_) => StdinError::Full,
+                    TrySendError::Closed(_) => StdinError::Closed,
+                })?;
         }
         Ok(())
     }

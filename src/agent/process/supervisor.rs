@@ -55,7 +55,10 @@ impl Supervisor {
         if config.adopt_orphans {
             reaper.adopt_orphans()?;
         }
-        Ok(Self { config: Arc::new(config), reaper })
+        Ok(Self {
+            config: Arc::new(config),
+            reaper,
+        })
     }
 
     /// Starts `spec` on the current tokio runtime and returns its handle at once, in state
