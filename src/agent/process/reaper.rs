@@ -123,15 +123,10 @@ impl Reaper {
     fn pass(&self) {
         let mut waiters = self.waiters.lock();
         if self.reap_all.load(Ordering::Acquire) {
-            loop {
-                match wait_nohang(-1) {
-                    Waited::Exited(pid, status) => {
-                        // Unregistered pids are orphans: reaping them is all they need.
-                        if let Some(tx) = waiters.remove(&pid) {
-                            let _ = tx.send(status);
-                        }
-                    }
-                    Waited::Running | Waited::Gone => break,
+            while let Waited::Exited(pid, status) = wait_nohang(-1) {
+                // Unregistered pids are orphans: reaping them is all they need.
+                if let Some(tx) = waiters.remove(&pid) {
+                    let _ = tx.send(status);
                 }
             }
         } else {
