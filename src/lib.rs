@@ -1,5 +1,6 @@
 //! modal-workspace-core: the rules that decide whether client input is safe, the event model,
-//! the cursor ring, the channel protocol and the in-workspace agent. Logic lives in plain Rust modules; `bindings` is the only Python edge.
+//! the cursor ring, the channel protocol and the in-workspace agent. Logic lives in plain Rust
+//! modules; `bindings` is the only Python edge.
 
 pub mod agent;
 pub mod channel;

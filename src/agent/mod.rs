@@ -2,4 +2,5 @@
 //! their durable logs, contained file access and watches.
 
 pub mod files;
+pub mod process;
 pub mod watch;

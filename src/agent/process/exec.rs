@@ -1,0 +1,107 @@
+//! The caller's handle on one exec: its status, stdin, terminal size, cancellation and the wait
+//! for its outcome. Cheap to clone; every clone talks to the same exec.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::pty;
+use super::spec::PtySize;
+use super::status::{ExecState, ExecStatus};
+use super::stdin::{StdinError, StdinQueue};
+
+/// State shared by the handle and the task that runs the exec.
+pub(crate) struct ExecShared {
+    /// Held while deciding to spawn and while spawning, and by `cancel`: a cancel either lands
+    /// before the spawn (the command never runs) or after it (the group is terminated).
+    pub(crate) gate: Mutex<()>,
+    pub(crate) cancel: watch::Sender<bool>,
+    pub(crate) status: watch::Sender<ExecStatus>,
+    pub(crate) stdin: StdinQueue,
+    pub(crate) pty_master: OnceLock<OwnedFd>,
+}
+
+impl ExecShared {
+    pub(crate) fn new(stdin: StdinQueue) -> Self {
+        Self {
+            gate: Mutex::new(()),
+            cancel: watch::Sender::new(false),
+            status: watch::Sender::new(ExecStatus::starting()),
+            stdin,
+            pty_master: OnceLock::new(),
+        }
+    }
+}
+
+/// A supervised exec.
+#[derive(Clone)]
+pub struct Exec {
+    pub(crate) shared: Arc<ExecShared>,
+}
+
+impl Exec {
+    /// The current snapshot.
+    pub fn status(&self) -> ExecStatus {
+        self.shared.status.borrow().clone()
+    }
+
+    /// Resolves once the exec has left `starting` (it runs, or ended without running).
+    pub async fn started(&self) -> ExecStatus {
+        let mut rx = self.shared.status.subscribe();
+        let result = rx
+            .wait_for(|status| status.state != ExecState::Starting)
+            .await
+            .map(|s| s.clone());
+        result.unwrap_or_else(|_| self.status())
+    }
+
+    /// Resolves with the final status, after the sink has received all output and `finished`.
+    pub async fn wait(&self) -> ExecStatus {
+        let mut rx = self.shared.status.subscribe();
+        // The sender lives in `shared`, which we hold, so the wait cannot fail.
+        let result = rx
+            .wait_for(|status| status.state.is_final())
+            .await
+            .map(|s| s.clone());
+        result.unwrap_or_else(|_| self.status())
+    }
+
+    /// Terminates the exec: before the spawn the command never runs (`cancelled`, no pid); after
+    /// it, SIGTERM to the whole process group, SIGKILL after the spec's grace. Idempotent, and a
+    /// no-op once the exec has ended.
+    pub fn cancel(&self) {
+        let _gate = self.shared.gate.lock();
+        self.shared.cancel.send_replace(true);
+    }
+
+    /// Queues `data` for the process's stdin, in order, waiting while the queue (at most
+    /// `STDIN_QUEUE_CHUNKS` chunks of `STDIN_CHUNK` bytes) is full. Data queued before the
+    /// process starts is written once it runs.
+    pub async fn write_stdin(&self, data: &[u8]) -> Result<(), StdinError> {
+        self.shared.stdin.write(data).await
+    }
+
+    /// Queues all of `data` now, or fails with `StdinError::Full` without queuing any of it.
+    pub fn try_write_stdin(&self, data: &[u8]) -> Result<(), StdinError> {
+        self.shared.stdin.try_write(data)
+    }
+
+    /// Ends the input after what is queued: closes the pipe, or sends VEOF on a terminal.
+    pub async fn close_stdin(&self) -> Result<(), StdinError> {
+        self.shared.stdin.close().await
+    }
+
+    /// Resizes the exec's terminal (the process gets SIGWINCH).
+    pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
+        match self.shared.pty_master.get() {
+            Some(master) => pty::set_size(master.as_fd(), PtySize { rows, cols }),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "this exec has no terminal (it was started without a PTY, or has not started yet)",
+            )),
+        }
+    }
+}

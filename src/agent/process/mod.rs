@@ -1,0 +1,31 @@
+//! Process supervision for the workspace agent: every exec runs in its own session and process
+//! group, streams its output and input without polling, can be cancelled as a tree, and is reaped.
+//!
+//! The agent daemon owns one [`Supervisor`]; each [`Supervisor::spawn`] returns an [`Exec`]
+//! handle (state, stdin, resize, cancel, wait) and hands output to the caller's [`OutputSink`].
+//! [`Redactor`] removes known secret values from a byte stream before it is stored.
+
+mod exec;
+mod fdio;
+mod group;
+mod pty;
+mod reaper;
+mod redact;
+mod run;
+mod sink;
+mod spawn;
+mod spec;
+mod status;
+mod stdin;
+mod supervisor;
+
+#[cfg(test)]
+mod tests;
+
+pub use exec::Exec;
+pub use redact::{Redactor, REDACTED};
+pub use sink::{ChannelSink, OutputSink, SinkEvent, SinkFuture, Stream, MAX_CHUNK};
+pub use spec::{CommandLine, ExecSpec, PtySize, DEFAULT_KILL_GRACE};
+pub use status::{ExecState, ExecStatus, ExitStatus};
+pub use stdin::{StdinError, STDIN_CHUNK, STDIN_QUEUE_CHUNKS};
+pub use supervisor::{Supervisor, SupervisorConfig, DEFAULT_DRAIN_TIMEOUT};

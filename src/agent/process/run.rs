@@ -1,0 +1,194 @@
+//! The task behind each exec: spawn (unless cancelled first), stream output to the sink, watch
+//! for exit, cancellation and timeout, and publish the outcome only after the last output.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep_until, Instant};
+
+use super::exec::ExecShared;
+use super::fdio::FdIo;
+use super::group::terminate_group;
+use super::reaper::{RawStatus, Reaper};
+use super::sink::{OutputSink, Stream, MAX_CHUNK};
+use super::spawn::{launch, Launched};
+use super::spec::ExecSpec;
+use super::status::{ExecState, ExitStatus};
+use super::stdin::{pump, StdinMsg};
+use super::supervisor::SupervisorConfig;
+
+pub(crate) struct RunContext {
+    pub(crate) shared: Arc<ExecShared>,
+    pub(crate) spec: ExecSpec,
+    pub(crate) sink: Arc<dyn OutputSink>,
+    pub(crate) stdin_rx: mpsc::Receiver<StdinMsg>,
+    pub(crate) config: Arc<SupervisorConfig>,
+    pub(crate) reaper: Arc<Reaper>,
+}
+
+enum Start {
+    Cancelled,
+    Failed(String),
+    Running(Launched),
+}
+
+pub(crate) async fn run(ctx: RunContext) {
+    let RunContext {
+        shared,
+        spec,
+        sink,
+        stdin_rx,
+        config,
+        reaper,
+    } = ctx;
+    let _guard = OutcomeGuard(Arc::clone(&shared));
+    let start = {
+        let _gate = shared.gate.lock();
+        if *shared.cancel.borrow() {
+            Start::Cancelled
+        } else {
+            match launch(&spec, &config.base_env, &reaper) {
+                Ok(launched) => {
+                    let pid = u32::try_from(launched.pid).ok();
+                    shared.status.send_modify(|status| {
+                        status.state = ExecState::Running;
+                        status.pid = pid;
+                        status.started_at = Some(SystemTime::now());
+                    });
+                    Start::Running(launched)
+                }
+                Err(message) => Start::Failed(message),
+            }
+        }
+    };
+    let launched = match start {
+        Start::Cancelled => return finish(&shared, &*sink, ExecState::Cancelled, None, None).await,
+        Start::Failed(message) => {
+            return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await
+        }
+        Start::Running(launched) => launched,
+    };
+    let Launched {
+        pid,
+        exit,
+        stdin,
+        stdout,
+        stderr,
+        pty_master,
+    } = launched;
+    let is_pty = pty_master.is_some();
+    if let Some(master) = pty_master {
+        let _ = shared.pty_master.set(master);
+    }
+    let stdin_task = tokio::spawn(pump(stdin_rx, stdin, is_pty));
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_err = stop_rx.clone();
+    let readers = async {
+        tokio::join!(
+            read_stream(&stdout, Stream::Stdout, &*sink, stop_rx),
+            async {
+                if let Some(stderr) = &stderr {
+                    read_stream(stderr, Stream::Stderr, &*sink, stop_err).await;
+                }
+            }
+        )
+    };
+    let supervise = async {
+        let outcome = supervise(&shared, &reaper, pid, exit, &spec).await;
+        // Output still in the pipes is drained; a background process that keeps them open only
+        // delays the outcome by `drain_timeout`, after which its later output is not read.
+        tokio::select! {
+            () = tokio::time::sleep(config.drain_timeout) => { let _ = stop_tx.send(true); }
+            () = stop_tx.closed() => {}
+        }
+        outcome
+    };
+    let ((state, exit), _) = tokio::join!(supervise, readers);
+    stdin_task.abort();
+    finish(&shared, &*sink, state, exit, None).await;
+}
+
+/// Waits for the leader's exit, a cancel or the timeout; the latter two terminate the group.
+async fn supervise(
+    shared: &ExecShared,
+    reaper: &Reaper,
+    pid: libc::pid_t,
+    mut exit: oneshot::Receiver<RawStatus>,
+    spec: &ExecSpec,
+) -> (ExecState, Option<ExitStatus>) {
+    let mut cancel = shared.cancel.subscribe();
+    let deadline = spec.timeout.map(|limit| Instant::now() + limit);
+    let reason = tokio::select! {
+        status = &mut exit => return (ExecState::Finished, status.ok().map(ExitStatus::from_wait_status)),
+        Ok(_) = cancel.wait_for(|cancelled| *cancelled) => ExecState::Cancelled,
+        () = until(deadline) => ExecState::TimedOut,
+    };
+    (
+        reason,
+        terminate_group(reaper, pid, exit, spec.kill_grace).await,
+    )
+}
+
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Hands chunks to the sink one at a time (see `OutputSink` for the flow-control contract).
+async fn read_stream(
+    io: &FdIo,
+    stream: Stream,
+    sink: &dyn OutputSink,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; MAX_CHUNK];
+    loop {
+        let n = tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => return,
+            read = io.read(&mut buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            },
+        };
+        sink.output(stream, &buf[..n]).await;
+    }
+}
+
+async fn finish(
+    shared: &ExecShared,
+    sink: &dyn OutputSink,
+    state: ExecState,
+    exit: Option<ExitStatus>,
+    error: Option<String>,
+) {
+    let mut status = shared.status.borrow().clone();
+    status.state = state;
+    status.exit = exit;
+    status.error = error;
+    status.ended_at = Some(SystemTime::now());
+    sink.finished(&status).await;
+    shared.status.send_replace(status);
+}
+
+/// Makes sure `wait` never hangs: if the task ends without an outcome (a panicking sink, or the
+/// runtime shutting down), the exec is marked `failed`.
+struct OutcomeGuard(Arc<ExecShared>);
+
+impl Drop for OutcomeGuard {
+    fn drop(&mut self) {
+        self.0.status.send_if_modified(|status| {
+            if status.state.is_final() {
+                return false;
+            }
+            status.state = ExecState::Failed;
+            status.error = Some("the task supervising this exec stopped before its outcome".into());
+            status.ended_at = Some(SystemTime::now());
+            true
+        });
+    }
+}

@@ -1,0 +1,153 @@
+//! Turns an `ExecSpec` into a running process: its own session and process group, stdin/stdout/
+//! stderr as pipes or one PTY, the environment, and registration with the reaper.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use tokio::sync::oneshot;
+
+use super::fdio::FdIo;
+use super::group::signal_group;
+use super::pty;
+use super::reaper::{RawStatus, Reaper};
+use super::spec::{CommandLine, ExecSpec};
+
+pub(crate) struct Launched {
+    pub(crate) pid: libc::pid_t,
+    pub(crate) exit: oneshot::Receiver<RawStatus>,
+    pub(crate) stdin: FdIo,
+    pub(crate) stdout: FdIo,
+    /// `None` on a PTY, where stderr is the same stream as stdout.
+    pub(crate) stderr: Option<FdIo>,
+    /// A PTY master kept for resizing.
+    pub(crate) pty_master: Option<OwnedFd>,
+}
+
+/// Starts the process; the error is the text a user needs (what failed and the OS error).
+pub(crate) fn launch(
+    spec: &ExecSpec,
+    base_env: &[(OsString, OsString)],
+    reaper: &Reaper,
+) -> Result<Launched, String> {
+    let (mut command, program) = match &spec.command {
+        CommandLine::Shell(text) => {
+            let mut command = Command::new("bash");
+            command.arg("-lc").arg(text);
+            (command, OsString::from("bash"))
+        }
+        CommandLine::Argv(argv) => {
+            let Some((program, args)) = argv.split_first() else {
+                return Err("the command is empty: give the program to run".into());
+            };
+            let mut command = Command::new(program);
+            command.args(args);
+            (command, program.clone())
+        }
+    };
+    if let Some(dir) = &spec.workdir {
+        // Checked here so the error names the directory; the child's chdir reports only errno.
+        let checked = std::fs::metadata(dir).and_then(|meta| match meta.is_dir() {
+            true => Ok(()),
+            false => Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
+        });
+        if let Err(err) = checked {
+            return Err(format!("cannot use workdir {}: {err}", dir.display()));
+        }
+        command.current_dir(dir);
+    }
+    command
+        .env_clear()
+        .envs(base_env.iter().map(|(k, v)| (k, v)));
+    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let io_error = |err: io::Error| format!("cannot set up the exec's input and output: {err}");
+    let pty_pair = match spec.pty {
+        Some(size) => Some(pty::open(size).map_err(io_error)?),
+        None => None,
+    };
+    match &pty_pair {
+        Some(pair) => {
+            let slave = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+            command
+                .stdin(slave(&pair.slave).map_err(io_error)?)
+                .stdout(slave(&pair.slave).map_err(io_error)?)
+                .stderr(slave(&pair.slave).map_err(io_error)?);
+        }
+        None => {
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+    }
+    let take_tty = pty_pair.is_some();
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed. It makes two system calls, setsid(2) and ioctl(2) on fd 0 (which std has
+    // already dup2'ed to the PTY slave), neither of which allocates or takes a lock; on failure it
+    // builds an io::Error from errno, which stores an integer and does not allocate either.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if take_tty && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = reaper.spawn(|| command.spawn());
+    // Drop our copies of the PTY slave now: the master sees end-of-file only once all are closed.
+    drop(command);
+    let (mut child, exit) =
+        spawned.map_err(|err| format!("cannot start {}: {err}", program.to_string_lossy()))?;
+    let pid = libc::pid_t::try_from(child.id()).map_err(|err| err.to_string())?;
+    let streams = (|| {
+        let (stdin, stdout, stderr, pty_master) = match pty_pair {
+            Some(pair) => {
+                drop(pair.slave);
+                let writer = pair.master.try_clone().map_err(io_error)?;
+                let resizer = pair.master.try_clone().map_err(io_error)?;
+                let reader = FdIo::new(pair.master, true).map_err(io_error)?;
+                (
+                    FdIo::new(writer, true).map_err(io_error)?,
+                    reader,
+                    None,
+                    Some(resizer),
+                )
+            }
+            None => {
+                let missing = || "the child's pipes are missing".to_string();
+                let stdin = OwnedFd::from(child.stdin.take().ok_or_else(missing)?);
+                let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
+                let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
+                (
+                    FdIo::new(stdin, false).map_err(io_error)?,
+                    FdIo::new(stdout, false).map_err(io_error)?,
+                    Some(FdIo::new(stderr, false).map_err(io_error)?),
+                    None,
+                )
+            }
+        };
+        Ok((stdin, stdout, stderr, pty_master))
+    })();
+    let (stdin, stdout, stderr, pty_master) = match streams {
+        Ok(streams) => streams,
+        Err(err) => {
+            // Unsupervised output would block the process forever: end it (the reaper reaps it).
+            let _ = signal_group(pid, libc::SIGKILL);
+            return Err(err);
+        }
+    };
+    // `child` is dropped without waiting: its status belongs to the reaper.
+    Ok(Launched {
+        pid,
+        exit,
+        stdin,
+        stdout,
+        stderr,
+        pty_master,
+    })
+}

@@ -1,0 +1,95 @@
+//! What to run: the command, its environment, working directory, terminal and time limits.
+//! Plain data built by the caller; `spawn` turns it into a process.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long a cancelled or timed-out exec gets between SIGTERM and SIGKILL unless the caller says.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// The program to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandLine {
+    /// `bash -lc TEXT`: the text is one argument, never split or re-quoted by us.
+    Shell(String),
+    /// A program and its arguments, run without a shell; the first element is looked up in PATH.
+    Argv(Vec<OsString>),
+}
+
+/// Size of a pseudo-terminal in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PtySize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// One command to supervise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecSpec {
+    pub command: CommandLine,
+    /// Added to (and overriding) the supervisor's base environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory; `None` keeps the supervisor's own.
+    pub workdir: Option<PathBuf>,
+    /// Run on a pseudo-terminal of this size: stdout and stderr become one stream (stdout).
+    pub pty: Option<PtySize>,
+    /// Wall-clock limit from the spawn; when it passes the group is terminated (`timed_out`).
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when the exec is cancelled or times out.
+    pub kill_grace: Duration,
+}
+
+impl ExecSpec {
+    /// `bash -lc TEXT`.
+    pub fn shell(text: impl Into<String>) -> Self {
+        Self::new(CommandLine::Shell(text.into()))
+    }
+
+    /// A program and its arguments, no shell.
+    pub fn argv<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        Self::new(CommandLine::Argv(
+            argv.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    fn new(command: CommandLine) -> Self {
+        Self {
+            command,
+            env: Vec::new(),
+            workdir: None,
+            pty: None,
+            timeout: None,
+            kill_grace: DEFAULT_KILL_GRACE,
+        }
+    }
+
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn workdir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workdir = Some(dir.into());
+        self
+    }
+
+    pub fn pty(mut self, rows: u16, cols: u16) -> Self {
+        self.pty = Some(PtySize { rows, cols });
+        self
+    }
+
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
+    pub fn kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
+    }
+}
