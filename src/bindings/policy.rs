@@ -42,7 +42,10 @@ impl PyGitHubRepo {
 
     fn __repr__(&self) -> String {
         // Both parts are policy-checked ASCII without quotes, so no escaping is needed.
-        format!("GitHubRepo(owner='{}', name='{}')", self.0.owner, self.0.name)
+        format!(
+            "GitHubRepo(owner='{}', name='{}')",
+            self.0.owner, self.0.name
+        )
     }
 }
 
