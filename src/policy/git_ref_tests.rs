@@ -1,4 +1,5 @@
-//! The ref policy as a specification, and a differential test against `git check-ref-format`.
+//! The ref policy as a specification, and a differential test against `git check-ref-format`:
+//! git is the reference for its own rules, so our rules are checked against the real thing.
 
 use super::*;
 use proptest::prelude::*;

@@ -1,4 +1,5 @@
-//! The path policy as a specification, and properties over arbitrary paths.
+//! The path policy as a specification, and properties over arbitrary paths and roots:
+//! whatever is accepted resolves inside the root and is already in canonical form.
 
 use super::*;
 use proptest::prelude::*;
