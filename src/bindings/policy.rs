@@ -1,7 +1,123 @@
-//! Python bindings for the policies (filled in with the policies).
+//! Python bindings for the policies: argument conversion and registration, no rules of their own.
+//! Every rejection becomes `modal_workspace_core.PolicyError` through `errors::policy_error`.
 
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use super::errors::policy_error;
+use crate::policy::{self, PolicyError};
+
+/// A GitHub repository that passed the policy. Made only by `github_repo`.
+#[pyclass(
+    name = "GitHubRepo",
+    module = "modal_workspace_core._core",
+    frozen,
+    eq,
+    hash
+)]
+#[derive(PartialEq, Eq, Hash)]
+pub struct PyGitHubRepo(policy::GitHubRepo);
+
+#[pymethods]
+impl PyGitHubRepo {
+    #[getter]
+    fn owner(&self) -> &str {
+        &self.0.owner
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    #[getter]
+    fn slug(&self) -> String {
+        self.0.slug()
+    }
+
+    #[getter]
+    fn url(&self) -> String {
+        self.0.url()
+    }
+
+    fn __repr__(&self) -> String {
+        // Both parts are policy-checked ASCII without quotes, so no escaping is needed.
+        format!(
+            "GitHubRepo(owner='{}', name='{}')",
+            self.0.owner, self.0.name
+        )
+    }
+}
+
+/// Borrows a Python `str` as UTF-8. A lone surrogate cannot be UTF-8; it is refused as input,
+/// not raised as a `UnicodeEncodeError`, so callers only ever see `PolicyError` for bad text.
+fn text<'a>(value: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    value.to_str().map_err(|_| {
+        policy_error(PolicyError::without_echo(
+            "text.not-unicode",
+            "input must be valid Unicode text (it contains a lone surrogate)",
+        ))
+    })
+}
+
+/// Parses `OWNER/REPO` or `https://github.com/OWNER/REPO(.git)` into a `GitHubRepo`.
+#[pyfunction]
+fn github_repo(text: &Bound<'_, PyString>) -> PyResult<PyGitHubRepo> {
+    let repo = policy::github_repo(self::text(text)?).map_err(policy_error)?;
+    Ok(PyGitHubRepo(repo))
+}
+
+/// Checks a branch, tag or commit name and returns it unchanged.
+#[pyfunction]
+fn git_ref(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::git_ref(self::text(text)?).map_err(policy_error)
+}
+
+/// Resolves `path` lexically under `root` and returns the normalised absolute path.
+#[pyfunction]
+fn workspace_path(root: &Bound<'_, PyString>, path: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::workspace_path(text(root)?, text(path)?).map_err(policy_error)
+}
+
+/// A fresh id of `kind` (`ws`, `ex`, `fw` or `sn`).
+#[pyfunction]
+fn new_id(kind: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::new_id(text(kind)?).map_err(policy_error)
+}
+
+/// Checks that `text` is an id of `kind` and returns it unchanged.
+#[pyfunction]
+fn check_id(kind: &Bound<'_, PyString>, text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::check_id(self::text(kind)?, self::text(text)?).map_err(policy_error)
+}
+
+/// Checks an environment variable name and returns it unchanged.
+#[pyfunction]
+fn env_name(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::env_name(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks that `name` is a valid Modal object name listed in `allowlist` (the value of the
+/// setting called `setting`) and returns it.
+#[pyfunction]
+fn allowed(
+    name: &Bound<'_, PyString>,
+    allowlist: Vec<Bound<'_, PyString>>,
+    setting: &Bound<'_, PyString>,
+) -> PyResult<String> {
+    // An entry that is not valid Unicode can never equal a valid name; lossy is exact enough.
+    let allowlist: Vec<_> = allowlist.iter().map(|s| s.to_string_lossy()).collect();
+    policy::allowed(text(name)?, &allowlist, &setting.to_string_lossy()).map_err(policy_error)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyGitHubRepo>()?;
+    m.add_function(wrap_pyfunction!(github_repo, m)?)?;
+    m.add_function(wrap_pyfunction!(git_ref, m)?)?;
+    m.add_function(wrap_pyfunction!(workspace_path, m)?)?;
+    m.add_function(wrap_pyfunction!(new_id, m)?)?;
+    m.add_function(wrap_pyfunction!(check_id, m)?)?;
+    m.add_function(wrap_pyfunction!(env_name, m)?)?;
+    m.add_function(wrap_pyfunction!(allowed, m)?)?;
     Ok(())
 }

@@ -72,6 +72,9 @@ mod tests {
     #[test]
     fn display_names_the_rule() {
         let e = PolicyError::new("ref.empty", "a ref name must not be empty", "");
-        assert_eq!(e.to_string(), "a ref name must not be empty (got '') [ref.empty]");
+        assert_eq!(
+            e.to_string(),
+            "a ref name must not be empty (got '') [ref.empty]"
+        );
     }
 }

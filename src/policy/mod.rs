@@ -2,5 +2,24 @@
 //! Each function returns the input in canonical form or a [`PolicyError`] naming the rule.
 
 mod error;
+mod git_ref;
+mod id;
+mod names;
+mod path;
+mod repo;
 
 pub use error::{echo, PolicyError, ECHO_CHARS};
+pub use git_ref::{git_ref, MAX_REF_BYTES};
+pub use id::{check_id, new_id, IdKind};
+pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAME_CHARS};
+pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
+pub use repo::{github_repo, GitHubRepo, MAX_REPO_INPUT_CHARS};
+
+/// How many cases each property test runs: ~2000 by default, `PROPTEST_CASES` for longer runs.
+#[cfg(test)]
+fn test_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}

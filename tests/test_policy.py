@@ -1,0 +1,252 @@
+"""The policies' Python surface: types, attributes, errors, and random input.
+
+The rules themselves are specified by the Rust tests beside them; these tests pin down what a
+Python caller sees. `HYPOTHESIS_PROFILE=long` runs the property tests for much longer.
+"""
+
+import os
+import re
+
+import modal_workspace_core as mwc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from modal_workspace_core import policy
+from modal_workspace_core.policy import PolicyError
+
+# Profiles are applied per test (not loaded globally) so other test modules keep their settings.
+settings.register_profile(
+    "policy", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "long", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+PROFILE = settings.get_profile(
+    "long" if os.environ.get("HYPOTHESIS_PROFILE") == "long" else "policy"
+)
+
+ROOT = "/workspace"
+HEX32 = re.compile(r"[0-9a-f]{32}")
+# A message quotes at most 32 characters of the input, so it stays short whatever was sent.
+MAX_MESSAGE_CHARS = 400
+
+
+def test_policy_module_reexports_the_core_functions() -> None:
+    assert set(policy.__all__) == {
+        "GitHubRepo",
+        "PolicyError",
+        "allowed",
+        "check_id",
+        "env_name",
+        "git_ref",
+        "github_repo",
+        "new_id",
+        "workspace_path",
+    }
+    for name in policy.__all__:
+        assert getattr(policy, name) is getattr(mwc._core, name)
+    assert policy.PolicyError is mwc.PolicyError
+
+
+def test_github_repo_returns_owner_name_slug_and_url() -> None:
+    repo = policy.github_repo("https://GitHub.com/Octo/Hello.git/")
+    assert isinstance(repo, policy.GitHubRepo)
+    assert (repo.owner, repo.name) == ("Octo", "Hello")
+    assert repo.slug == "Octo/Hello"
+    assert repo.url == "https://github.com/Octo/Hello.git"
+    assert repr(repo) == "GitHubRepo(owner='Octo', name='Hello')"
+
+
+def test_github_repo_is_frozen() -> None:
+    repo = policy.github_repo("o/r")
+    with pytest.raises(AttributeError):
+        repo.owner = "evil"  # type: ignore[misc]
+    assert repo.owner == "o"
+
+
+def test_github_repos_compare_and_hash_by_value() -> None:
+    a = policy.github_repo("o/r")
+    b = policy.github_repo("https://github.com/o/r.git")
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a != policy.github_repo("o/r2")
+    assert a != "o/r"
+    assert len({a, b}) == 1
+
+
+def test_a_rejection_is_a_value_error_carrying_the_rule() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.github_repo("https://www.github.com/o/r")
+    assert isinstance(info.value, ValueError)
+    assert info.value.rule == "repo.host"
+    assert "github.com" in str(info.value)
+
+
+def test_a_token_in_userinfo_is_never_echoed() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.github_repo("https://ghp_x@github.com/o/r")
+    assert info.value.rule == "repo.userinfo"
+    assert "ghp_" not in str(info.value)
+    assert "@" not in str(info.value)
+
+
+def test_a_token_in_the_path_is_never_echoed() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.github_repo("ghp_0123456789abcdefghij/o/r")
+    assert "ghp_" not in str(info.value)
+
+
+def test_messages_quote_only_a_bounded_prefix() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.git_ref("bad name " + "x" * 10_000)
+    assert info.value.rule == "ref.too-long"
+    assert len(str(info.value)) < MAX_MESSAGE_CHARS
+    assert "'bad name xxx" in str(info.value)
+
+
+def test_git_ref_returns_valid_names_unchanged() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    for name in ["main", "feature/x", "v1.2.3", sha]:
+        assert policy.git_ref(name) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("a..b", "ref.double-dot"),
+        ("-rf", "ref.leading-dash"),
+        ("+main", "ref.leading-plus"),
+        ("HEAD", "ref.head"),
+        ("main@{1}", "ref.at-brace"),
+        ("x.lock", "ref.lock-suffix"),
+    ],
+)
+def test_git_ref_names_the_rule_that_failed(name: str, rule: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.git_ref(name)
+    assert info.value.rule == rule
+
+
+def test_workspace_path_normalises_inside_the_root() -> None:
+    assert policy.workspace_path(ROOT, ".") == ROOT
+    assert policy.workspace_path(ROOT, "a/./b/../c/") == "/workspace/a/c"
+    assert policy.workspace_path(ROOT, "/workspace/src") == "/workspace/src"
+
+
+def test_workspace_path_refuses_to_climb_out_even_to_come_back() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.workspace_path(ROOT, "../workspace/a")
+    assert info.value.rule == "path.escapes-root"
+    with pytest.raises(PolicyError) as info:
+        policy.workspace_path(ROOT, "/etc/passwd")
+    assert info.value.rule == "path.outside-root"
+
+
+def test_new_id_is_kind_dash_32_lowercase_hex() -> None:
+    for kind in ["ws", "ex", "fw", "sn"]:
+        new = policy.new_id(kind)  # type: ignore[arg-type]
+        prefix, digits = new.split("-")
+        assert prefix == kind
+        assert HEX32.fullmatch(digits)
+        assert policy.check_id(kind, new) == new  # type: ignore[arg-type]
+    assert policy.new_id("ws") != policy.new_id("ws")
+
+
+def test_an_unknown_id_kind_is_named() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.new_id("zz")  # type: ignore[arg-type]
+    assert info.value.rule == "id.kind"
+    assert "'zz'" in str(info.value)
+
+
+def test_check_id_rejects_an_id_of_another_kind() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.check_id("ws", policy.new_id("ex"))
+    assert info.value.rule == "id.prefix"
+    assert "workspace id" in str(info.value)
+
+
+def test_env_name_accepts_identifiers_only() -> None:
+    assert policy.env_name("GITHUB_TOKEN") == "GITHUB_TOKEN"
+    with pytest.raises(PolicyError) as info:
+        policy.env_name("1X")
+    assert info.value.rule == "env.first-char"
+
+
+def test_allowed_denies_by_default_and_names_the_setting() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.allowed("github", [], "SECRET_ALLOWLIST")
+    assert info.value.rule == "allowlist.denied"
+    assert "SECRET_ALLOWLIST" in str(info.value)
+
+
+def test_allowed_matches_exactly_and_never_lists_the_others() -> None:
+    allowlist = ("prod-db-password", "github")
+    assert policy.allowed("github", allowlist, "SECRET_ALLOWLIST") == "github"
+    with pytest.raises(PolicyError) as info:
+        policy.allowed("GitHub", allowlist, "SECRET_ALLOWLIST")
+    assert "prod-db-password" not in str(info.value)
+
+
+def test_allowed_refuses_a_bare_string_as_the_list() -> None:
+    with pytest.raises(TypeError):
+        # A str is a Sequence[str] to a type checker, so only the runtime can catch this.
+        policy.allowed("a", "a", "SECRET_ALLOWLIST")
+
+
+def test_a_lone_surrogate_is_a_policy_error() -> None:
+    with pytest.raises(PolicyError) as info:
+        policy.git_ref("main\ud800")
+    assert info.value.rule == "text.not-unicode"
+
+
+# Any text, including lone surrogates, which Python strings can hold but UTF-8 cannot.
+any_text = st.lists(
+    st.one_of(st.characters(), st.integers(0xD800, 0xDFFF).map(chr)), max_size=300
+).map("".join)
+
+
+def _policy_error_or(call: object) -> object:
+    """Runs `call`; a PolicyError is an answer, anything else propagates and fails the test."""
+    assert callable(call)
+    try:
+        return call()
+    except PolicyError as err:
+        assert err.rule
+        assert len(str(err)) < MAX_MESSAGE_CHARS
+        return None
+
+
+@PROFILE
+@given(any_text)
+def test_github_repo_raises_only_policy_errors(text: str) -> None:
+    repo = _policy_error_or(lambda: policy.github_repo(text))
+    if isinstance(repo, policy.GitHubRepo):
+        assert policy.github_repo(repo.url) == repo
+        assert policy.github_repo(repo.slug) == repo
+
+
+@PROFILE
+@given(any_text)
+def test_git_ref_raises_only_policy_errors(text: str) -> None:
+    out = _policy_error_or(lambda: policy.git_ref(text))
+    if out is not None:
+        assert out == text
+
+
+@PROFILE
+@given(any_text)
+def test_workspace_path_raises_only_policy_errors(text: str) -> None:
+    out = _policy_error_or(lambda: policy.workspace_path(ROOT, text))
+    if isinstance(out, str):
+        assert out == ROOT or out.startswith(ROOT + "/")
+        assert policy.workspace_path(ROOT, out) == out
+
+
+@PROFILE
+@given(any_text, any_text)
+def test_ids_names_and_allowlists_raise_only_policy_errors(a: str, b: str) -> None:
+    _policy_error_or(lambda: policy.check_id(a, b))  # type: ignore[arg-type]
+    _policy_error_or(lambda: policy.new_id(a))  # type: ignore[arg-type]
+    _policy_error_or(lambda: policy.env_name(a))
+    _policy_error_or(lambda: policy.allowed(a, [b], "VOLUME_ALLOWLIST"))
