@@ -1,7 +1,389 @@
-//! Python bindings for the event ring (filled in with the ring).
+//! Python bindings for the event ring: `EventRing`, `Page`, and the drain hook that lets the
+//! async runtime finish its callbacks before the interpreter exits.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Number, Value};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use super::errors::policy_error;
+use crate::event::EventType;
+use crate::ring::{EventRing, Page};
+
+/// The longest wait accepted, so a deadline can always be computed (one day).
+const MAX_WAIT_SECONDS: f64 = 86_400.0;
+
+/// Appends larger than this release the GIL while they are decoded and encoded.
+const DETACH_APPEND_BYTES: usize = 64 * 1024;
+
+/// How deep `fields` may nest.
+const MAX_FIELD_DEPTH: usize = 32;
+
+/// Async waits started and not yet finished, and whether any ever started: the exit hook waits
+/// for them so no runtime thread touches Python while the interpreter is finalizing.
+static ASYNC_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static ASYNC_USED: AtomicBool = AtomicBool::new(false);
+
+struct InFlight;
+
+impl InFlight {
+    fn start() -> Self {
+        ASYNC_USED.store(true, Ordering::SeqCst);
+        ASYNC_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        ASYNC_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A stream's events, bounded in encoded bytes; safe to share between threads and tasks.
+#[pyclass(frozen, name = "EventRing", module = "modal_workspace_core._core")]
+pub struct PyEventRing {
+    ring: Arc<EventRing>,
+}
+
+#[pymethods]
+impl PyEventRing {
+    #[new]
+    #[pyo3(signature = (max_bytes, max_events=None))]
+    fn new(max_bytes: i64, max_events: Option<i64>) -> PyResult<Self> {
+        let max_bytes = usize::try_from(max_bytes)
+            .map_err(|_| PyValueError::new_err("max_bytes must be a positive number of bytes"))?;
+        let max_events = match max_events {
+            None => None,
+            Some(n) => Some(usize::try_from(n).map_err(|_| {
+                PyValueError::new_err("max_events must be positive (or None for no limit)")
+            })?),
+        };
+        let ring = EventRing::new(max_bytes, max_events).map_err(policy_error)?;
+        Ok(Self {
+            ring: Arc::new(ring),
+        })
+    }
+
+    #[getter]
+    fn max_bytes(&self) -> usize {
+        self.ring.max_bytes()
+    }
+
+    #[getter]
+    fn max_events(&self) -> Option<usize> {
+        self.ring.max_events()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.ring.is_closed()
+    }
+
+    #[getter]
+    fn last_seq(&self) -> u64 {
+        self.ring.last_seq()
+    }
+
+    #[pyo3(signature = (r#type, data=None, **fields))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        r#type: &str,
+        data: Option<&[u8]>,
+        fields: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<u64> {
+        let kind = EventType::parse(r#type).map_err(policy_error)?;
+        let fields = match fields {
+            Some(dict) => dict_to_map(dict, 0)?,
+            None => Map::new(),
+        };
+        let ring = &self.ring;
+        let result = match data {
+            Some(bytes) if bytes.len() > DETACH_APPEND_BYTES => {
+                py.detach(|| ring.append(kind, Some(bytes), &fields))
+            }
+            _ => ring.append(kind, data, &fields),
+        };
+        result.map_err(policy_error)
+    }
+
+    fn append_many(&self, r#type: &str, chunks: Vec<Vec<u8>>) -> PyResult<u64> {
+        let kind = EventType::parse(r#type).map_err(policy_error)?;
+        let slices: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        self.ring.append_many(kind, &slices).map_err(policy_error)
+    }
+
+    fn close(&self) {
+        self.ring.close();
+    }
+
+    #[pyo3(signature = (cursor, max_events=100, max_bytes=65_536, coalesce=false))]
+    fn read(
+        &self,
+        cursor: i64,
+        max_events: i64,
+        max_bytes: i64,
+        coalesce: bool,
+    ) -> PyResult<PyPage> {
+        let cursor = to_cursor(cursor)?;
+        let max_events = usize::try_from(max_events)
+            .map_err(|_| PyValueError::new_err("max_events must be at least 1"))?;
+        // Negative budgets are as small as budgets get: raised to the minimum page size.
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(0);
+        let page = self
+            .ring
+            .read(cursor, max_events, max_bytes, coalesce)
+            .map_err(policy_error)?;
+        Ok(PyPage {
+            page,
+            json: OnceLock::new(),
+            events: PyOnceLock::new(),
+        })
+    }
+
+    fn wait(&self, py: Python<'_>, cursor: i64, timeout: f64) -> PyResult<bool> {
+        let cursor = to_cursor(cursor)?;
+        let timeout = to_timeout(timeout)?;
+        let ring = Arc::clone(&self.ring);
+        Ok(py.detach(move || ring.wait(cursor, timeout)))
+    }
+
+    fn wait_async<'py>(
+        &self,
+        py: Python<'py>,
+        cursor: i64,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let cursor = to_cursor(cursor)?;
+        let timeout = to_timeout(timeout)?;
+        let ring = Arc::clone(&self.ring);
+        let in_flight = InFlight::start();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let ready = ring.wait_async(cursor, timeout).await;
+            drop(in_flight);
+            Ok(ready)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "EventRing(max_bytes={}, max_events={}, last_seq={}, closed={})",
+            self.ring.max_bytes(),
+            self.ring
+                .max_events()
+                .map_or_else(|| "None".to_owned(), |n| n.to_string()),
+            self.ring.last_seq(),
+            if self.ring.is_closed() {
+                "True"
+            } else {
+                "False"
+            },
+        )
+    }
+}
+
+/// A page read from a ring; `events` are dicts, `to_json()` the page as sent to clients.
+#[pyclass(frozen, name = "Page", module = "modal_workspace_core._core")]
+pub struct PyPage {
+    page: Page,
+    json: OnceLock<String>,
+    events: PyOnceLock<Py<PyList>>,
+}
+
+#[pymethods]
+impl PyPage {
+    /// The events as JSON-ready dicts, parsed once from their encoded form.
+    #[getter]
+    fn events(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let list = self
+            .events
+            .get_or_try_init(py, || -> PyResult<Py<PyList>> {
+                let loads = LOADS.get_or_try_init(py, || {
+                    Ok::<_, PyErr>(py.import("json")?.getattr("loads")?.unbind())
+                })?;
+                let text = self.page.events_json();
+                Ok(loads
+                    .bind(py)
+                    .call1((text,))?
+                    .cast_into::<PyList>()?
+                    .unbind())
+            })?;
+        Ok(list.clone_ref(py))
+    }
+
+    #[getter]
+    fn next_cursor(&self) -> u64 {
+        self.page.next_cursor
+    }
+
+    #[getter]
+    fn has_more(&self) -> bool {
+        self.page.has_more
+    }
+
+    #[getter]
+    fn first_seq(&self) -> u64 {
+        self.page.first_seq
+    }
+
+    #[getter]
+    fn cursor_expired(&self) -> bool {
+        self.page.cursor_expired
+    }
+
+    #[getter]
+    fn dropped_events(&self) -> u64 {
+        self.page.dropped_events
+    }
+
+    #[getter]
+    fn dropped_bytes(&self) -> u64 {
+        self.page.dropped_bytes
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.page.closed
+    }
+
+    fn to_json(&self) -> &str {
+        self.json.get_or_init(|| self.page.to_json())
+    }
+
+    fn __len__(&self) -> usize {
+        self.page.events.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Page(events={}, next_cursor={}, has_more={}, cursor_expired={}, closed={})",
+            self.page.events.len(),
+            self.page.next_cursor,
+            self.page.has_more,
+            self.page.cursor_expired,
+            self.page.closed
+        )
+    }
+}
+
+/// Waits (GIL released, at most `timeout` seconds) until no async wait is in flight, then a
+/// little longer so the runtime's threads finish handing results to Python. Registered with
+/// `atexit` by the package; returns at once in processes that never awaited `wait_async`.
+#[pyfunction]
+fn _drain_async_runtime(py: Python<'_>, timeout: f64) {
+    if !ASYNC_USED.load(Ordering::SeqCst) {
+        return;
+    }
+    let timeout = Duration::from_secs_f64(timeout.clamp(0.0, 10.0));
+    py.detach(|| {
+        let deadline = Instant::now() + timeout;
+        while ASYNC_IN_FLIGHT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The last completion is handed to the event loop just after its future finished.
+        std::thread::sleep(Duration::from_millis(50).min(timeout));
+    });
+}
+
+fn to_cursor(cursor: i64) -> PyResult<u64> {
+    u64::try_from(cursor).map_err(|_| {
+        PyValueError::new_err(format!(
+            "cursor must be 0 or the seq of an event already seen; got {cursor}"
+        ))
+    })
+}
+
+fn to_timeout(timeout: f64) -> PyResult<Duration> {
+    if !(0.0..=MAX_WAIT_SECONDS).contains(&timeout) {
+        return Err(PyValueError::new_err(format!(
+            "timeout must be between 0 and {MAX_WAIT_SECONDS} seconds; got {timeout}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(timeout))
+}
+
+fn dict_to_map(dict: &Bound<'_, PyDict>, depth: usize) -> PyResult<Map<String, Value>> {
+    let mut map = Map::new();
+    for (key, value) in dict.iter() {
+        let key: String = key
+            .cast::<PyString>()
+            .map_err(|_| PyValueError::new_err("event fields must have string keys"))?
+            .to_str()?
+            .to_owned();
+        let value = to_json_value(&value, &key, depth + 1)?;
+        map.insert(key, value);
+    }
+    Ok(map)
+}
+
+/// Converts a JSON-like Python value (None, bool, int, float, str, list, tuple, dict).
+fn to_json_value(obj: &Bound<'_, PyAny>, field: &str, depth: usize) -> PyResult<Value> {
+    if depth > MAX_FIELD_DEPTH {
+        return Err(PyValueError::new_err(format!(
+            "field '{field}' nests deeper than {MAX_FIELD_DEPTH} levels"
+        )));
+    }
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        if let Ok(n) = obj.extract::<i64>() {
+            return Ok(Value::from(n));
+        }
+        if let Ok(n) = obj.extract::<u64>() {
+            return Ok(Value::from(n));
+        }
+        return Err(PyValueError::new_err(format!(
+            "field '{field}' holds an integer outside the 64-bit range"
+        )));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return Number::from_f64(f.value())
+            .map(Value::Number)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "field '{field}' holds a float that JSON cannot carry"
+                ))
+            });
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_owned()));
+    }
+    if let Ok(list) = obj.cast::<PyList>() {
+        return list
+            .iter()
+            .map(|v| to_json_value(&v, field, depth + 1))
+            .collect();
+    }
+    if let Ok(tuple) = obj.cast::<PyTuple>() {
+        return tuple
+            .iter()
+            .map(|v| to_json_value(&v, field, depth + 1))
+            .collect();
+    }
+    if let Ok(dict) = obj.cast::<PyDict>() {
+        return dict_to_map(dict, depth).map(Value::Object);
+    }
+    Err(PyValueError::new_err(format!(
+        "field '{field}' must be JSON-like (None, bool, int, float, str, list, tuple, dict); \
+         got {}",
+        obj.get_type().name()?
+    )))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyEventRing>()?;
+    m.add_class::<PyPage>()?;
+    m.add_function(wrap_pyfunction!(_drain_async_runtime, m)?)?;
     Ok(())
 }

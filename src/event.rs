@@ -1,1 +1,0 @@
-//! The event model: what a stream carries and its JSON framing.

@@ -1,0 +1,297 @@
+//! The event model: what a stream carries (`seq`, timestamp, type, bytes or fields) and its
+//! JSON framing, encoded once at append time with every event's size bounded.
+
+pub mod json;
+pub mod timestamp;
+pub mod utf8;
+
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+use crate::policy::PolicyError;
+pub use utf8::{Segment, StreamDecoder};
+
+/// Raw data carried by one event; a larger append becomes consecutive events.
+pub const MAX_EVENT_DATA: usize = 16 * 1024;
+
+/// The most bytes one encoded event may take. With the page envelope it fits the smallest page
+/// budget ([`crate::ring::MIN_PAGE_BYTES`]), so every read makes progress.
+pub const MAX_EVENT_JSON: usize = 32 * 1024 - 512;
+
+/// The most bytes the extra fields of one event may take once encoded.
+pub const MAX_FIELDS_JSON: usize = 8 * 1024;
+
+/// Keys the framing owns; an event's fields may not use them.
+pub const RESERVED_KEYS: [&str; 6] = ["seq", "seq_start", "timestamp", "type", "data", "data_b64"];
+
+/// What an event is about. Output types decode their bytes incrementally, per stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Status,
+    Stdout,
+    Stderr,
+    Error,
+    Exit,
+    Fs,
+    Metrics,
+    Progress,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 8] = [
+        Self::Status,
+        Self::Stdout,
+        Self::Stderr,
+        Self::Error,
+        Self::Exit,
+        Self::Fs,
+        Self::Metrics,
+        Self::Progress,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Status => "status",
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+            Self::Error => "error",
+            Self::Exit => "exit",
+            Self::Fs => "fs",
+            Self::Metrics => "metrics",
+            Self::Progress => "progress",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Self, PolicyError> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.as_str() == name)
+            .ok_or_else(|| {
+                PolicyError::new(
+                    "event.type",
+                    "unknown event type: expected one of status, stdout, stderr, error, exit, fs, \
+                 metrics, progress",
+                    name,
+                )
+            })
+    }
+
+    /// Output is a byte stream cut at arbitrary points: its data is decoded incrementally.
+    pub fn is_output(self) -> bool {
+        matches!(self, Self::Stdout | Self::Stderr)
+    }
+}
+
+/// One encoded event. The JSON is built once, at append time, and shared by every reader.
+#[derive(Debug)]
+pub struct Event {
+    seq: u64,
+    kind: EventType,
+    json: Box<str>,
+    /// Where the escaped `data` string starts, for text output without fields (0 otherwise):
+    /// such events can be coalesced by concatenating their escaped data.
+    text_start: u32,
+}
+
+impl Event {
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    pub fn kind(&self) -> EventType {
+        self.kind
+    }
+
+    /// The encoded JSON object.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// Encoded size in bytes: what the ring's budget and the page budget count.
+    pub fn encoded_len(&self) -> usize {
+        self.json.len()
+    }
+
+    /// The event's timestamp, sliced from its JSON (the framing puts it at a fixed place).
+    pub fn timestamp(&self) -> &str {
+        let start = "{\"seq\":".len() + decimal_len(self.seq) + ",\"timestamp\":\"".len();
+        self.json
+            .get(start..start + timestamp::TIMESTAMP_LEN)
+            .unwrap_or_default()
+    }
+
+    /// The escaped text of an output event that may be coalesced with its neighbours.
+    pub fn coalescable_text(&self) -> Option<&str> {
+        if self.text_start == 0 {
+            return None;
+        }
+        self.json.get(self.text_start as usize..self.json.len() - 2)
+    }
+}
+
+/// Extra fields of an event, validated and encoded once (the members without the braces).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fields(String);
+
+impl Fields {
+    pub fn new(map: &Map<String, Value>) -> Result<Self, PolicyError> {
+        if let Some(key) = map.keys().find(|k| RESERVED_KEYS.contains(&k.as_str())) {
+            return Err(PolicyError::new(
+                "event.reserved-field",
+                "this field name belongs to the event framing (seq, seq_start, timestamp, type, \
+                 data, data_b64)",
+                key,
+            ));
+        }
+        let object = Value::Object(map.clone()).to_string();
+        let members = &object[1..object.len() - 1];
+        if members.len() > MAX_FIELDS_JSON {
+            return Err(PolicyError::without_echo(
+                "event.fields-too-large",
+                format!(
+                    "the fields of one event take {} bytes once encoded; the limit is {}",
+                    members.len(),
+                    MAX_FIELDS_JSON
+                ),
+            ));
+        }
+        Ok(Self(members.to_owned()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The data of one event before encoding.
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    None,
+    Text(&'a str),
+    Bytes(&'a [u8]),
+}
+
+/// Bytes of escaped data (or base64) an event of `kind` with `fields` may carry and still
+/// encode within [`MAX_EVENT_JSON`], whatever its seq.
+fn data_budget(kind: EventType, fields: &Fields) -> usize {
+    let framing = "{\"seq\":,\"timestamp\":\"\",\"type\":\"\",\"data_b64\":\"\"}".len()
+        + decimal_len(u64::MAX)
+        + timestamp::TIMESTAMP_LEN
+        + kind.as_str().len()
+        + if fields.is_empty() {
+            0
+        } else {
+            1 + fields.0.len()
+        };
+    MAX_EVENT_JSON - framing
+}
+
+/// Turns the data of one append into payloads, each within the bounds of one event: text is
+/// split at character boundaries by raw and escaped size, bytes by their base64 size.
+pub fn payloads<'a>(segments: &'a [Segment], kind: EventType, fields: &Fields) -> Vec<Payload<'a>> {
+    let budget = data_budget(kind, fields);
+    let bytes_per_event = MAX_EVENT_DATA.min(budget / 4 * 3);
+    let mut out = Vec::new();
+    for segment in segments {
+        match segment {
+            Segment::Text(text) => out.extend(
+                json::split_text(text, MAX_EVENT_DATA, budget)
+                    .into_iter()
+                    .map(Payload::Text),
+            ),
+            Segment::Bytes(bytes) => {
+                out.extend(bytes.chunks(bytes_per_event).map(Payload::Bytes));
+            }
+        }
+    }
+    out
+}
+
+/// Encodes one event: `{"seq":…,"timestamp":…,"type":…[,"data"|"data_b64":…][,fields…]}`.
+pub fn encode(
+    seq: u64,
+    timestamp: &str,
+    kind: EventType,
+    payload: Payload<'_>,
+    fields: &Fields,
+) -> Event {
+    let capacity = 64
+        + fields.0.len()
+        + match payload {
+            Payload::None => 0,
+            Payload::Text(t) => t.len() + t.len() / 8,
+            Payload::Bytes(b) => b.len() / 3 * 4 + 4,
+        };
+    let mut out = String::with_capacity(capacity);
+    out.push_str("{\"seq\":");
+    out.push_str(itoa(seq).as_str());
+    out.push_str(",\"timestamp\":\"");
+    out.push_str(timestamp);
+    out.push_str("\",\"type\":\"");
+    out.push_str(kind.as_str());
+    out.push('"');
+    let mut text_start = 0;
+    match payload {
+        Payload::None => {}
+        Payload::Text(text) => {
+            out.push_str(",\"data\":\"");
+            if kind.is_output() && fields.is_empty() {
+                text_start = u32::try_from(out.len()).unwrap_or(0);
+            }
+            json::escape_into(&mut out, text);
+            out.push('"');
+        }
+        Payload::Bytes(bytes) => {
+            out.push_str(",\"data_b64\":\"");
+            base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut out);
+            out.push('"');
+        }
+    }
+    if !fields.is_empty() {
+        out.push(',');
+        out.push_str(&fields.0);
+    }
+    out.push('}');
+    Event {
+        seq,
+        kind,
+        json: out.into_boxed_str(),
+        text_start,
+    }
+}
+
+/// Number of decimal digits of `n`.
+pub fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Formats an integer without going through `fmt` machinery on the hot path.
+fn itoa(mut n: u64) -> ItoaBuf {
+    let mut buf = ItoaBuf {
+        bytes: [0; 20],
+        start: 20,
+    };
+    loop {
+        buf.start -= 1;
+        buf.bytes[buf.start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return buf;
+        }
+    }
+}
+
+struct ItoaBuf {
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl ItoaBuf {
+    fn as_str(&self) -> &str {
+        // Only ASCII digits were written, so this never fails.
+        std::str::from_utf8(&self.bytes[self.start..]).unwrap_or("0")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! Tests of the event framing: JSON form, bounds, fields and lossless bytes.
+
+use super::*;
+
+const TS: &str = "2026-11-29T10:04:45.123Z";
+
+/// Runs one stream's appends through the decoder and the encoder, as the ring does.
+fn encode_stream(kind: EventType, chunks: &[&[u8]]) -> Vec<Event> {
+    let mut decoder = StreamDecoder::default();
+    let mut segments = Vec::new();
+    for chunk in chunks {
+        decoder.decode(chunk, &mut segments);
+    }
+    decoder.flush(&mut segments);
+    let fields = Fields::default();
+    payloads(&segments, kind, &fields)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| encode(i as u64 + 1, TS, kind, p, &fields))
+        .collect()
+}
+
+/// The bytes a list of encoded events stands for, read back from their JSON alone.
+fn bytes_from_json(events: &[Event]) -> Vec<u8> {
+    let mut all = Vec::new();
+    for event in events {
+        let value: Value = serde_json::from_str(event.json()).unwrap();
+        if let Some(text) = value.get("data").and_then(Value::as_str) {
+            all.extend_from_slice(text.as_bytes());
+        } else if let Some(b64) = value.get("data_b64").and_then(Value::as_str) {
+            all.extend(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .unwrap(),
+            );
+        }
+    }
+    all
+}
+
+#[test]
+fn text_output_has_the_documented_json_form() {
+    let events = encode_stream(EventType::Stdout, &[b"text"]);
+    assert_eq!(
+        events[0].json(),
+        r#"{"seq":1,"timestamp":"2026-11-29T10:04:45.123Z","type":"stdout","data":"text"}"#
+    );
+    assert_eq!(events[0].timestamp(), TS);
+    assert_eq!(events[0].coalescable_text(), Some("text"));
+}
+
+#[test]
+fn bytes_that_are_not_utf8_travel_as_data_b64() {
+    let events = encode_stream(EventType::Stderr, &[b"\xFF\xFE\x80\x81"]);
+    assert_eq!(
+        events[0].json(),
+        r#"{"seq":1,"timestamp":"2026-11-29T10:04:45.123Z","type":"stderr","data_b64":"//6AgQ=="}"#
+    );
+    assert_eq!(events[0].coalescable_text(), None);
+}
+
+#[test]
+fn fields_merge_at_the_top_level() {
+    let map = serde_json::json!({"returncode": 0, "signal": null})
+        .as_object()
+        .unwrap()
+        .clone();
+    let event = encode(
+        7,
+        TS,
+        EventType::Exit,
+        Payload::None,
+        &Fields::new(&map).unwrap(),
+    );
+    let value: Value = serde_json::from_str(event.json()).unwrap();
+    assert_eq!(value["seq"], 7);
+    assert_eq!(value["type"], "exit");
+    assert_eq!(value["returncode"], 0);
+    assert!(value["signal"].is_null());
+    assert_eq!(event.timestamp(), TS);
+}
+
+#[test]
+fn reserved_field_names_are_refused() {
+    for key in RESERVED_KEYS {
+        let mut map = Map::new();
+        map.insert(key.to_owned(), Value::from(1));
+        let err = Fields::new(&map).unwrap_err();
+        assert_eq!(err.rule, "event.reserved-field");
+        assert!(err.message.contains(key));
+    }
+}
+
+#[test]
+fn oversized_fields_are_refused() {
+    let mut map = Map::new();
+    map.insert("note".into(), Value::from("x".repeat(MAX_FIELDS_JSON)));
+    assert_eq!(
+        Fields::new(&map).unwrap_err().rule,
+        "event.fields-too-large"
+    );
+}
+
+#[test]
+fn event_types_parse_by_name_only() {
+    for kind in EventType::ALL {
+        assert_eq!(EventType::parse(kind.as_str()).unwrap(), kind);
+    }
+    let err = EventType::parse("STDOUT").unwrap_err();
+    assert_eq!(err.rule, "event.type");
+    assert!(err.message.contains("'STDOUT'"));
+}
+
+#[test]
+fn a_large_append_becomes_consecutive_events_of_bounded_data() {
+    let text = "0123456789abcdef".repeat(4096); // 64 KiB
+    let events = encode_stream(EventType::Stdout, &[text.as_bytes()]);
+    assert_eq!(events.len(), 4);
+    assert!(events.iter().all(|e| e.encoded_len() <= MAX_EVENT_JSON));
+    assert_eq!(bytes_from_json(&events), text.as_bytes());
+}
+
+#[test]
+fn control_characters_are_resplit_so_every_event_fits_its_bound() {
+    let data = vec![0x01u8; 1 << 20];
+    let events = encode_stream(EventType::Stdout, &[&data]);
+    assert!(events.iter().all(|e| e.encoded_len() <= MAX_EVENT_JSON));
+    assert!(events.len() > (1 << 20) * 6 / MAX_EVENT_JSON);
+    assert_eq!(bytes_from_json(&events), data);
+}
+
+#[test]
+fn the_largest_possible_event_fits_the_bound() {
+    let fields = Fields(format!("\"k\":\"{}\"", "x".repeat(MAX_FIELDS_JSON - 6)));
+    for kind in EventType::ALL {
+        let segments = [
+            Segment::Bytes(vec![0xFF; MAX_EVENT_DATA * 2]),
+            Segment::Text("\u{1}".repeat(MAX_EVENT_DATA * 2)),
+        ];
+        for payload in payloads(&segments, kind, &fields) {
+            let event = encode(u64::MAX, TS, kind, payload, &fields);
+            assert!(event.encoded_len() <= MAX_EVENT_JSON, "{kind:?}");
+        }
+    }
+}
+
+#[test]
+fn decimal_len_counts_digits() {
+    assert_eq!(decimal_len(0), 1);
+    assert_eq!(decimal_len(9), 1);
+    assert_eq!(decimal_len(10), 2);
+    assert_eq!(decimal_len(u64::MAX), 20);
+    assert_eq!(itoa(u64::MAX).as_str(), u64::MAX.to_string());
+}
+
+proptest::proptest! {
+    #[test]
+    fn random_bytes_round_trip_exactly_through_the_json_form(
+        data in proptest::collection::vec(proptest::num::u8::ANY, 0..2000),
+        split in 0usize..2000,
+    ) {
+        let split = split.min(data.len());
+        let events = encode_stream(EventType::Stdout, &[&data[..split], &data[split..]]);
+        proptest::prop_assert_eq!(bytes_from_json(&events), data);
+    }
+}

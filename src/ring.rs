@@ -1,1 +1,0 @@
-//! The byte-budgeted cursor ring with waiting readers.

@@ -1,0 +1,314 @@
+//! The byte-budgeted cursor ring: appends number events 1, 2, 3, … and evict the oldest, readers
+//! page from a cursor and learn exactly what they lost, and waiters wake on a notification.
+
+pub mod ledger;
+mod page;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_wait;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+
+use crate::event::{self, Event, EventType, Fields, Payload, StreamDecoder};
+use crate::policy::PolicyError;
+use ledger::Ledger;
+pub use page::{Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
+
+/// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:
+/// any number of threads may append, read and wait at once.
+///
+/// Two locks keep readers off the writers' path: `writer` orders appends (decoding, numbering
+/// and encoding happen under it), `state` is held only to push or copy `Arc`s.
+#[derive(Debug)]
+pub struct EventRing {
+    max_bytes: usize,
+    max_events: Option<usize>,
+    writer: Mutex<Writer>,
+    state: Mutex<State>,
+    /// Wakes blocked waiters; used with `state`.
+    changed: Condvar,
+    /// Wakes async waiters.
+    notify: Notify,
+}
+
+#[derive(Debug)]
+struct Writer {
+    next_seq: u64,
+    stdout: StreamDecoder,
+    stderr: StreamDecoder,
+    closed: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    events: VecDeque<Arc<Event>>,
+    /// Encoded bytes of the kept events.
+    bytes: usize,
+    last_seq: u64,
+    closed: bool,
+    ledger: Ledger,
+}
+
+impl State {
+    /// The oldest kept seq; `last_seq + 1` (the next to come) when nothing is kept yet.
+    fn first_seq(&self) -> u64 {
+        self.last_seq + 1 - self.events.len() as u64
+    }
+
+    fn ready(&self, cursor: u64) -> bool {
+        self.last_seq > cursor || self.closed
+    }
+}
+
+impl EventRing {
+    /// A ring that keeps at most `max_bytes` of encoded events and at most `max_events` events;
+    /// the newest event is kept even when it alone is larger than the budget.
+    pub fn new(max_bytes: usize, max_events: Option<usize>) -> Result<Self, PolicyError> {
+        if max_bytes == 0 {
+            return Err(PolicyError::without_echo(
+                "ring.max-bytes",
+                "max_bytes must be a positive number of bytes",
+            ));
+        }
+        if max_events == Some(0) {
+            return Err(PolicyError::without_echo(
+                "ring.max-events",
+                "max_events must be positive (or None for no limit on the count)",
+            ));
+        }
+        Ok(Self {
+            max_bytes,
+            max_events,
+            writer: Mutex::new(Writer {
+                next_seq: 1,
+                stdout: StreamDecoder::default(),
+                stderr: StreamDecoder::default(),
+                closed: false,
+            }),
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            notify: Notify::new(),
+        })
+    }
+
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    pub fn max_events(&self) -> Option<usize> {
+        self.max_events
+    }
+
+    /// Appends one event (or several, when the data is large), returning the last seq assigned
+    /// so far. Output (`stdout`, `stderr`) is decoded per stream: an unfinished character is
+    /// held back until the next append of that stream, so an append may add no event at all.
+    /// Other types take `fields`, merged at the top level of the event. An `exit` event first
+    /// flushes what the output streams held back, so that it comes last.
+    pub fn append(
+        &self,
+        kind: EventType,
+        data: Option<&[u8]>,
+        fields: &Map<String, Value>,
+    ) -> Result<u64, PolicyError> {
+        let fields = Fields::new(fields)?;
+        if kind.is_output() && !fields.is_empty() {
+            return Err(PolicyError::new(
+                "event.output-fields",
+                "stdout and stderr events carry data only; report other facts in a status event",
+                kind.as_str(),
+            ));
+        }
+        let mut writer = self.writer.lock();
+        writer.check_open()?;
+        let timestamp = event::timestamp::now();
+        let mut batch = Vec::new();
+        writer.collect(kind, data, &fields, &timestamp, &mut batch);
+        self.publish(batch, false);
+        Ok(writer.next_seq - 1)
+    }
+
+    /// Appends several chunks of one type as [`EventRing::append`] would one by one, under one
+    /// lock and with one wake-up: the cheap way to feed many small events.
+    pub fn append_many(&self, kind: EventType, chunks: &[&[u8]]) -> Result<u64, PolicyError> {
+        let fields = Fields::default();
+        let mut writer = self.writer.lock();
+        writer.check_open()?;
+        let timestamp = event::timestamp::now();
+        let mut batch = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            writer.collect(kind, Some(chunk), &fields, &timestamp, &mut batch);
+        }
+        self.publish(batch, false);
+        Ok(writer.next_seq - 1)
+    }
+
+    /// Marks the end of the stream: flushes held-back partial characters (as `data_b64`) and
+    /// wakes every waiter. Later appends are refused; closing again does nothing.
+    pub fn close(&self) {
+        let mut writer = self.writer.lock();
+        if writer.closed {
+            return;
+        }
+        writer.closed = true;
+        let timestamp = event::timestamp::now();
+        let mut batch = Vec::new();
+        writer.flush_outputs(&timestamp, &mut batch);
+        self.publish(batch, true);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// The newest seq appended (0 before the first event).
+    pub fn last_seq(&self) -> u64 {
+        self.state.lock().last_seq
+    }
+
+    /// Blocks until an event after `cursor` exists or the ring is closed (true), or until
+    /// `timeout` passes (false). Wakes on a notification, never by polling.
+    pub fn wait(&self, cursor: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut state = self.state.lock();
+        while !state.ready(cursor) {
+            match deadline {
+                Some(deadline) => {
+                    if self.changed.wait_until(&mut state, deadline).timed_out() {
+                        return state.ready(cursor);
+                    }
+                }
+                None => self.changed.wait(&mut state),
+            }
+        }
+        true
+    }
+
+    /// [`EventRing::wait`] for async code: needs a tokio runtime with the time driver.
+    pub async fn wait_async(&self, cursor: u64, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Register before checking, so an append between the check and the await still
+            // wakes this waiter (`notify_waiters` only wakes registered ones).
+            notified.as_mut().enable();
+            if self.state.lock().ready(cursor) {
+                return true;
+            }
+            match deadline {
+                Some(deadline) => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return self.state.lock().ready(cursor);
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Makes a batch of encoded events visible, evicts the oldest over budget, wakes waiters.
+    /// Called with the writer lock held, so batches land in seq order.
+    fn publish(&self, batch: Vec<Event>, close: bool) {
+        if batch.is_empty() && !close {
+            return;
+        }
+        let mut state = self.state.lock();
+        for event in batch {
+            state.bytes += event.encoded_len();
+            state.last_seq = event.seq();
+            state.events.push_back(Arc::new(event));
+        }
+        let max_events = self.max_events.unwrap_or(usize::MAX);
+        while state.events.len() > 1
+            && (state.bytes > self.max_bytes || state.events.len() > max_events)
+        {
+            if let Some(oldest) = state.events.pop_front() {
+                state.bytes -= oldest.encoded_len();
+                state.ledger.record(oldest.encoded_len());
+            }
+        }
+        state.closed |= close;
+        drop(state);
+        self.changed.notify_all();
+        self.notify.notify_waiters();
+    }
+}
+
+impl Writer {
+    fn check_open(&self) -> Result<(), PolicyError> {
+        if self.closed {
+            return Err(PolicyError::without_echo(
+                "ring.closed",
+                "the stream is closed: no more events can be appended",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Decodes, splits and encodes the data of one append into `batch`, numbering as it goes.
+    fn collect(
+        &mut self,
+        kind: EventType,
+        data: Option<&[u8]>,
+        fields: &Fields,
+        timestamp: &str,
+        batch: &mut Vec<Event>,
+    ) {
+        let mut segments = Vec::new();
+        match (kind, data) {
+            (EventType::Stdout, Some(data)) => self.stdout.decode(data, &mut segments),
+            (EventType::Stderr, Some(data)) => self.stderr.decode(data, &mut segments),
+            (EventType::Exit, _) => self.flush_outputs(timestamp, batch),
+            _ => {}
+        }
+        if !kind.is_output() {
+            match data {
+                Some([]) => return self.push(batch, timestamp, kind, Payload::Text(""), fields),
+                Some(data) => event::utf8::decode_whole(data, &mut segments),
+                None => return self.push(batch, timestamp, kind, Payload::None, fields),
+            }
+        }
+        for payload in event::payloads(&segments, kind, fields) {
+            self.push(batch, timestamp, kind, payload, fields);
+        }
+    }
+
+    /// Emits what the output decoders hold back: it can no longer be completed.
+    fn flush_outputs(&mut self, timestamp: &str, batch: &mut Vec<Event>) {
+        for kind in [EventType::Stdout, EventType::Stderr] {
+            let mut segments = Vec::new();
+            match kind {
+                EventType::Stdout => self.stdout.flush(&mut segments),
+                _ => self.stderr.flush(&mut segments),
+            }
+            for payload in event::payloads(&segments, kind, &Fields::default()) {
+                self.push(batch, timestamp, kind, payload, &Fields::default());
+            }
+        }
+    }
+
+    fn push(
+        &mut self,
+        batch: &mut Vec<Event>,
+        timestamp: &str,
+        kind: EventType,
+        payload: Payload<'_>,
+        fields: &Fields,
+    ) {
+        batch.push(event::encode(
+            self.next_seq,
+            timestamp,
+            kind,
+            payload,
+            fields,
+        ));
+        self.next_seq += 1;
+    }
+}

@@ -1,0 +1,290 @@
+//! Tests of paging, eviction, coalescing and the UTF-8 framing through the ring.
+
+use serde_json::json;
+
+use super::*;
+use crate::event::MAX_EVENT_JSON;
+
+fn no_fields() -> Map<String, Value> {
+    Map::new()
+}
+
+pub(super) fn out(ring: &EventRing, data: &[u8]) -> u64 {
+    ring.append(EventType::Stdout, Some(data), &no_fields())
+        .unwrap()
+}
+
+/// The page as JSON, checked to parse; returns the parsed value.
+fn parsed(page: &Page) -> Value {
+    serde_json::from_str(&page.to_json()).unwrap()
+}
+
+pub(super) fn seqs(page: &Page) -> Vec<u64> {
+    page.events.iter().map(PageEvent::seq).collect()
+}
+
+/// Reads every event from `cursor` on, page by page, checking each page's contract.
+fn drain(ring: &EventRing, mut cursor: u64, max_bytes: usize, coalesce: bool) -> Vec<Value> {
+    let mut all = Vec::new();
+    loop {
+        let page = ring.read(cursor, 1000, max_bytes, coalesce).unwrap();
+        assert!(page.to_json().len() <= max_bytes.max(MIN_PAGE_BYTES));
+        let value = parsed(&page);
+        all.extend(value["events"].as_array().unwrap().iter().cloned());
+        if !page.has_more {
+            return all;
+        }
+        assert!(page.next_cursor > cursor, "a page made no progress");
+        cursor = page.next_cursor;
+    }
+}
+
+/// Concatenated `data` of decoded text events.
+fn text(events: &[Value]) -> String {
+    events.iter().map(|e| e["data"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn seqs_start_at_one_and_have_no_holes() {
+    let ring = EventRing::new(1 << 20, None).unwrap();
+    assert_eq!(ring.last_seq(), 0);
+    assert_eq!(out(&ring, b"a"), 1);
+    assert_eq!(out(&ring, &vec![b'x'; 40_000]), 4); // 16 KiB + 16 KiB + the rest
+    let status = json!({"state": "running"}).as_object().unwrap().clone();
+    assert_eq!(ring.append(EventType::Status, None, &status).unwrap(), 5);
+    let page = ring.read(0, 100, 1 << 20, false).unwrap();
+    assert_eq!(seqs(&page), vec![1, 2, 3, 4, 5]);
+    assert_eq!(page.next_cursor, 5);
+    assert_eq!(page.first_seq, 1);
+    assert!(!page.has_more && !page.cursor_expired && !page.closed);
+    assert_eq!(parsed(&page)["events"][4]["state"], "running");
+}
+
+#[test]
+fn an_empty_ring_reads_as_an_empty_page() {
+    let ring = EventRing::new(1000, None).unwrap();
+    let page = ring.read(0, 10, 0, false).unwrap();
+    assert!(page.events.is_empty());
+    assert_eq!(
+        (page.next_cursor, page.first_seq, page.has_more),
+        (0, 1, false)
+    );
+}
+
+#[test]
+fn max_events_bounds_a_page_and_has_more_says_so() {
+    let ring = EventRing::new(1 << 20, None).unwrap();
+    for _ in 0..10 {
+        out(&ring, b"line\n");
+    }
+    let page = ring.read(2, 3, 65_536, false).unwrap();
+    assert_eq!(seqs(&page), vec![3, 4, 5]);
+    assert_eq!(page.next_cursor, 5);
+    assert!(page.has_more);
+    let page = ring.read(10, 3, 65_536, false).unwrap();
+    assert!(page.events.is_empty() && !page.has_more);
+    assert_eq!(page.next_cursor, 10);
+}
+
+#[test]
+fn the_oldest_events_are_evicted_first_by_bytes_and_by_count() {
+    let ring = EventRing::new(1000, Some(5)).unwrap();
+    for _ in 0..8 {
+        out(&ring, b"0123456789");
+    }
+    assert_eq!(ring.read(0, 100, 0, false).unwrap().first_seq, 4); // count bound
+    out(&ring, &[b'y'; 800]);
+    let page = ring.read(8, 100, 0, false).unwrap();
+    assert_eq!(page.first_seq, 8); // byte bound: only 8 and the large 9 fit in 1000 bytes
+    assert_eq!(seqs(&page), vec![9]);
+}
+
+#[test]
+fn the_newest_event_is_kept_even_when_larger_than_the_budget() {
+    let ring = EventRing::new(10, None).unwrap();
+    out(&ring, b"first");
+    out(&ring, b"second");
+    let page = ring.read(0, 100, 0, false).unwrap();
+    assert_eq!(seqs(&page), vec![2]);
+    assert_eq!(page.first_seq, 2);
+}
+
+#[test]
+fn a_reader_that_falls_behind_learns_exactly_what_it_lost() {
+    // A twin ring that keeps everything gives each event's encoded size.
+    let ring = EventRing::new(2_000, None).unwrap();
+    let twin = EventRing::new(1 << 20, None).unwrap();
+    for i in 0..200u32 {
+        let line = format!("line {i} {}\n", "x".repeat((i % 37) as usize));
+        out(&ring, line.as_bytes());
+        out(&twin, line.as_bytes());
+    }
+    let sizes: Vec<usize> = ring_sizes(&twin);
+    for cursor in [0u64, 1, 17, 100] {
+        let page = ring.read(cursor, 1000, 0, false).unwrap();
+        assert!(page.cursor_expired);
+        let first = page.first_seq;
+        assert_eq!(seqs(&page)[0], first, "continues from the oldest kept");
+        assert_eq!(page.dropped_events, first - 1 - cursor);
+        let lost: usize = sizes[cursor as usize..(first - 1) as usize].iter().sum();
+        assert_eq!(page.dropped_bytes, lost as u64);
+    }
+    let kept = ring.read(0, 1000, 0, false).unwrap().first_seq;
+    let page = ring.read(kept - 1, 1000, 0, false).unwrap();
+    assert!(!page.cursor_expired);
+    assert_eq!((page.dropped_events, page.dropped_bytes), (0, 0));
+}
+
+fn ring_sizes(ring: &EventRing) -> Vec<usize> {
+    let page = ring.read(0, MAX_PAGE_EVENTS, usize::MAX, false).unwrap();
+    assert!(!page.has_more);
+    page.events
+        .iter()
+        .map(|e| match e {
+            PageEvent::One(event) => event.encoded_len(),
+            PageEvent::Coalesced(_) => unreachable!(),
+        })
+        .collect()
+}
+
+#[test]
+fn every_page_fits_its_budget_and_progresses_through_control_characters() {
+    let ring = EventRing::new(64 << 20, None).unwrap();
+    let data = vec![0x01u8; 1 << 20];
+    out(&ring, &data);
+    out(&ring, &data);
+    for budget in [0, 1, 32 * 1024, 40_000, 65_536, 1 << 20] {
+        for coalesce in [false, true] {
+            let events = drain(&ring, 0, budget, coalesce);
+            assert_eq!(text(&events).len(), 2 << 20, "budget {budget}");
+        }
+    }
+}
+
+#[test]
+fn every_stored_event_is_within_the_event_bound() {
+    let ring = EventRing::new(64 << 20, None).unwrap();
+    out(&ring, &vec![b'"'; 300_000]);
+    out(&ring, &vec![0xFF; 300_000]);
+    for event in ring.state.lock().events.iter() {
+        assert!(event.encoded_len() <= MAX_EVENT_JSON);
+    }
+}
+
+#[test]
+fn a_character_split_at_every_byte_position_reads_back_whole() {
+    let sample = "héllo €uro 𝄞 wörld";
+    for cut in 0..=sample.len() {
+        let ring = EventRing::new(1 << 16, None).unwrap();
+        out(&ring, &sample.as_bytes()[..cut]);
+        out(&ring, &sample.as_bytes()[cut..]);
+        ring.close();
+        let events = drain(&ring, 0, 0, false);
+        assert_eq!(text(&events), sample, "cut at {cut}");
+    }
+}
+
+#[test]
+fn coalescing_merges_adjacent_text_of_one_stream() {
+    let ring = EventRing::new(1 << 20, None).unwrap();
+    out(&ring, b"a\n");
+    out(&ring, b"b\"\n");
+    ring.append(EventType::Stderr, Some(b"err"), &no_fields())
+        .unwrap();
+    out(&ring, b"c");
+    out(&ring, b"\xFF");
+    out(&ring, b"d");
+    let events = drain(&ring, 0, 0, true);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["stdout", "stderr", "stdout", "stdout", "stdout"]);
+    assert_eq!(events[0]["data"], "a\nb\"\n");
+    assert_eq!(
+        (events[0]["seq"].as_u64(), events[0]["seq_start"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert!(events[1].get("seq_start").is_none());
+    assert_eq!(events[3]["data_b64"], "/w==");
+}
+
+#[test]
+fn coalesced_pages_respect_max_events_and_the_budget() {
+    let ring = EventRing::new(64 << 20, None).unwrap();
+    for i in 0..5_000 {
+        out(&ring, format!("{i}\n").as_bytes());
+        if i % 1000 == 999 {
+            ring.append(EventType::Status, None, &no_fields()).unwrap();
+        }
+    }
+    let page = ring.read(0, 2, 32 * 1024, true).unwrap();
+    assert_eq!(page.events.len(), 2);
+    assert!(page.to_json().len() <= 32 * 1024);
+    assert_eq!(page.next_cursor, 1001);
+    let events = drain(&ring, 0, 32 * 1024, true);
+    let expected: String = (0..5_000).map(|i| format!("{i}\n")).collect();
+    let joined: String = events.iter().filter_map(|e| e["data"].as_str()).collect();
+    assert_eq!(joined, expected);
+}
+
+#[test]
+fn close_flushes_a_held_back_partial_character() {
+    let ring = EventRing::new(1 << 16, None).unwrap();
+    out(&ring, b"ok\xE2\x82");
+    assert_eq!(ring.last_seq(), 1);
+    ring.close();
+    let page = ring.read(0, 10, 0, false).unwrap();
+    let value = parsed(&page);
+    assert_eq!(value["events"][1]["data_b64"], "4oI=");
+    assert!(page.closed);
+    assert!(ring.is_closed());
+    let err = out_result(&ring, b"late");
+    assert_eq!(err.unwrap_err().rule, "ring.closed");
+}
+
+fn out_result(ring: &EventRing, data: &[u8]) -> Result<u64, PolicyError> {
+    ring.append(EventType::Stdout, Some(data), &no_fields())
+}
+
+#[test]
+fn exit_comes_after_everything_the_streams_held_back() {
+    let ring = EventRing::new(1 << 16, None).unwrap();
+    ring.append(EventType::Stderr, Some(b"\xF0\x9F"), &no_fields())
+        .unwrap();
+    let code = json!({"returncode": 3}).as_object().unwrap().clone();
+    assert_eq!(ring.append(EventType::Exit, None, &code).unwrap(), 2);
+    let value = parsed(&ring.read(0, 10, 0, false).unwrap());
+    assert_eq!(value["events"][0]["type"], "stderr");
+    assert_eq!(value["events"][1]["type"], "exit");
+    assert_eq!(value["events"][1]["returncode"], 3);
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_rule() {
+    assert_eq!(EventRing::new(0, None).unwrap_err().rule, "ring.max-bytes");
+    assert_eq!(
+        EventRing::new(10, Some(0)).unwrap_err().rule,
+        "ring.max-events"
+    );
+    let ring = EventRing::new(1000, None).unwrap();
+    out(&ring, b"x");
+    assert_eq!(
+        ring.read(2, 10, 0, false).unwrap_err().rule,
+        "ring.cursor-ahead"
+    );
+    assert_eq!(
+        ring.read(0, 0, 0, false).unwrap_err().rule,
+        "ring.max-events"
+    );
+    let fields = json!({"pid": 1}).as_object().unwrap().clone();
+    let err = ring
+        .append(EventType::Stdout, Some(b"x"), &fields)
+        .unwrap_err();
+    assert_eq!(err.rule, "event.output-fields");
+}
+
+#[test]
+fn append_many_numbers_like_single_appends() {
+    let ring = EventRing::new(1 << 20, None).unwrap();
+    let chunks: Vec<&[u8]> = vec![b"a", b"\xE2\x82", b"\xAC", b"b"];
+    assert_eq!(ring.append_many(EventType::Stdout, &chunks).unwrap(), 3);
+    assert_eq!(text(&drain(&ring, 0, 0, false)), "a€b");
+}
