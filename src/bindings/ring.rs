@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use super::errors::policy_error;
@@ -113,9 +113,10 @@ impl PyEventRing {
         result.map_err(policy_error)
     }
 
-    fn append_many(&self, r#type: &str, chunks: Vec<Vec<u8>>) -> PyResult<u64> {
+    fn append_many(&self, r#type: &str, chunks: Vec<Bound<'_, PyBytes>>) -> PyResult<u64> {
         let kind = EventType::parse(r#type).map_err(policy_error)?;
-        let slices: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        // Borrowed, not copied: the list keeps the bytes objects alive for the call.
+        let slices: Vec<&[u8]> = chunks.iter().map(|b| b.as_bytes()).collect();
         self.ring.append_many(kind, &slices).map_err(policy_error)
     }
 

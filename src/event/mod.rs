@@ -135,6 +135,9 @@ pub struct Fields(String);
 
 impl Fields {
     pub fn new(map: &Map<String, Value>) -> Result<Self, PolicyError> {
+        if map.is_empty() {
+            return Ok(Self::default());
+        }
         if let Some(key) = map.keys().find(|k| RESERVED_KEYS.contains(&k.as_str())) {
             return Err(PolicyError::new(
                 "event.reserved-field",

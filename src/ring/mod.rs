@@ -44,6 +44,9 @@ struct Writer {
     stdout: StreamDecoder,
     stderr: StreamDecoder,
     closed: bool,
+    /// The last timestamp formatted, by its millisecond: appends within one millisecond share
+    /// it instead of formatting it again.
+    clock: (u64, String),
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +94,7 @@ impl EventRing {
                 stdout: StreamDecoder::default(),
                 stderr: StreamDecoder::default(),
                 closed: false,
+                clock: (u64::MAX, String::new()),
             }),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
@@ -127,7 +131,7 @@ impl EventRing {
         }
         let mut writer = self.writer.lock();
         writer.check_open()?;
-        let timestamp = event::timestamp::now();
+        let timestamp = writer.timestamp();
         let mut batch = Vec::new();
         writer.collect(kind, data, &fields, &timestamp, &mut batch);
         self.publish(batch, false);
@@ -140,7 +144,7 @@ impl EventRing {
         let fields = Fields::default();
         let mut writer = self.writer.lock();
         writer.check_open()?;
-        let timestamp = event::timestamp::now();
+        let timestamp = writer.timestamp();
         let mut batch = Vec::with_capacity(chunks.len());
         for chunk in chunks {
             writer.collect(kind, Some(chunk), &fields, &timestamp, &mut batch);
@@ -157,7 +161,7 @@ impl EventRing {
             return;
         }
         writer.closed = true;
-        let timestamp = event::timestamp::now();
+        let timestamp = writer.timestamp();
         let mut batch = Vec::new();
         writer.flush_outputs(&timestamp, &mut batch);
         self.publish(batch, true);
@@ -242,6 +246,14 @@ impl EventRing {
 }
 
 impl Writer {
+    fn timestamp(&mut self) -> String {
+        let now = event::timestamp::now_millis();
+        if self.clock.0 != now {
+            self.clock = (now, event::timestamp::format_millis(now));
+        }
+        self.clock.1.clone()
+    }
+
     fn check_open(&self) -> Result<(), PolicyError> {
         if self.closed {
             return Err(PolicyError::without_echo(
