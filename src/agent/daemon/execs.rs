@@ -216,18 +216,18 @@ impl ExecRegistry {
             started_at: None,
             ended_at: None,
         };
+        // Checked again and created under the lock, so a racing start of the same id (from
+        // another connection) answers this exec instead of starting a second one.
+        let mut entries = self.entries.lock();
+        if let Some(existing) = entries.get(&id) {
+            return Ok(existing.record.status());
+        }
         let record = self.new_record(&id, meta)?;
         let sink = Arc::new(LogSink {
             record: Arc::clone(&record),
             stdout: Mutex::new(redactor.clone()),
             stderr: Mutex::new(redactor),
         });
-        // Registered before the spawn, under the lock, so a racing start of the same id
-        // answers this exec instead of starting a second one.
-        let mut entries = self.entries.lock();
-        if let Some(existing) = entries.get(&id) {
-            return Ok(existing.record.status());
-        }
         let exec = self.supervisor.spawn(spec, sink);
         let _ = record.exec.set(exec.clone());
         let (input_tx, input_rx) = mpsc::unbounded_channel();
@@ -369,19 +369,17 @@ impl ExecRegistry {
         Value::Array(records.iter().map(|r| r.status()).collect())
     }
 
-    pub(crate) fn read(
-        &self,
-        args: &Map<String, Value>,
-    ) -> Result<(Arc<ExecRecord>, u64, usize, usize, Option<Duration>), ErrorBody> {
+    pub(crate) fn read(&self, args: &Map<String, Value>) -> Result<ReadRequest, ErrorBody> {
         let a = Args(args);
-        let record = self.record(a.required_str("exec_id")?)?;
-        let cursor = a.u64("cursor")?.unwrap_or(0);
-        let max_events = a.usize("max_events", MAX_PAGE_EVENTS)?.max(1);
-        let max_bytes = a.usize("max_bytes", 64 * 1024)?;
-        let wait = a
-            .seconds("wait_seconds")?
-            .map(|w| w.min(Duration::from_secs(25)));
-        Ok((record, cursor, max_events, max_bytes, wait))
+        Ok(ReadRequest {
+            record: self.record(a.required_str("exec_id")?)?,
+            cursor: a.u64("cursor")?.unwrap_or(0),
+            max_events: a.usize("max_events", MAX_PAGE_EVENTS)?.max(1),
+            max_bytes: a.usize("max_bytes", 64 * 1024)?,
+            wait: a
+                .seconds("wait_seconds")?
+                .map(|w| w.min(Duration::from_secs(25))),
+        })
     }
 
     /// Every running exec, for shutdown.
@@ -395,16 +393,31 @@ impl ExecRegistry {
     }
 }
 
-pub(crate) fn read_page(
-    record: &ExecRecord,
-    cursor: u64,
-    max_events: usize,
-    max_bytes: usize,
-) -> Result<Page, ErrorBody> {
-    record
-        .log
-        .read(cursor, max_events, max_bytes)
-        .map_err(log_error)
+/// An `exec.read`, checked.
+pub(crate) struct ReadRequest {
+    pub(crate) record: Arc<ExecRecord>,
+    pub(crate) cursor: u64,
+    pub(crate) max_events: usize,
+    pub(crate) max_bytes: usize,
+    /// Long-poll this long for an event after the cursor (at most 25 s).
+    pub(crate) wait: Option<Duration>,
+}
+
+impl ReadRequest {
+    pub(crate) async fn page(self) -> Result<Page, ErrorBody> {
+        if let Some(wait) = self.wait {
+            self.record.log.wait_async(self.cursor, wait).await;
+        }
+        // A page may come from disk: read it on a blocking thread.
+        let read = tokio::task::spawn_blocking(move || {
+            self.record
+                .log
+                .read(self.cursor, self.max_events, self.max_bytes)
+                .map_err(log_error)
+        })
+        .await;
+        read.unwrap_or_else(|e| Err(internal("a read failed", e)))
+    }
 }
 
 /// Writes one exec's stdin jobs in order; ends with the exec (later jobs are refused).

@@ -157,3 +157,6 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
         .create(dir)
         .map_err(|e| format!("cannot create --state-dir {}: {e}", dir.display()))
 }
+
+#[cfg(test)]
+mod tests;
