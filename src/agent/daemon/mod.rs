@@ -2,6 +2,7 @@
 //! exec registry with its durable logs, and serves the channel protocol on a unix socket.
 
 mod args;
+mod exec_io;
 mod execs;
 mod file_ops;
 mod lock;
