@@ -234,3 +234,37 @@ def test_bad_arguments_are_refused_naming_the_field(daemon: Daemon) -> None:
         with pytest.raises(AgentError) as err:
             w.call("exec.start", args)
         assert err.value.code == "invalid_argument" and err.value.field == field
+
+
+def test_a_pty_exec_is_resized_and_reads_its_input(daemon: Daemon) -> None:
+    w = daemon.wire()
+    exec_id = start(
+        w, "stty size; read line; stty size; echo got-$line", pty={"rows": 24, "cols": 80}
+    )
+    while b"24 80" not in output(w.read_all(exec_id)):
+        time.sleep(0.05)
+    w.call("exec.resize", {"exec_id": exec_id, "rows": 30, "cols": 100})
+    w.call("exec.input", {"exec_id": exec_id}, b"hello\n")
+    status = w.wait_done(exec_id)
+    assert status["state"] == "finished" and status["pty"] == {"rows": 24, "cols": 80}
+    text = output(w.read_all(exec_id)).replace(b"\r\n", b"\n")
+    assert b"30 100\n" in text and b"got-hello\n" in text
+
+
+def test_sigterm_stops_the_daemon_and_records_the_end_of_running_execs(base: Path) -> None:
+    d = start_daemon(base)
+    w = d.wire()
+    exec_id = start(w, "echo up; sleep 1000")
+    while b"up" not in output(w.read_all(exec_id)):
+        time.sleep(0.05)
+    pid = w.call("exec.status", {"exec_id": exec_id})["pid"]
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(30) == 0
+    assert group_members(pid) == []
+    assert not os.path.exists(d.socket)
+    d2 = start_daemon(base)
+    try:
+        status = d2.wire().call("exec.status", {"exec_id": exec_id})
+        assert status["state"] == "cancelled", "its end was recorded: not lost"
+    finally:
+        d2.stop()
