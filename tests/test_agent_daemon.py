@@ -130,6 +130,8 @@ def test_200_concurrent_execs_deliver_every_byte_in_order_with_their_exit_codes(
     for exec_id, n in ids.items():
         events = events_of(w, exec_id)
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert events[0]["type"] == "status" and events[0]["state"] == "running"
+        assert isinstance(events[0]["pid"], int)
         for kind, prefix in [("stdout", "out"), ("stderr", "err")]:
             expected = "".join(f"{prefix} {n} {i}\n" for i in range(1, 201)).encode()
             assert output(events, kind) == expected
