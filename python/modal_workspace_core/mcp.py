@@ -7,6 +7,7 @@ is declared twice; the FastAPI app mounts the returned ASGI app at `/mcp/`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from . import __version__
 from .errors import WorkspaceError
 from .service import OPERATIONS, Operation, Service, call, operation, parse_input
+from .service_core import PROGRESS, Reporter
 
 __all__ = ["INSTRUCTIONS", "build_mcp", "build_server", "tools"]
 
@@ -70,6 +72,28 @@ def _error_result(err: WorkspaceError) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
+def _progress_reporter(ctx: Any) -> Reporter | None:
+    """Progress notifications for a call whose client asked for them (a progress token)."""
+    meta = getattr(ctx, "meta", None) or {}
+    token = meta.get("progress_token", meta.get("progressToken"))
+    session = getattr(ctx, "session", None)
+    if token is None or session is None:
+        return None
+    request_id = getattr(ctx, "request_id", None)
+
+    async def report(progress: float, message: str) -> None:
+        # Progress is a courtesy: a client that went away must not fail the command.
+        with contextlib.suppress(Exception):
+            await session.send_progress_notification(
+                token,
+                progress,
+                message=message,
+                related_request_id=request_id,
+            )
+
+    return report
+
+
 def build_server(service: Service) -> Server[Any]:
     """The MCP server object (transport-free): tools/list and tools/call over the table."""
     listed = tools()
@@ -78,12 +102,15 @@ def build_server(service: Service) -> Server[Any]:
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        reset = PROGRESS.set(_progress_reporter(ctx))
         try:
             op = operation(params.name)
             inp = parse_input(op, params.arguments or {})
             result = await call(service, op, inp)
         except WorkspaceError as err:
             return _error_result(err)
+        finally:
+            PROGRESS.reset(reset)
         data = result.model_dump(mode="json")
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(data))], structured_content=data
