@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .errors import WorkspaceError
 from .service import OPERATIONS, Operation, Service, call, operation, parse_input
 from .service_core import PROGRESS, Reporter
 
-__all__ = ["INSTRUCTIONS", "build_mcp", "build_server", "tools"]
+__all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 
 INSTRUCTIONS = """\
 Remote workspaces: each is a machine whose files live under /workspace.
@@ -141,15 +143,34 @@ def transport_security(host: str, allowed_hosts: Sequence[str]) -> TransportSecu
     )
 
 
-def build_mcp(
-    service: Service, *, host: str = "127.0.0.1", allowed_hosts: Sequence[str] = ()
-) -> tuple[StreamableHTTPASGIApp, StreamableHTTPSessionManager]:
-    """The ASGI app to mount and its session manager, whose `run()` the app's lifespan enters.
-    Stateless: any gateway container can answer any request."""
-    manager = StreamableHTTPSessionManager(
-        app=build_server(service),
-        stateless=True,
-        json_response=False,
-        security_settings=transport_security(host, allowed_hosts),
-    )
-    return StreamableHTTPASGIApp(manager), manager
+class McpEndpoint:
+    """The ASGI app mounted at `/mcp/`. Each run of the app's lifespan gets a fresh session
+    manager (the SDK's manager runs only once), so an app can be started more than once."""
+
+    def __init__(
+        self, service: Service, *, host: str = "127.0.0.1", allowed_hosts: Sequence[str] = ()
+    ) -> None:
+        self.server = build_server(service)
+        self.security = transport_security(host, allowed_hosts)
+        self.manager: StreamableHTTPSessionManager | None = None
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        # Stateless: any gateway container can answer any request. SSE responses let progress
+        # notifications flow while a tool runs.
+        manager = StreamableHTTPSessionManager(
+            app=self.server, stateless=True, json_response=False, security_settings=self.security
+        )
+        async with manager.run():
+            self.manager = manager
+            try:
+                yield
+            finally:
+                self.manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.manager is None:
+            body = {"error": {"code": "upstream", "message": "the MCP endpoint is not running"}}
+            await JSONResponse(body, status_code=503)(scope, receive, send)
+            return
+        await self.manager.asgi_app(scope, receive, send)
