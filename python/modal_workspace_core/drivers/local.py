@@ -8,6 +8,7 @@ restarted server finds every workspace, its daemon and its exec logs again.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import getpass
 import logging
 import os
@@ -173,7 +174,7 @@ class LocalDriver:
                 ws.write_meta(meta)
                 self._start_daemon(ws, meta)
         except BaseException:
-            local_daemon.stop(ws.pid_file)
+            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             ws.remove()
             raise
 
@@ -181,7 +182,7 @@ class LocalDriver:
         meta = self._meta(ws)
         return _record(meta, _state(ws))
 
-    def _list_sync(self) -> list[WorkspaceRecord]:
+    def _list_sync(self) -> builtins.list[WorkspaceRecord]:
         records = []
         for path in self.data_root.glob("ws-*"):
             ws = WorkspaceDir(path)
@@ -207,7 +208,8 @@ class LocalDriver:
             if local_daemon.running(ws.pid_file):
                 if local_daemon.accepts(ws.socket):
                     return  # another caller restarted it while we waited for the lock
-                local_daemon.stop(ws.pid_file)  # alive but not serving: start afresh
+                # Alive but not serving: start afresh.
+                local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             if meta["workspace_id"] not in self._secret_env:
                 log.warning(
                     "restarting the agent of %s without its secret environment (not kept on disk)",
@@ -219,11 +221,7 @@ class LocalDriver:
         meta = self._meta(ws)
         with ws.locked():
             meta = self._meta(ws)
-            local_daemon.stop(ws.pid_file)
-            if not meta.get("local", {}).get("isolated"):
-                # Without a pid namespace, commands outlive their daemon: find them by the
-                # variable every process of the workspace carries.
-                local_daemon.kill_marked(f"{WORKSPACE_ID_ENV}={meta['workspace_id']}")
+            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             ws.remove()
 
     def _start_daemon(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
@@ -245,7 +243,7 @@ class LocalDriver:
             "HOME": sandbox.SANDBOX_HOME if isolated else str(ws.home),
             **local.get("env", {}),
             **self._secret_env.get(workspace_id, {}),
-            WORKSPACE_ID_ENV: workspace_id,
+            WORKSPACE_ID_ENV: workspace_id,  # last: a workspace's env cannot change it
         }
         if isolated:
             daemon = self._daemon_argv(
@@ -286,7 +284,7 @@ class LocalDriver:
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _daemon_argv(self, root: str, state_dir: str, socket: str) -> list[str]:
+    def _daemon_argv(self, root: str, state_dir: str, socket: str) -> builtins.list[str]:
         return [
             *self.agent_argv,
             "daemon",
@@ -314,6 +312,10 @@ class LocalDriver:
 
 def _record(meta: dict[str, Any], state: str) -> WorkspaceRecord:
     return WorkspaceRecord.model_validate({**meta, "state": state})
+
+
+def _marker(workspace_id: str) -> str:
+    return f"{WORKSPACE_ID_ENV}={workspace_id}"
 
 
 def _state(ws: WorkspaceDir) -> str:

@@ -81,7 +81,8 @@ def start(
             _keep_for_reaping(proc)
             return daemon
         if time.monotonic() > deadline:
-            _kill_group(daemon.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(daemon.pid, signal.SIGKILL)  # its own group, just made
             proc.wait()
             raise DaemonStartError(
                 f"the workspace agent did not listen within {timeout:.0f} s: {_tail(log)}"
@@ -92,48 +93,39 @@ def start(
 
 def running(pid_file: Path) -> DaemonProcess | None:
     """The daemon recorded in `pid_file` if that very process is still alive."""
-    try:
-        data = json.loads(pid_file.read_text())
-        daemon = DaemonProcess(int(data["pid"]), str(data["start_time"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    daemon = _read_pid_file(pid_file)
+    if daemon is None:
         return None
     _reap()
     return daemon if _start_time(daemon.pid) == daemon.start_time else None
 
 
-def stop(pid_file: Path, *, grace: float = 10.0) -> None:
-    """Stop the recorded daemon and every process of its group: SIGTERM, then SIGKILL."""
-    daemon = running(pid_file)
-    if daemon is not None:
-        _kill_group(daemon.pid, signal.SIGTERM)
+def stop(pid_file: Path, marker: str, *, grace: float = 10.0) -> None:
+    """Stop the recorded daemon, then every process of the workspace.
+
+    `marker` (`NAME=value`) is in the environment of every process of the workspace: it tells
+    them apart from strangers that may have inherited a pid. The daemon's process group gets
+    SIGTERM so the daemon can end cleanly; whatever remains then gets SIGKILL: under bwrap the
+    sandbox's init (which outlives the daemon while any command lives, and whose end ends them
+    all), without bwrap the commands, which run in sessions of their own.
+    """
+    recorded = _read_pid_file(pid_file)
+    if recorded is not None:
+        group = [pid for pid in _marked(marker) if _group_of(pid) == recorded.pid]
+        _signal_all(group, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while running(pid_file) is not None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            _reap()
+            # bwrap ignores SIGTERM (or dies of it); the daemon is what is given time.
+            if all(_command_of(pid) in ("bwrap", None) for pid in group):
+                break
             time.sleep(0.02)
-        if running(pid_file) is not None:
-            _kill_group(daemon.pid, signal.SIGKILL)
-            while running(pid_file) is not None:
-                time.sleep(0.02)
+    while remaining := _marked(marker):
+        _signal_all(remaining, signal.SIGKILL)
+        _reap()
+        time.sleep(0.02)
     with contextlib.suppress(FileNotFoundError):
         pid_file.unlink()
-
-
-def kill_marked(marker: str) -> int:
-    """SIGKILL every process of this user whose environment holds `marker` (`NAME=value`):
-    the commands of an unisolated workspace, which leave the daemon's process group."""
-    needle = b"\0" + marker.encode() + b"\0"
-    killed = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = b"\0" + (entry / "environ").read_bytes()
-        except OSError:
-            continue  # not ours, or gone
-        if needle in environ:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
 
 
 def accepts(socket_path: Path) -> bool:
@@ -166,9 +158,39 @@ def fits_socket_path(socket_path: Path) -> bool:
     return len(os.fsencode(str(socket_path))) <= _MAX_SOCKET_PATH
 
 
-def _start_time(pid: int) -> str | None:
-    # Field 22 of /proc/PID/stat (after the parenthesised command name, which may hold spaces);
-    # a zombie counts as ended.
+def _read_pid_file(pid_file: Path) -> DaemonProcess | None:
+    try:
+        data = json.loads(pid_file.read_text())
+        return DaemonProcess(int(data["pid"]), str(data["start_time"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _marked(marker: str) -> list[int]:
+    """Pids of this user's live processes whose environment holds `marker`."""
+    needle = b"\0" + marker.encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = b"\0" + (entry / "environ").read_bytes()
+        except OSError:
+            continue  # not ours, or gone
+        if needle in environ and _stat(int(entry.name)) is not None:
+            found.append(int(entry.name))
+    return found
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _stat(pid: int) -> list[str] | None:
+    # The fields of /proc/PID/stat from the third on (state, ppid, pgrp, …): the command name
+    # before them is parenthesised and may hold spaces. A zombie counts as ended.
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -176,14 +198,26 @@ def _start_time(pid: int) -> str | None:
     fields = stat[stat.rfind(")") + 2 :].split()
     if len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
-    return fields[19]
+    return fields
 
 
-def _kill_group(pid: int, sig: signal.Signals) -> None:
-    # The daemon leads its own session, so its pid is its process group's id: the group holds
-    # bwrap, the sandbox's init and the daemon (whose commands die with the sandbox's init).
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+def _start_time(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[19] if fields else None  # field 22: start time in clock ticks since boot
+
+
+def _group_of(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[2]) if fields else None  # field 5: the process group
+
+
+def _command_of(pid: int) -> str | None:
+    if _stat(pid) is None:
+        return None
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 _started: list[subprocess.Popen[bytes]] = []

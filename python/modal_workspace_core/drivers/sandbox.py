@@ -108,8 +108,8 @@ def bwrap_argv(
     # server that starts it (a restarted server finds it again); and `--new-session`, because
     # the daemon has no terminal to protect and must stay in the process group the driver
     # signals to stop it.
-    for path in _SYSTEM_DIRS:
-        argv += _mirror_system_dir(path)
+    for name in _SYSTEM_DIRS:
+        argv += _mirror_system_dir(name)
     # Configuration that programs read (users, DNS, certificates, locale, git), read-only and
     # without the host's secrets.
     argv += ["--ro-bind", "/etc", "/etc"]
@@ -174,7 +174,8 @@ def _probe_cached(bwrap: str) -> Isolation:
         dirs = [Path(tmp, name) for name in ("workspace", "home", "state", "sock")]
         for d in dirs:
             d.mkdir()
-        layout = SandboxLayout(*dirs, block_network=True)
+        workspace, home, state, sock = dirs
+        layout = SandboxLayout(workspace, home, state, sock, block_network=True)
         argv = bwrap_argv(bwrap, layout, ["/bin/sh", "-c", "test -d /workspace"])
         try:
             done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
