@@ -1,7 +1,8 @@
 """Workspace isolation with bubblewrap: what a command in a workspace can and cannot see.
 
-Each test runs a plain command under the same `bwrap` argv the local driver gives the agent.
-They skip, with bwrap's own reason, where bwrap cannot create its namespaces.
+The first tests run a plain command under the same `bwrap` argv the local driver gives the
+agent; the last ones go through the driver and its agent. They skip, with bwrap's own reason,
+where bwrap cannot create its namespaces.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from modal_workspace_core import policy
+from modal_workspace_core.drivers.base import WorkspaceSpec
+from modal_workspace_core.drivers.local import LocalDriver
 from modal_workspace_core.drivers.sandbox import (
     SANDBOX_HOME,
     SANDBOX_PATH,
@@ -25,6 +29,7 @@ from modal_workspace_core.drivers.sandbox import (
     probe,
     python_environment,
 )
+from support.agent_exec import run
 
 ISOLATION = probe()
 needs_bwrap = pytest.mark.skipif(not ISOLATION.enabled, reason=ISOLATION.reason)
@@ -198,3 +203,56 @@ def test_the_agent_python_environment_is_usable_read_only(data_root: Path) -> No
     )
     assert done.stdout == "0.1.0\n", done.stderr
     assert "Read-only file system" in done.stderr
+
+
+# --- the same, through the local driver and its agent --------------------------------------
+
+
+@pytest.fixture
+async def isolated_driver(tmp_path: Path) -> AsyncIterator[LocalDriver]:
+    if not ISOLATION.enabled:
+        pytest.skip(ISOLATION.reason)
+    driver = LocalDriver(tmp_path / "data", isolation="bwrap")
+    try:
+        yield driver
+    finally:
+        for record in await driver.list():
+            await driver.destroy(record.workspace_id)
+        await driver.close()
+
+
+async def test_a_workspace_command_cannot_read_the_host_home(
+    isolated_driver: LocalDriver, planted_in_home: tuple[Path, str]
+) -> None:
+    path, secret = planted_in_home
+    wid = policy.new_id("ws")
+    record = await isolated_driver.create(wid, WorkspaceSpec())
+    assert record.root == WORKSPACE_ROOT
+    client = await isolated_driver.connect(wid)
+    try:
+        out, exit_event = await run(client, f"pwd; cat '{path}' || echo unreadable")
+    finally:
+        await client.close()
+    assert out.splitlines()[0] == WORKSPACE_ROOT
+    assert out.splitlines()[-1] == "unreadable"
+    assert secret not in out
+    assert exit_event["returncode"] == 0
+
+
+async def test_block_network_cuts_a_workspace_off_the_host_loopback(
+    isolated_driver: LocalDriver, loopback_server: int
+) -> None:
+    connect = f"exec 3<>/dev/tcp/127.0.0.1/{loopback_server} && echo connected"
+    results = {}
+    for blocked in (False, True):
+        wid = policy.new_id("ws")
+        record = await isolated_driver.create(wid, WorkspaceSpec(block_network=blocked))
+        assert record.block_network is blocked
+        client = await isolated_driver.connect(wid)
+        try:
+            results[blocked] = await run(client, connect)
+        finally:
+            await client.close()
+    assert results[False][0] == "connected\n"
+    assert "connected" not in results[True][0]
+    assert results[True][1]["returncode"] != 0

@@ -7,7 +7,6 @@ Every test runs the real agent daemon and talks to it over its real socket.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import signal
@@ -15,14 +14,13 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from modal_workspace_core import policy
-from modal_workspace_core.agent_client import AgentClient
 from modal_workspace_core.drivers.base import WorkspaceSpec
 from modal_workspace_core.drivers.local import WORKSPACE_ID_ENV, LocalDriver
 from modal_workspace_core.errors import ConflictError, InvalidArgumentError, NotFoundError
+from support.agent_exec import drain, run
 
 
 @pytest.fixture
@@ -38,30 +36,6 @@ async def destroy_all(local: LocalDriver) -> None:
     for record in await local.list():
         await local.destroy(record.workspace_id)
     await local.close()
-
-
-async def run(client: AgentClient, command: str) -> tuple[str, dict[str, Any]]:
-    """Run `command` in the workspace to its end: its output and its `exit` event."""
-    status, _ = await client.request("exec.start", {"command": command})
-    return await drain(client, status["exec_id"])
-
-
-async def drain(client: AgentClient, exec_id: str) -> tuple[str, dict[str, Any]]:
-    output: list[str] = []
-    cursor = 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        page = await client.read_events(exec_id, cursor, wait_seconds=5.0)
-        for event in page.events:
-            if event["type"] in ("stdout", "stderr"):
-                data = event.get("data")
-                output.append(
-                    data if data is not None else base64.b64decode(event["data_b64"]).decode()
-                )
-            elif event["type"] == "exit":
-                return "".join(output), event
-        cursor = page.next_cursor
-    raise AssertionError(f"{exec_id} did not end")
 
 
 def pid_alive(pid: int) -> bool:

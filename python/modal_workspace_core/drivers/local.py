@@ -89,6 +89,7 @@ class LocalDriver:
         # Secret values live only in memory and in the daemon's environment, never on disk: a
         # daemon restarted by a later server process starts without them.
         self._secret_env: dict[str, dict[str, str]] = {}
+        self._socket_paths = local_daemon.SocketPaths()
 
     # --- the contract -----------------------------------------------------------------------
 
@@ -142,23 +143,25 @@ class LocalDriver:
 
         ws = self._dir(workspace_id)
         await asyncio.to_thread(self._ensure_daemon, ws)
-        with local_daemon.connectable(ws.socket) as path:
-            try:
-                return await AgentClient.connect_unix(path)
-            except OSError as err:
-                raise UpstreamError(
-                    "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
-                ) from err
+        # A path that stays valid: the client reconnects by it after a lost connection.
+        path = self._socket_paths.get(ws.socket)
+        try:
+            return await AgentClient.connect_unix(path)
+        except OSError as err:
+            raise UpstreamError(
+                "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
+            ) from err
 
     async def destroy(self, workspace_id: str) -> None:
         ws = self._dir(workspace_id)
         await asyncio.to_thread(self._destroy_sync, ws)
         self._secret_env.pop(workspace_id, None)
+        self._socket_paths.forget(ws.socket)
 
     async def close(self) -> None:
         # Daemons are not the server's to stop: they keep the workspaces running between
         # server processes.
-        pass
+        self._socket_paths.close()
 
     # --- blocking parts, run in a thread ----------------------------------------------------
 

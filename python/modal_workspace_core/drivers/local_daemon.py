@@ -154,6 +154,33 @@ def connectable(socket_path: Path) -> Iterator[str]:
         os.close(fd)
 
 
+class SocketPaths:
+    """Lasting paths to reach sockets by, for clients that reconnect by path: the path itself
+    when it is short enough, else the socket's name under its directory held open here."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[Path, int] = {}
+
+    def get(self, socket_path: Path) -> str:
+        if fits_socket_path(socket_path):
+            return str(socket_path)
+        fd = self._dirs.get(socket_path.parent)
+        if fd is None:
+            fd = os.open(socket_path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            self._dirs[socket_path.parent] = fd
+        return f"/proc/self/fd/{fd}/{socket_path.name}"
+
+    def forget(self, socket_path: Path) -> None:
+        fd = self._dirs.pop(socket_path.parent, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs.clear()
+
+
 def fits_socket_path(socket_path: Path) -> bool:
     return len(os.fsencode(str(socket_path))) <= _MAX_SOCKET_PATH
 
