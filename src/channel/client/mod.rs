@@ -61,8 +61,10 @@ pub enum CacheRead {
     Missing,
     /// Served from the cache (possibly empty: nothing after the cursor yet).
     Page(Page),
-    /// The cursor is older than the cache: read it from the agent's log.
-    Expired,
+    /// The cursor is older than the cache: read it from the agent's log. The page is the
+    /// cache's own (`cursor_expired`, continuing from its oldest event), for streams that have
+    /// no log to read.
+    Expired(Page),
     /// The cursor is past the cache's last event; `closed` says whether more can come.
     Ahead { closed: bool },
 }
@@ -304,7 +306,7 @@ pub fn read_ring(
         });
     }
     match ring.read(cursor, max_events, max_bytes, false) {
-        Ok(page) if page.cursor_expired => Ok(CacheRead::Expired),
+        Ok(page) if page.cursor_expired => Ok(CacheRead::Expired(page)),
         Ok(page) => Ok(CacheRead::Page(page)),
         // Only "ahead" can race (the check above); any other error is the caller's argument.
         Err(e) if e.rule == "ring.cursor-ahead" => Ok(CacheRead::Ahead { closed: false }),

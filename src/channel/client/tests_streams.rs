@@ -116,7 +116,7 @@ fn pushed_events_land_in_the_cache_under_the_agents_seqs() {
     assert_eq!(parsed["events"][0]["data"], "line 5\n");
     assert!(matches!(
         channel.read(&stream, 2, 10, 0).unwrap(),
-        CacheRead::Expired
+        CacheRead::Expired(_)
     ));
     assert!(matches!(
         channel.read(&stream, 11, 10, 0).unwrap(),
@@ -224,7 +224,7 @@ fn a_flood_stays_within_the_cache_bound() {
     assert_eq!(channel.ring(&stream).unwrap().last_seq(), 100_000);
     assert!(matches!(
         channel.read(&stream, 0, 10, 0).unwrap(),
-        CacheRead::Expired
+        CacheRead::Expired(_)
     ));
     assert_eq!(
         cached_seqs(&mut channel, &stream, 99_998),
@@ -319,7 +319,7 @@ fn events_the_agent_dropped_make_the_cache_restart_and_send_old_cursors_to_the_l
     );
     assert!(matches!(
         channel.read(&stream, 0, 10, 0).unwrap(),
-        CacheRead::Expired
+        CacheRead::Expired(_)
     ));
 }
 
