@@ -156,19 +156,25 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path)
         credentials = _basic(authorization) if authorization else None
         if credentials is None or not _matches(credentials, state.username, state.token):
-            body = b"authentication required\n"
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="git test server"')
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            state._record(SeenRequest(self.command, path.path, authorization, 401))
-            return
-        status = self._run_backend(path.path, path.query, credentials[0])
+            status, payload = 401, b"authentication required\n"
+            headers = [
+                ("WWW-Authenticate", 'Basic realm="git test server"'),
+                ("Content-Type", "text/plain"),
+            ]
+        else:
+            status, headers, payload = self._run_backend(path.path, path.query, credentials[0])
+        # Recorded before answering: a client that has its answer finds its request here.
         state._record(SeenRequest(self.command, path.path, authorization, status))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
-    def _run_backend(self, path: str, query: str, user: str) -> int:
+    def _run_backend(
+        self, path: str, query: str, user: str
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         body = self._read_body()
         env = {
             **os.environ,
@@ -195,7 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
         head, _, payload = done.stdout.partition(b"\r\n\r\n")
         if not _:
             head, _, payload = done.stdout.partition(b"\n\n")
-        status, headers = 200, []
+        status = 200
+        headers: list[tuple[str, str]] = []
         for line in head.decode("latin-1").splitlines():
             name, _, value = line.partition(":")
             if name.lower() == "status":
@@ -204,18 +211,12 @@ class _Handler(BaseHTTPRequestHandler):
                 headers.append((name, value.strip()))
         if done.returncode != 0 and status == 200:
             status, payload, headers = 500, done.stderr, [("Content-Type", "text/plain")]
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-        return status
+        return status, headers, payload
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             # Large pushes arrive chunked; the CGI wants the whole body with its length.
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:

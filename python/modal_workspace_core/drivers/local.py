@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import getpass
 import logging
 import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .. import policy
+from ..agent_client import AgentClient, AgentError
 from ..errors import (
     ConflictError,
     InvalidArgumentError,
@@ -27,9 +29,6 @@ from ..errors import (
 from . import local_daemon, sandbox
 from .base import WorkspaceRecord, WorkspaceSpec
 from .local_store import WorkspaceDir, default_data_root, remove_leftovers
-
-if TYPE_CHECKING:
-    from ..agent_client import AgentClient
 
 IsolationMode = Literal["auto", "bwrap", "none"]
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
@@ -139,15 +138,18 @@ class LocalDriver:
         return await asyncio.to_thread(self._set_tags_sync, ws, dict(tags))
 
     async def connect(self, workspace_id: str) -> AgentClient:
-        from ..agent_client import AgentClient  # the channel; imported late, only when used
-
         ws = self._dir(workspace_id)
-        await asyncio.to_thread(self._ensure_daemon, ws)
+        await asyncio.to_thread(self._meta, ws)
         # A path that stays valid: the client reconnects by it after a lost connection.
         path = self._socket_paths.get(ws.socket)
+        if local_daemon.running(ws.pid_file):
+            with contextlib.suppress(OSError, AgentError):
+                return await AgentClient.connect_unix(path)
+        # Dead, or alive and not answering: (re)start it, once, under the workspace's lock.
+        await asyncio.to_thread(self._ensure_daemon, ws)
         try:
             return await AgentClient.connect_unix(path)
-        except OSError as err:
+        except (OSError, AgentError) as err:
             raise UpstreamError(
                 "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
             ) from err

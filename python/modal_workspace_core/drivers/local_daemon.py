@@ -50,8 +50,6 @@ def start(
     """Start `argv` detached and wait until it accepts connections on `socket_path`."""
     if log.exists() and log.stat().st_size > _LOG_ROTATE_BYTES:
         log.replace(log.with_name(log.name + ".1"))
-    with contextlib.suppress(FileNotFoundError):
-        socket_path.unlink()  # a dead daemon's socket; a live one holds its own lock first
     with log.open("ab") as out:
         proc = subprocess.Popen(
             list(argv),
