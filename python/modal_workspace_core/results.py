@@ -93,12 +93,21 @@ class ExecResult(Output):
     timed_out: bool
 
 
+def _unset(value: Any) -> bool:
+    return value is None
+
+
 class Event(Open):
+    """One event of a stream. It carries `data` or `data_b64` (or neither) as the agent wrote
+    it; an absent twin is left out rather than sent as null."""
+
     seq: int
-    timestamp: str | float | None = None
+    timestamp: str | float | None = Field(None, exclude_if=_unset)
     type: str = Field(description="stdout, stderr, status, exit, error, fs, progress, ...")
-    data: str | None = None
-    data_b64: str | None = Field(None, description="Output that is not UTF-8, base64-encoded.")
+    data: str | None = Field(None, exclude_if=_unset)
+    data_b64: str | None = Field(
+        None, exclude_if=_unset, description="Output that is not UTF-8, base64-encoded."
+    )
 
 
 class EventPage(Output):
