@@ -48,7 +48,7 @@ def workspace_files_containing(data_root: Path, secret: str) -> list[Path]:
 
 
 @contextlib.contextmanager
-def serve(tmp: Path, github_token: str) -> Iterator[Served]:
+def serve(tmp: Path, github_token: str, isolation: str = "auto") -> Iterator[Served]:
     data_root = tmp / "data"
     secrets = tmp / "secrets.json"
     secrets.write_text(json.dumps({"github": {"GH_TOKEN": github_token}}))
@@ -58,6 +58,8 @@ def serve(tmp: Path, github_token: str) -> Iterator[Served]:
         "MODAL_WORKSPACE_MCP_TOKEN": TOKEN,
         "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
         "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
+        # auto: bubblewrap where it works here; none: the unisolated fallback, paths and all.
+        "MODAL_WORKSPACE_ISOLATION": isolation,
     }
     log = tmp / "server.log"
     argv = [str(SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]

@@ -20,9 +20,11 @@ from support.git_server import ArgvSampler, GitServer
 pytest.importorskip("modal_workspace_core.drivers.local")
 
 
-@pytest.fixture
-def served(tmp_path: Path, git_server: GitServer) -> Iterator[Served]:
-    with serve(tmp_path, git_server.token) as s:
+@pytest.fixture(params=["auto", "none"], ids=["isolated-if-possible", "unisolated"])
+def served(
+    request: pytest.FixtureRequest, tmp_path: Path, git_server: GitServer
+) -> Iterator[Served]:
+    with serve(tmp_path, git_server.token, isolation=request.param) as s:
         yield s
 
 
@@ -107,6 +109,7 @@ def test_the_whole_job_through_rest(
     assert last["state"] == "finished" and last["returncode"] == 0, output(events, "stderr")
     assert "Cloning into" in output(events, "stderr")
     assert token in git_server.passwords
+    assert all(token not in r.path for r in git_server.requests)  # never in a URL
     assert sampler.git_seen > 0 and sampler.leaks == []
     assert all(token not in str(e) for e in events)
     assert workspace_files_containing(served.data_root, token) == []

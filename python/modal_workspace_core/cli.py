@@ -109,6 +109,15 @@ def _serve(args: argparse.Namespace) -> int:
         ]
     else:
         lines.append(f"  token:          from {settings.token_source}")
+    isolation = getattr(driver, "isolation", None)
+    if isolation is not None:
+        # The local driver's own word on whether commands are contained (bubblewrap).
+        enabled, reason = getattr(isolation, "enabled", False), getattr(isolation, "reason", "")
+        lines.append(
+            "  isolation:      bubblewrap"
+            if enabled
+            else f"  isolation:      NONE ({reason}): commands can read this user's files"
+        )
     lines += [
         f"  REST:           {base}/api/workspaces   (Authorization: Bearer <token>)",
         f"  MCP:            {base}/mcp/",
