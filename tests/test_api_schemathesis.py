@@ -47,6 +47,6 @@ CHECKS = [
 
 # workspace_create would start a real workspace per example; the end-to-end tests cover it.
 @schema.exclude(operation_id="workspace_create").parametrize()
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_no_server_errors_and_no_schema_violations(case: schemathesis.Case) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}"}, checks=CHECKS)

@@ -31,9 +31,10 @@ _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class Input(BaseModel):
-    """Unknown fields are refused: a misspelt option must not be silently ignored."""
+    """Unknown fields are refused: a misspelt option must not be silently ignored. Defaults
+    pass the same validators as client values, so a default path is canonical too."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
 def _id(kind: Literal["ws", "ex", "fw"]) -> AfterValidator:
@@ -361,6 +362,8 @@ def relative(path: str) -> str:
     """A validated `/workspace/...` path as the agent takes it: relative to its root."""
     if path == WORKSPACE_ROOT:
         return "."
+    if not path.startswith(WORKSPACE_ROOT + "/"):
+        raise ValueError(f"not a validated workspace path: {path[:64]!r}")
     return path[len(WORKSPACE_ROOT) + 1 :]
 
 

@@ -194,7 +194,7 @@ async def run_to_end(
 
 
 async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
-    record = await svc.running(inp.workspace_id)
+    record = await svc.record(inp.workspace_id)
     done = await run_to_end(
         svc,
         record,
@@ -221,7 +221,7 @@ async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
 
 
 async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) -> ExecStatus:
-    record = await svc.running(inp.workspace_id)
+    record = await svc.record(inp.workspace_id)
     if inp.idempotency_key is not None:
         exec_id = derived_exec_id(inp.workspace_id, inp.idempotency_key)
     else:

@@ -109,7 +109,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
             "destination: clone into a directory below /workspace, not the root itself",
             field="destination",
         )
-    record = await svc.running(inp.workspace_id)
+    record = await svc.record(inp.workspace_id)
     argv = gitcmd.clone_argv(repo.url, rel(dest), inp.ref, inp.depth)
     tags = {"repo-url": repo.url, "repo-path": dest}
     if inp.ref:
@@ -119,7 +119,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
 
 
 async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
-    record = await svc.running(inp.workspace_id)
+    record = await svc.record(inp.workspace_id)
     argv = gitcmd.fetch_argv(rel(inp.destination), inp.ref, inp.depth)
     tags = {"repo-fetched-at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     exec_id = await _start_git(svc, record, argv, use_token=inp.use_github_token, tags=tags)
@@ -127,7 +127,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
 
 
 async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
-    record = await svc.running(inp.workspace_id)
+    record = await svc.record(inp.workspace_id)
     argv = gitcmd.checkout_argv(rel(inp.destination), inp.ref, inp.create_branch)
     tags = {"repo-ref": inp.ref} if record.tags.get("repo-path") == inp.destination else {}
     exec_id = await _start_git(svc, record, argv, use_token=False, tags=tags)
@@ -141,7 +141,7 @@ def _git_failure(stderr: str, dest: str) -> WorkspaceError:
 
 
 async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
-    record = await svc.running(inp.workspace_id)
+    record = await svc.record(inp.workspace_id)
     done = await run_to_end(
         svc,
         record,
@@ -161,7 +161,7 @@ async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
 
 
 async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:
-    record = await svc.running(inp.workspace_id)
+    record = await svc.record(inp.workspace_id)
     done = await run_to_end(
         svc,
         record,

@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from . import policy
 from ._core import PolicyError
@@ -37,6 +37,28 @@ log = logging.getLogger("modal_workspace_core.service")
 # Set by a transport that can carry progress (MCP over SSE) for the duration of one call:
 # long-running handlers report (bytes of output so far, the latest line) through it.
 Reporter = Callable[[float, str], Awaitable[None]]
+T = TypeVar("T")
+# Agent requests that may be sent again after a lost channel without doing anything twice.
+REPEATABLE_OPS = frozenset(
+    {
+        "ping",
+        "exec.start",
+        "exec.status",
+        "exec.list",
+        "exec.cancel",
+        "exec.read",
+        "file.stat",
+        "file.read",
+        "file.list",
+        "file.glob",
+        "file.grep",
+        "file.write",
+        "file.mkdir",
+        "watch.status",
+        "watch.list",
+        "watch.cancel",
+    }
+)
 PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 
 
@@ -83,18 +105,10 @@ class Service:
     # --- workspaces and channels ----------------------------------------------------------------
 
     async def record(self, workspace_id: str) -> WorkspaceRecord:
+        """The workspace's record; a terminated workspace is as missing as one never made."""
         record = await self.driver.get(workspace_id)
         if record.state == "terminated":
             raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
-        return record
-
-    async def running(self, workspace_id: str) -> WorkspaceRecord:
-        record = await self.record(workspace_id)
-        if record.state != "running":
-            raise InvalidArgumentError(
-                f"workspace {workspace_id} is {record.state}; it must be running",
-                field="workspace_id",
-            )
         return record
 
     async def agent(self, workspace_id: str) -> Any:
@@ -104,7 +118,9 @@ class Service:
             client = self._clients.get(workspace_id)
             if client is not None and not getattr(client, "closed", False):
                 return client
-            await self.running(workspace_id)
+            # A stopped workspace is the driver's to revive (the local driver restarts an agent
+            # that died); only a terminated one is gone.
+            await self.record(workspace_id)
             client = await self.driver.connect(workspace_id)
             self._clients[workspace_id] = client
             return client
@@ -117,15 +133,14 @@ class Service:
     async def request(
         self, workspace_id: str, op: str, args: Mapping[str, Any], payload: bytes = b""
     ) -> tuple[dict[str, Any], bytes]:
-        """One agent request. A channel failure drops the channel, so the next call reconnects."""
-        client = await self.agent(workspace_id)
-        try:
+        """One agent request. A lost channel is reopened once for a request that is safe to
+        repeat (`exec.start` is: the gateway names the exec)."""
+
+        async def once(client: Any) -> tuple[dict[str, Any], bytes]:
             result, data = await client.request(op, dict(args), payload)
-        except Exception as exc:
-            if _agent_error_fields(exc) is None:
-                await self.drop_agent(workspace_id)
-            raise translate_error(exc) from None
-        return dict(result or {}), bytes(data or b"")
+            return dict(result or {}), bytes(data or b"")
+
+        return await self._with_channel(workspace_id, once, retry=op in REPEATABLE_OPS)
 
     async def read_events(
         self,
@@ -138,8 +153,8 @@ class Service:
         wait_seconds: float,
     ) -> dict[str, Any]:
         """One page of a stream as a plain dict (the JSON form of `Page`)."""
-        client = await self.agent(workspace_id)
-        try:
+
+        async def once(client: Any) -> dict[str, Any]:
             page = await client.read_events(
                 stream,
                 cursor,
@@ -147,14 +162,30 @@ class Service:
                 max_bytes=max_bytes,
                 wait_seconds=wait_seconds,
             )
-        except Exception as exc:
-            if _agent_error_fields(exc) is None:
-                await self.drop_agent(workspace_id)
-            raise translate_error(exc) from None
-        if isinstance(page, dict):
-            return page
-        parsed: dict[str, Any] = json.loads(page.to_json())
-        return parsed
+            if isinstance(page, dict):
+                return page
+            parsed: dict[str, Any] = json.loads(page.to_json())
+            return parsed
+
+        return await self._with_channel(workspace_id, once, retry=True)
+
+    async def _with_channel(
+        self, workspace_id: str, use: Callable[[Any], Awaitable[T]], *, retry: bool
+    ) -> T:
+        for attempt in (1, 2):
+            client = await self.agent(workspace_id)
+            try:
+                return await use(client)
+            except Exception as exc:
+                fields = _agent_error_fields(exc)
+                lost = fields is None or fields[0] == "unavailable"
+                if lost:
+                    # The channel is gone (the agent restarted, the socket broke): the next
+                    # use opens a new one.
+                    await self.drop_agent(workspace_id)
+                if not (lost and retry and attempt == 1):
+                    raise translate_error(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def merge_tags(self, workspace_id: str, updates: Mapping[str, str]) -> WorkspaceRecord:
         """Adds or replaces managed tags without losing concurrent updates to other keys."""
