@@ -48,7 +48,11 @@ def workspace_files_containing(data_root: Path, secret: str) -> list[Path]:
 
 
 @contextlib.contextmanager
-def serve(tmp: Path, github_token: str, isolation: str = "auto") -> Iterator[Served]:
+def serve(
+    tmp: Path, github_token: str, isolation: str = "auto", *, terminate_all: bool = True
+) -> Iterator[Served]:
+    """Runs the server until the block ends; then ends its workspaces (unless told not to,
+    for a restart) and the server."""
     data_root = tmp / "data"
     secrets = tmp / "secrets.json"
     secrets.write_text(json.dumps({"github": {"GH_TOKEN": github_token}}))
@@ -61,7 +65,7 @@ def serve(tmp: Path, github_token: str, isolation: str = "auto") -> Iterator[Ser
         # auto: bubblewrap where it works here; none: the unisolated fallback, paths and all.
         "MODAL_WORKSPACE_ISOLATION": isolation,
     }
-    log = tmp / "server.log"
+    log = tmp / f"server-{port}.log"
     argv = [str(SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--driver", "local", "--data-root", str(data_root)]
     with log.open("wb") as out:
@@ -84,6 +88,8 @@ def serve(tmp: Path, github_token: str, isolation: str = "auto") -> Iterator[Ser
     finally:
         # Agent daemons outlive the server by design: end every workspace this test made.
         with contextlib.suppress(httpx2.HTTPError):
+            if not terminate_all:
+                raise httpx2.HTTPError("kept for the next server")
             auth = {"Authorization": f"Bearer {TOKEN}"}
             listed = httpx2.get(f"{base_url}/api/workspaces", headers=auth, timeout=60).json()
             for ws in listed.get("workspaces", []):

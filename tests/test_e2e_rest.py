@@ -226,3 +226,27 @@ def test_the_whole_job_through_rest(
     assert ok(api.delete(f"/workspaces/{ws}"))["terminated"] is True
     missing = api.get(f"/workspaces/{ws}")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_workspaces_and_their_exec_logs_survive_a_server_restart(
+    tmp_path: Path, git_server: GitServer
+) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with (
+        serve(tmp_path, git_server.token, terminate_all=False) as first,
+        httpx2.Client(base_url=first.api, headers=headers, timeout=120) as api,
+    ):
+        ws = ok(api.post("/workspaces", json={"tags": {"keep": "yes"}}))["workspace_id"]
+        run = ok(api.post(f"/workspaces/{ws}/exec", json={"command": "echo remembered"}))
+    with (
+        serve(tmp_path, git_server.token) as second,
+        httpx2.Client(base_url=second.api, headers=headers, timeout=120) as api,
+    ):
+        listed = ok(api.get("/workspaces"))["workspaces"]
+        assert [(w["workspace_id"], w["tags"]["keep"]) for w in listed] == [(ws, "yes")]
+        execs = ok(api.get(f"/workspaces/{ws}/realtime-execs"))["execs"]
+        assert run["exec_id"] in {e["exec_id"] for e in execs}
+        events, last = drain(api, ws, run["exec_id"])
+        assert output(events) == "remembered\n" and last["returncode"] == 0
+        again = ok(api.post(f"/workspaces/{ws}/exec", json={"command": "echo still here"}))
+        assert again["stdout"] == "still here\n"
