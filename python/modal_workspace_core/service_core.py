@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from . import policy
 from ._core import PolicyError
+from .agent_client import AgentClient, AgentError
 from .config import Settings
 from .drivers.base import Driver, WorkspaceRecord
 from .errors import (
@@ -63,12 +64,8 @@ PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 
 
 def _agent_error_fields(exc: BaseException) -> tuple[str, str] | None:
-    # The agent client raises `AgentError(code, message)`; matched by shape so that the service
-    # does not depend on the client's import path.
-    code = getattr(exc, "code", None)
-    if isinstance(code, str) and not isinstance(exc, WorkspaceError):
-        message = getattr(exc, "message", None)
-        return code, message if isinstance(message, str) else str(exc)
+    if isinstance(exc, AgentError):
+        return exc.code, exc.message
     return None
 
 
@@ -95,7 +92,7 @@ class Service:
     def __init__(self, driver: Driver, settings: Settings) -> None:
         self.driver = driver
         self.settings = settings
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[str, AgentClient] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._tag_locks: dict[str, asyncio.Lock] = {}
         self.create_lock = asyncio.Lock()
@@ -111,12 +108,12 @@ class Service:
             raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
         return record
 
-    async def agent(self, workspace_id: str) -> Any:
+    async def agent(self, workspace_id: str) -> AgentClient:
         """The open channel to the workspace's agent, opened on first use and then reused."""
         lock = self._connect_locks.setdefault(workspace_id, asyncio.Lock())
         async with lock:
             client = self._clients.get(workspace_id)
-            if client is not None and not getattr(client, "closed", False):
+            if client is not None and not client.closed:
                 return client
             # A stopped workspace is the driver's to revive (the local driver restarts an agent
             # that died); only a terminated one is gone.
@@ -136,7 +133,7 @@ class Service:
         """One agent request. A lost channel is reopened once for a request that is safe to
         repeat (`exec.start` is: the gateway names the exec)."""
 
-        async def once(client: Any) -> tuple[dict[str, Any], bytes]:
+        async def once(client: AgentClient) -> tuple[dict[str, Any], bytes]:
             result, data = await client.request(op, dict(args), payload)
             return dict(result or {}), bytes(data or b"")
 
@@ -154,7 +151,7 @@ class Service:
     ) -> dict[str, Any]:
         """One page of a stream as a plain dict (the JSON form of `Page`)."""
 
-        async def once(client: Any) -> dict[str, Any]:
+        async def once(client: AgentClient) -> dict[str, Any]:
             page = await client.read_events(
                 stream,
                 cursor,
@@ -162,15 +159,13 @@ class Service:
                 max_bytes=max_bytes,
                 wait_seconds=wait_seconds,
             )
-            if isinstance(page, dict):
-                return page
             parsed: dict[str, Any] = json.loads(page.to_json())
             return parsed
 
         return await self._with_channel(workspace_id, once, retry=True)
 
     async def _with_channel(
-        self, workspace_id: str, use: Callable[[Any], Awaitable[T]], *, retry: bool
+        self, workspace_id: str, use: Callable[[AgentClient], Awaitable[T]], *, retry: bool
     ) -> T:
         for attempt in (1, 2):
             client = await self.agent(workspace_id)
@@ -267,15 +262,10 @@ class Service:
             await self.driver.close()
 
 
-async def _close_quietly(client: Any) -> None:
-    for name in ("aclose", "close"):
-        close = getattr(client, name, None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                result = close()
-                if asyncio.iscoroutine(result):
-                    await result
-            return
+async def _close_quietly(client: AgentClient) -> None:
+    # Closing a channel that already broke must not turn into the caller's error.
+    with contextlib.suppress(Exception):
+        await client.close()
 
 
 def host_path(record: WorkspaceRecord, path: str) -> str:
