@@ -23,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bindings::policy::register(m)?;
     bindings::ring::register(m)?;
     bindings::agent::register(m)?;
+    bindings::channel::register(m)?;
     Ok(())
 }

@@ -1,0 +1,285 @@
+"""The runtime every operation shares: the driver, one agent channel per workspace, background
+tasks, and the translation of every failure into the gateway's error model.
+
+Handlers (the `ops_*` modules) call `request`/`read_events` here and never see a driver's type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from . import policy
+from ._core import PolicyError
+from .agent_client import AgentClient, AgentError
+from .config import Settings
+from .drivers.base import Driver, WorkspaceRecord
+from .errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    TimeoutError_,
+    UpstreamError,
+    WorkspaceError,
+    from_agent_error,
+    from_policy_error,
+)
+from .models import WORKSPACE_ROOT
+
+__all__ = ["PROGRESS", "Service", "translate_error"]
+
+log = logging.getLogger("modal_workspace_core.service")
+
+# Set by a transport that can carry progress (MCP over SSE) for the duration of one call:
+# long-running handlers report (bytes of output so far, the latest line) through it.
+Reporter = Callable[[float, str], Awaitable[None]]
+T = TypeVar("T")
+# Agent requests that may be sent again after a lost channel without doing anything twice.
+REPEATABLE_OPS = frozenset(
+    {
+        "ping",
+        "exec.start",
+        "exec.status",
+        "exec.list",
+        "exec.cancel",
+        "exec.read",
+        "file.stat",
+        "file.read",
+        "file.list",
+        "file.glob",
+        "file.grep",
+        "file.write",
+        "file.mkdir",
+        "watch.status",
+        "watch.list",
+        "watch.cancel",
+    }
+)
+PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
+
+
+def _agent_error_fields(exc: BaseException) -> tuple[str, str] | None:
+    if isinstance(exc, AgentError):
+        return exc.code, exc.message
+    return None
+
+
+def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
+    """Any failure below the service, as the error a caller sees."""
+    if isinstance(exc, WorkspaceError):
+        return exc
+    if isinstance(exc, PolicyError):
+        return from_policy_error(exc, field or "input")
+    agent = _agent_error_fields(exc)
+    if agent is not None:
+        return from_agent_error(*agent, field=field)
+    if isinstance(exc, TimeoutError):
+        return TimeoutError_("the workspace did not answer in time; try again")
+    if isinstance(exc, ConnectionError | EOFError | OSError):
+        return UpstreamError("the channel to the workspace agent failed; try again")
+    log.exception("unexpected failure", exc_info=exc)
+    return UpstreamError(f"unexpected failure in the gateway ({type(exc).__name__})")
+
+
+class Service:
+    """The state behind the operation table: one per server (or per `Workspaces` client)."""
+
+    def __init__(self, driver: Driver, settings: Settings) -> None:
+        self.driver = driver
+        self.settings = settings
+        self._clients: dict[str, AgentClient] = {}
+        self._connect_locks: dict[str, asyncio.Lock] = {}
+        self._tag_locks: dict[str, asyncio.Lock] = {}
+        self.create_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    # --- workspaces and channels ----------------------------------------------------------------
+
+    async def record(self, workspace_id: str) -> WorkspaceRecord:
+        """The workspace's record; a terminated workspace is as missing as one never made."""
+        record = await self.driver.get(workspace_id)
+        if record.state == "terminated":
+            raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
+        return record
+
+    async def agent(self, workspace_id: str) -> AgentClient:
+        """The open channel to the workspace's agent, opened on first use and then reused."""
+        lock = self._connect_locks.setdefault(workspace_id, asyncio.Lock())
+        async with lock:
+            client = self._clients.get(workspace_id)
+            if client is not None and not client.closed:
+                return client
+            # A stopped workspace is the driver's to revive (the local driver restarts an agent
+            # that died); only a terminated one is gone.
+            await self.record(workspace_id)
+            client = await self.driver.connect(workspace_id)
+            self._clients[workspace_id] = client
+            return client
+
+    async def drop_agent(self, workspace_id: str) -> None:
+        client = self._clients.pop(workspace_id, None)
+        if client is not None:
+            await _close_quietly(client)
+
+    async def request(
+        self, workspace_id: str, op: str, args: Mapping[str, Any], payload: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
+        """One agent request. A lost channel is reopened once for a request that is safe to
+        repeat (`exec.start` is: the gateway names the exec)."""
+
+        async def once(client: AgentClient) -> tuple[dict[str, Any], bytes]:
+            result, data = await client.request(op, dict(args), payload)
+            return dict(result or {}), bytes(data or b"")
+
+        return await self._with_channel(workspace_id, once, retry=op in REPEATABLE_OPS)
+
+    async def read_events(
+        self,
+        workspace_id: str,
+        stream: str,
+        cursor: int,
+        *,
+        max_events: int,
+        max_bytes: int,
+        wait_seconds: float,
+    ) -> dict[str, Any]:
+        """One page of a stream as a plain dict (the JSON form of `Page`)."""
+
+        async def once(client: AgentClient) -> dict[str, Any]:
+            page = await client.read_events(
+                stream,
+                cursor,
+                max_events=max_events,
+                max_bytes=max_bytes,
+                wait_seconds=wait_seconds,
+            )
+            parsed: dict[str, Any] = json.loads(page.to_json())
+            return parsed
+
+        return await self._with_channel(workspace_id, once, retry=True)
+
+    async def _with_channel(
+        self, workspace_id: str, use: Callable[[AgentClient], Awaitable[T]], *, retry: bool
+    ) -> T:
+        for attempt in (1, 2):
+            client = await self.agent(workspace_id)
+            try:
+                return await use(client)
+            except Exception as exc:
+                fields = _agent_error_fields(exc)
+                lost = fields is None or fields[0] == "unavailable"
+                if lost:
+                    # The channel is gone (the agent restarted, the socket broke): the next
+                    # use opens a new one.
+                    await self.drop_agent(workspace_id)
+                if not (lost and retry and attempt == 1):
+                    raise translate_error(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def merge_tags(self, workspace_id: str, updates: Mapping[str, str]) -> WorkspaceRecord:
+        """Adds or replaces managed tags without losing concurrent updates to other keys."""
+        lock = self._tag_locks.setdefault(workspace_id, asyncio.Lock())
+        async with lock:
+            record = await self.driver.get(workspace_id)
+            return await self.driver.set_tags(workspace_id, {**record.tags, **updates})
+
+    # --- inputs that need the configuration -----------------------------------------------------
+
+    def secret_env(self, names: list[str]) -> dict[str, str]:
+        """The values of allowlisted secrets; a name outside the allowlist is refused (403)."""
+        env: dict[str, str] = {}
+        for i, name in enumerate(names):
+            field = f"secret_names[{i}]"
+            try:
+                policy.allowed(
+                    name, self.settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS"
+                )
+            except PolicyError as exc:
+                raise from_policy_error(exc, field) from None
+            values = self.settings.secret_values.get(name)
+            if values is None:
+                raise PermissionDeniedError(
+                    f"{field}: secret {name!r} is allowlisted but has no values configured "
+                    "(MODAL_WORKSPACE_LOCAL_SECRETS_FILE)",
+                    field=field,
+                )
+            env.update(values)
+        return env
+
+    def github_token(self) -> str:
+        name = self.settings.github_secret
+        token = self.secret_env([name]).get("GH_TOKEN") if name else None
+        if not token:
+            raise PermissionDeniedError(
+                f"the GitHub secret {name!r} has no GH_TOKEN value configured",
+                field="use_github_token",
+            )
+        return token
+
+    def volumes(self, volumes: Mapping[str, str]) -> dict[str, str]:
+        checked: dict[str, str] = {}
+        for mount, name in volumes.items():
+            field = f"volumes[{mount[:32]}]"
+            try:
+                path = policy.workspace_path("/", mount)
+                policy.allowed(
+                    name, self.settings.allowed_volumes, "MODAL_WORKSPACE_ALLOWED_VOLUMES"
+                )
+            except PolicyError as exc:
+                raise from_policy_error(exc, field) from None
+            if path == "/" or path == WORKSPACE_ROOT:
+                raise InvalidArgumentError(f"{field}: cannot mount a volume over {path}", field)
+            checked[path] = name
+        return checked
+
+    # --- background work ------------------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self, *, close_driver: bool = True) -> None:
+        """Stops background work and closes every agent channel (and the driver, if asked)."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        for workspace_id in list(self._clients):
+            await self.drop_agent(workspace_id)
+        if close_driver:
+            await self.driver.close()
+
+
+async def _close_quietly(client: AgentClient) -> None:
+    # Closing a channel that already broke must not turn into the caller's error.
+    with contextlib.suppress(Exception):
+        await client.close()
+
+
+def host_path(record: WorkspaceRecord, path: str) -> str:
+    """A validated `/workspace/...` path as commands in this workspace see it."""
+    return (
+        record.root.rstrip("/") + path[len(WORKSPACE_ROOT) :]
+        if path != WORKSPACE_ROOT
+        else record.root
+    )
+
+
+def client_path(path: str) -> str:
+    """A path from the agent (relative to the root) as clients see it: under `/workspace`."""
+    if path.startswith(WORKSPACE_ROOT + "/") or path == WORKSPACE_ROOT:
+        return path
+    path = path.lstrip("/")
+    return WORKSPACE_ROOT if path in ("", ".") else f"{WORKSPACE_ROOT}/{path.removeprefix('./')}"

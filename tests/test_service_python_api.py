@@ -1,0 +1,98 @@
+"""The Python API in-process over the real local driver and agent: `async with Workspaces()`,
+`exec`, an iterator that follows an exec to its end, generated methods, and a workspace whose
+agent died answering again on the next call."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import modal_workspace_core as mwc
+import pytest
+from modal_workspace_core.config import load_settings
+
+local = pytest.importorskip("modal_workspace_core.drivers.local")
+
+
+@pytest.fixture
+async def wss(tmp_path: Path) -> AsyncIterator[mwc.Workspaces]:
+    settings = load_settings({}, data_root=tmp_path / "data")
+    async with mwc.Workspaces(settings=settings) as client:
+        try:
+            yield client
+        finally:
+            for ws in await client.list():
+                await ws.terminate()
+
+
+def processes_of(workspace_id: str) -> list[int]:
+    needle = f"\0{local.WORKSPACE_ID_ENV}={workspace_id}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in b"\0" + (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"  # a zombie has ended
+
+
+async def test_exec_and_the_event_iterator_follow_a_command_to_its_end(
+    wss: mwc.Workspaces,
+) -> None:
+    ws = await wss.create(tags={"purpose": "api-test"})
+    assert ws.id.startswith("ws-") and ws.info.tags["purpose"] == "api-test"
+    result = await ws.exec("echo hi; echo oops >&2")
+    assert (result.stdout, result.stderr, result.returncode) == ("hi\n", "oops\n", 0)
+    kinds, text = [], ""
+    async for event in ws.exec_stream("for i in 1 2 3; do echo line $i; sleep 0.2; done"):
+        kinds.append(event.type)
+        if event.type == "stdout":
+            text += event.data or ""
+    assert text == "line 1\nline 2\nline 3\n"
+    assert "exit" in kinds
+    assert [w.id for w in await wss.list()] == [ws.id]
+
+
+async def test_generated_methods_take_required_fields_positionally(wss: mwc.Workspaces) -> None:
+    ws = await wss.create()
+    await ws.file_write("notes/a.txt", "alpha\n")
+    read = await ws.file_read("notes/a.txt")
+    assert read.content == "alpha\n"
+    edited = await ws.file_edit("notes/a.txt", "alpha", "beta")
+    assert edited.replacements == 1
+    hits = await ws.file_search("beta")
+    assert [h.path for h in hits.hits] == ["/workspace/notes/a.txt"]
+    with pytest.raises(mwc.WorkspaceError) as info:
+        await ws.file_read("../outside")
+    assert (info.value.code, info.value.field) == ("invalid_argument", "path")
+
+
+async def test_a_workspace_whose_agent_died_answers_again(wss: mwc.Workspaces) -> None:
+    ws = await wss.create()
+    first = await ws.exec("echo before")
+    assert first.stdout == "before\n"
+    victims = processes_of(ws.id)
+    assert victims
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in victims):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # The cached channel is dead; the service reopens it (the driver restarts the agent).
+    again = await ws.exec("echo after")
+    assert again.stdout == "after\n"
+    history = await ws.realtime_exec_list()
+    assert first.exec_id in {e.exec_id for e in history.execs}

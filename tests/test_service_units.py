@@ -1,0 +1,110 @@
+"""The service's small rules: canonical defaults, output capping, text decoding of file reads,
+idempotent exec ids, when a page is `done`, and how failures become the error model."""
+
+from __future__ import annotations
+
+import pytest
+from modal_workspace_core import models as m
+from modal_workspace_core import policy
+from modal_workspace_core.errors import (
+    NotFoundError,
+    PermissionDeniedError,
+    UpstreamError,
+    from_agent_error,
+)
+from modal_workspace_core.ops_execs import Capture, derived_exec_id, page_out
+from modal_workspace_core.ops_files import decode_text
+from modal_workspace_core.service_core import client_path, translate_error
+
+WS = "ws-" + "a" * 32
+
+
+def test_default_paths_are_canonical_like_client_paths() -> None:
+    assert m.FileList(workspace_id=WS).path == "/workspace"
+    assert m.FileSearch(workspace_id=WS, pattern="x").path == "/workspace"
+    assert m.WatchStart(workspace_id=WS).path == "/workspace"
+    assert m.relative("/workspace") == "."
+    assert m.relative("/workspace/a/b") == "a/b"
+    with pytest.raises(ValueError):
+        m.relative(".")
+
+
+def test_agent_paths_come_back_under_workspace() -> None:
+    assert client_path("") == "/workspace"
+    assert client_path("a/b") == "/workspace/a/b"
+    assert client_path("/workspace/a") == "/workspace/a"
+
+
+def test_capture_keeps_head_and_tail_and_counts_everything() -> None:
+    cap = Capture(cap=10)
+    for chunk in (b"0123", b"4567", b"89ab", b"cdef"):
+        cap.add(chunk)
+    assert cap.total == 16 and cap.truncated
+    assert cap.text() == "01234\n[... 6 bytes omitted ...]\nbcdef"
+    small = Capture(cap=10)
+    small.add(b"hello")
+    assert (small.text(), small.truncated) == ("hello", False)
+    head = Capture(cap=4, head_only=True)
+    head.add(b"abcdefgh")
+    assert (bytes(head.head), head.total, head.truncated) == (b"abcd", 8, True)
+
+
+def test_a_read_cut_inside_a_character_returns_whole_characters() -> None:
+    assert decode_text("é".encode() * 2, complete=True) == ("éé", "utf-8", 4)
+    cut = "aé".encode()[:2]  # 'a' and the first byte of 'é'
+    assert decode_text(cut, complete=False) == ("a", "utf-8", 1)
+    content, encoding, used = decode_text(b"\xff\xfe\x00", complete=True)
+    assert (content, encoding, used) == ("//4A", "base64", 3)
+
+
+def test_an_idempotency_key_names_one_exec_per_workspace() -> None:
+    a = derived_exec_id(WS, "key")
+    assert a == derived_exec_id(WS, "key")
+    assert policy.check_id("ex", a) == a
+    assert a != derived_exec_id(WS, "other")
+    assert a != derived_exec_id("ws-" + "b" * 32, "key")
+
+
+def _page(events: list[dict[str, object]], **extra: object) -> dict[str, object]:
+    base = {"next_cursor": len(events), "has_more": False, "closed": False}
+    return {"events": events, **base, **extra}
+
+
+def test_done_only_once_the_closed_stream_is_fully_delivered() -> None:
+    running = _page([{"seq": 1, "type": "stdout", "data": "x"}])
+    assert not page_out(running, None).done
+    exit_then_status = _page(
+        [{"seq": 1, "type": "exit"}, {"seq": 2, "type": "status"}], closed=True
+    )
+    assert page_out(exit_then_status, None).done
+    more = _page([{"seq": 1, "type": "stdout", "data": "x"}], closed=True, has_more=True)
+    assert not page_out(more, None).done
+    after_the_end = _page([], closed=True)
+    assert page_out(after_the_end, {"state": "finished", "returncode": 0}).done
+
+
+def test_agent_codes_map_to_statuses() -> None:
+    assert isinstance(from_agent_error("not_found", "no exec"), NotFoundError)
+    assert from_agent_error("permission", "x").status == 403
+    assert from_agent_error("limit", "x").status == 413
+    assert from_agent_error("unavailable", "gone").status == 502
+    strange = from_agent_error("weird", "boom")
+    assert isinstance(strange, UpstreamError) and "weird" in strange.message
+
+
+def test_policy_errors_name_the_field_and_allowlists_are_403() -> None:
+    try:
+        policy.allowed("prod", [], "MODAL_WORKSPACE_ALLOWED_SECRETS")
+    except policy.PolicyError as exc:
+        err = translate_error(exc, "secret_names[0]")
+    assert isinstance(err, PermissionDeniedError) and err.field == "secret_names[0]"
+    try:
+        policy.git_ref("a..b")
+    except policy.PolicyError as exc:
+        bad = translate_error(exc, "ref")
+    assert bad.status == 400 and bad.message.startswith("ref: ")
+
+
+def test_an_unexpected_failure_is_a_502_that_names_no_detail() -> None:
+    err = translate_error(RuntimeError("secret-ish internal detail"))
+    assert err.status == 502 and "secret-ish" not in err.message
