@@ -244,25 +244,31 @@ async def test_killing_the_transport_mid_stream_and_resuming_loses_and_repeats_n
     daemon: Path,
 ) -> None:
     client = await AgentClient.connect_subprocess(connect_argv(daemon))
-    lines = 4000
-    script = f"for i in $(seq 1 {lines}); do echo $i; [ $((i % 100)) = 0 ] && sleep 0.05; done"
+    # Numbered lines flow until the test says stop, so every kill lands mid-stream.
+    stop = daemon.parent / "stop"
+    script = f"i=0; while [ ! -e {stop} ]; do i=$((i+1)); echo $i; sleep 0.002; done; echo end"
     reader = StreamReader(await start(client, script))
     try:
-        await reader.read(client, past=500)
+        await reader.read(client, past=100)
         kill_transport(client)
         await reader.read_until_lost(client)
         assert client.closed
         # The same client on a new transport resubscribes from what its cache holds.
         await client.reconnect()
-        await reader.read(client, past=1500)
+        await reader.read(client, past=reader.cursor + 200)
         kill_transport(client)
         await reader.read_until_lost(client)
         # So does a new client that takes over the old one's cache.
         client = await AgentClient.connect_subprocess(connect_argv(daemon), resume=client)
+        await reader.read(client, past=reader.cursor + 100)
+        stop.touch()
         await reader.read(client)
     finally:
         await client.close()
-    assert text(reader.seen, "stdout") == "".join(f"{i}\n" for i in range(1, lines + 1))
+    lines = text(reader.seen, "stdout").splitlines()
+    assert lines[-1] == "end"
+    assert lines[:-1] == [str(i) for i in range(1, len(lines))]
+    assert len(lines) > 300
 
 
 async def test_a_cursor_older_than_the_cache_is_read_from_the_agents_log(daemon: Path) -> None:
