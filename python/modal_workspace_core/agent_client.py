@@ -53,7 +53,7 @@ class AgentClient:
         self._info: dict[str, Any] = {}
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self._subscribing: dict[str, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
-        self._stream_events: dict[str, asyncio.Event] = {}
+        self._stream_events: dict[str, _Waiters] = {}
         self._lost: AgentError | None = AgentError("unavailable", "not connected yet")
         self._shut = False
 
@@ -266,17 +266,25 @@ class AgentClient:
     async def _wait_stream(self, stream_id: str, timeout: float) -> None:
         """Waits for the reader task to report a change of the stream (or the timeout). The
         caller read the cache just before, with no await in between: no wake-up is missed."""
-        event = self._stream_events.get(stream_id)
-        if event is None:
-            event = self._stream_events[stream_id] = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await event.wait()
+        waiters = self._stream_events.get(stream_id)
+        if waiters is None:
+            waiters = self._stream_events[stream_id] = _Waiters()
+        waiters.count += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await waiters.event.wait()
+        finally:
+            # The last waiter to give up removes the entry, so streams polled once and never
+            # woken do not accumulate.
+            waiters.count -= 1
+            if waiters.count == 0 and self._stream_events.get(stream_id) is waiters:
+                del self._stream_events[stream_id]
 
     def _wake(self, stream_id: str) -> None:
-        event = self._stream_events.pop(stream_id, None)
-        if event is not None:
-            event.set()
+        waiters = self._stream_events.pop(stream_id, None)
+        if waiters is not None:
+            waiters.event.set()
 
     async def _read_log(
         self, stream_id: str, cursor: int, max_events: int, max_bytes: int, cached: Page | None
@@ -394,6 +402,16 @@ class AgentClient:
         transport, self._transport = self._transport, None
         if transport is not None:
             await transport.close()
+
+
+class _Waiters:
+    """The long-polls waiting on one stream: woken together by one `set`."""
+
+    __slots__ = ("count", "event")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.count = 0
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -1,4 +1,5 @@
-//! The channel's handshake and request/response handling, against frames built by hand.
+//! The channel's handshake and request/response handling, against frames built by hand as an
+//! agent would send them (the stream cache has its own tests).
 
 use super::*;
 use crate::channel::FrameKind;
