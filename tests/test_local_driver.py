@@ -21,6 +21,7 @@ from modal_workspace_core.drivers.base import WorkspaceSpec
 from modal_workspace_core.drivers.local import WORKSPACE_ID_ENV, IsolationMode, LocalDriver
 from modal_workspace_core.errors import ConflictError, InvalidArgumentError, NotFoundError
 from support.agent_exec import drain, run
+from support.git_server import GitServer, insteadof_config
 
 
 @pytest.fixture
@@ -248,3 +249,46 @@ async def test_a_deep_data_root_still_reaches_the_socket(tmp_path: Path) -> None
             assert done.stdout == "reached\n"
         finally:
             await destroy_all(local)
+
+
+ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) echo x-access-token ;;
+  *) printf '%s\\n' "$MWC_TEST_GIT_TOKEN" ;;
+esac
+"""
+
+
+async def test_a_workspace_clones_from_github_mapped_to_the_test_server(
+    driver: LocalDriver, git_server: GitServer
+) -> None:
+    wid = policy.new_id("ws")
+    await driver.create(wid, WorkspaceSpec())
+    client = await driver.connect(wid)
+    try:
+        config = insteadof_config(git_server.base_url)
+        await client.request(
+            "file.write", {"path": ".mwc/gitconfig", "create_parents": True}, config.encode()
+        )
+        await client.request("file.write", {"path": ".mwc/askpass"}, ASKPASS.encode())
+        done = await run(
+            client,
+            "chmod +x .mwc/askpass && git clone --quiet https://github.com/octo/hello src/hello "
+            "&& cat src/hello/README.md",
+            env={
+                "GIT_CONFIG_GLOBAL": ".mwc/gitconfig",
+                "GIT_ASKPASS": "./.mwc/askpass",
+                "GIT_TERMINAL_PROMPT": "0",
+                "MWC_TEST_GIT_TOKEN": git_server.token,
+            },
+            secrets=[git_server.token],
+        )
+    finally:
+        await client.close()
+    assert done.exit["returncode"] == 0, done.stderr
+    assert done.stdout == "# hello\n"
+    assert git_server.token in git_server.passwords
+    # The exec's environment is recorded with the token redacted: it is in no file.
+    for path in (driver.data_root / wid).rglob("*"):
+        if path.is_file():
+            assert git_server.token.encode() not in path.read_bytes(), path
