@@ -76,9 +76,12 @@ impl ExecRecord {
     /// Writes the `running` status event and meta once the process runs (before its first
     /// output, whichever comes first).
     pub(crate) fn announce(&self) {
-        let Some(exec) = self.exec.get() else {
-            return;
-        };
+        if let Some(exec) = self.exec.get() {
+            self.announce_for(exec);
+        }
+    }
+
+    fn announce_for(&self, exec: &Exec) {
         let status = exec.status();
         let Some(pid) = status.pid else {
             return;
@@ -183,7 +186,9 @@ impl LogSink {
 
 impl OutputSink for LogSink {
     fn output<'a>(&'a self, stream: Stream, chunk: &'a [u8]) -> SinkFuture<'a> {
-        self.record.announce();
+        // The handle is stored right after the spawn returns, with no await in between: the
+        // wait is at most that long, and keeps `running` ahead of the first output.
+        self.record.announce_for(self.record.exec.wait());
         let (redactor, kind) = match stream {
             Stream::Stdout => (&self.stdout, EventType::Stdout),
             Stream::Stderr => (&self.stderr, EventType::Stderr),
@@ -195,7 +200,7 @@ impl OutputSink for LogSink {
 
     fn finished<'a>(&'a self, status: &'a ExecStatus) -> SinkFuture<'a> {
         if status.pid.is_some() {
-            self.record.announce();
+            self.record.announce_for(self.record.exec.wait());
         }
         let out = self.stdout.lock().finish();
         self.store(EventType::Stdout, &out);
