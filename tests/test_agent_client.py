@@ -1,0 +1,307 @@
+"""The gateway's agent client against a real agent daemon started in a temporary directory:
+requests, streamed execs, long-polls woken by notification, reconnects and the cache bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from modal_workspace_core._core import Page
+from modal_workspace_core.agent_client import AgentClient, AgentError
+
+# Generous bounds: the machine is small and shared.
+STARTUP_SECONDS = 30.0
+SOON = 5.0
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Path]:
+    """A daemon on a workspace in `tmp_path`; yields its socket."""
+    root, state, sock = tmp_path / "root", tmp_path / "state", tmp_path / "agent.sock"
+    root.mkdir()
+    argv = [sys.executable, "-m", "modal_workspace_core.agent", "daemon"]
+    argv += ["--root", str(root), "--state-dir", str(state), "--socket", str(sock)]
+    process = subprocess.Popen(argv, env={**os.environ, "MWC_AGENT_LOG": "warn"})
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not sock.exists():
+            assert process.poll() is None, "the daemon exited at start"
+            assert time.monotonic() < deadline, "the daemon did not open its socket"
+            time.sleep(0.02)
+        yield sock
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+async def client(daemon: Path) -> AsyncIterator[AgentClient]:
+    client = await AgentClient.connect_unix(daemon)
+    yield client
+    await client.close()
+
+
+def connect_argv(sock: Path) -> list[str]:
+    return [sys.executable, "-m", "modal_workspace_core.agent", "connect", "--socket", str(sock)]
+
+
+async def start(client: AgentClient, command: str, **args: Any) -> str:
+    status, _ = await client.request("exec.start", {"command": command, **args})
+    exec_id: str = status["exec_id"]
+    return exec_id
+
+
+async def read_to_done(
+    client: AgentClient, exec_id: str, cursor: int = 0, **kwargs: Any
+) -> tuple[list[dict[str, Any]], int]:
+    """Every event after `cursor` until the stream ends, checking that seqs rise by one and
+    that the exit event came."""
+    events: list[dict[str, Any]] = []
+    while True:
+        page = await client.read_events(exec_id, cursor, wait_seconds=20, **kwargs)
+        assert not page.cursor_expired
+        for event in page.events:
+            assert event["seq"] == cursor + 1, "an event was lost or repeated"
+            cursor = event["seq"]
+            events.append(event)
+        if page.closed and not page.has_more:
+            assert any(e["type"] == "exit" for e in events)
+            return events, cursor
+
+
+def text(events: list[dict[str, Any]], kind: str) -> str:
+    return "".join(e.get("data", "") for e in events if e["type"] == kind)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+async def test_requests_get_their_answers_and_errors_carry_the_protocol_code(
+    client: AgentClient,
+) -> None:
+    assert client.info["role"] == "agent"
+    assert client.info["protocol"] == 1
+    pings = await asyncio.gather(*(client.request("ping") for _ in range(20)))
+    assert all(result["protocol"] == 1 for result, _ in pings)
+    with pytest.raises(AgentError) as err:
+        await client.request("exec.status", {"exec_id": "ex-" + "0" * 32})
+    assert err.value.code == "not_found"
+    assert isinstance(err.value, RuntimeError)
+    with pytest.raises(AgentError) as err:
+        await client.request("Not An Op")
+    assert err.value.code == "invalid_argument"
+
+
+async def test_a_gateway_refuses_an_agent_of_another_protocol(tmp_path: Path) -> None:
+    async def old_agent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        header = json.dumps({"protocol": 99, "build": "9.9.9", "role": "agent"}).encode()
+        body = struct.pack(">I", len(header)) + header
+        writer.write(struct.pack(">IB", len(body), 1) + body)
+        await writer.drain()
+        await reader.read()
+
+    server = await asyncio.start_unix_server(old_agent, str(tmp_path / "old.sock"))
+    async with server:
+        with pytest.raises(AgentError) as err:
+            await AgentClient.connect_unix(tmp_path / "old.sock")
+    assert err.value.code == "protocol_mismatch"
+    for part in ("protocol 1", "protocol 99", "9.9.9"):
+        assert part in err.value.message
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+async def test_a_realtime_exec_streams_to_done_with_nothing_missing(client: AgentClient) -> None:
+    exec_id = await start(
+        client, "for i in $(seq 1 3000); do echo out $i; echo err $i >&2; done; exit 3"
+    )
+    events, cursor = await read_to_done(client, exec_id)
+    assert text(events, "stdout") == "".join(f"out {i}\n" for i in range(1, 3001))
+    assert text(events, "stderr") == "".join(f"err {i}\n" for i in range(1, 3001))
+    (exit_event,) = [e for e in events if e["type"] == "exit"]
+    assert exit_event["returncode"] == 3
+    # The stream has ended: a read at its end returns at once, empty and closed.
+    before = time.monotonic()
+    end = await client.read_events(exec_id, cursor, wait_seconds=20)
+    assert end.closed and len(end) == 0
+    assert time.monotonic() - before < SOON
+
+
+async def test_twenty_long_polls_of_one_exec_are_woken_together(client: AgentClient) -> None:
+    exec_id = await start(client, "read line; echo got $line")
+    # The exec announces it runs, then waits for its stdin.
+    first = await client.read_events(exec_id, 0, wait_seconds=20)
+    assert [e["type"] for e in first.events] == ["status"]
+    cursor = first.next_cursor
+    polls = [
+        asyncio.create_task(client.read_events(exec_id, cursor, wait_seconds=25)) for _ in range(20)
+    ]
+    await asyncio.sleep(0.3)
+    assert not any(p.done() for p in polls), "a long-poll returned with nothing to say"
+    before = time.monotonic()
+    await client.request("exec.input", {"exec_id": exec_id}, b"hello\n")
+    pages: list[Page] = await asyncio.wait_for(asyncio.gather(*polls), SOON)
+    assert time.monotonic() - before < SOON
+    for page in pages:
+        assert page.events, "a woken poll returned nothing"
+        assert page.events[0]["seq"] == cursor + 1
+    assert {p.events[0]["seq"] for p in pages} == {cursor + 1}
+    events, _ = await read_to_done(client, exec_id, cursor)
+    assert "got hello\n" in text(events, "stdout")
+
+
+async def test_a_long_poll_returns_soon_after_output_and_at_its_timeout_otherwise(
+    client: AgentClient,
+) -> None:
+    exec_id = await start(client, "sleep 1; echo late; exec sleep 1000")
+    cursor = (await client.read_events(exec_id, 0)).next_cursor
+    before = time.monotonic()
+    page = await client.read_events(exec_id, cursor, wait_seconds=20)
+    while not any(e["type"] == "stdout" for e in page.events):
+        cursor = page.next_cursor
+        page = await client.read_events(exec_id, cursor, wait_seconds=20)
+    assert time.monotonic() - before < 1 + SOON
+    assert text(page.events, "stdout") == "late\n"
+
+    before = time.monotonic()
+    quiet = await client.read_events(exec_id, page.next_cursor, wait_seconds=0.5)
+    waited = time.monotonic() - before
+    assert len(quiet) == 0 and not quiet.closed
+    assert 0.5 <= waited < 0.5 + SOON
+    await client.request("exec.cancel", {"exec_id": exec_id, "grace_seconds": 0})
+
+
+async def test_connect_subprocess_speaks_through_mwc_agent_connect(daemon: Path) -> None:
+    client = await AgentClient.connect_subprocess(connect_argv(daemon))
+    try:
+        assert client.info["role"] == "agent"
+        exec_id = await start(client, "echo through connect")
+        events, _ = await read_to_done(client, exec_id)
+        assert text(events, "stdout") == "through connect\n"
+    finally:
+        await client.close()
+    assert client.closed
+    with pytest.raises(AgentError) as err:
+        await client.request("ping")
+    assert err.value.code == "unavailable"
+
+
+class StreamReader:
+    """Reads one exec's events across reconnects, checking that none is lost or repeated."""
+
+    def __init__(self, exec_id: str) -> None:
+        self.exec_id = exec_id
+        self.cursor = 0
+        self.seen: list[dict[str, Any]] = []
+        self.done = False
+
+    async def read(self, client: AgentClient, past: int | None = None) -> None:
+        """Reads until the exit event, or until the cursor is beyond `past`."""
+        while not self.done and (past is None or self.cursor <= past):
+            page = await client.read_events(self.exec_id, self.cursor, wait_seconds=20)
+            assert not page.cursor_expired
+            for event in page.events:
+                assert event["seq"] == self.cursor + 1, "an event was lost or repeated"
+                self.cursor = event["seq"]
+                self.seen.append(event)
+            self.done = page.closed and not page.has_more
+
+    async def read_until_lost(self, client: AgentClient) -> None:
+        """Reads what the cache still has after the transport died, until reads fail."""
+        with pytest.raises(AgentError) as err:
+            await asyncio.wait_for(self.read(client), 4 * SOON)
+        assert err.value.code == "unavailable"
+        assert not self.done
+
+
+def kill_transport(client: AgentClient) -> None:
+    transport = client._transport
+    assert transport is not None
+    transport.process.send_signal(signal.SIGKILL)  # type: ignore[attr-defined]
+
+
+async def test_killing_the_transport_mid_stream_and_resuming_loses_and_repeats_nothing(
+    daemon: Path,
+) -> None:
+    client = await AgentClient.connect_subprocess(connect_argv(daemon))
+    lines = 4000
+    script = f"for i in $(seq 1 {lines}); do echo $i; [ $((i % 100)) = 0 ] && sleep 0.05; done"
+    reader = StreamReader(await start(client, script))
+    try:
+        await reader.read(client, past=500)
+        kill_transport(client)
+        await reader.read_until_lost(client)
+        assert client.closed
+        # The same client on a new transport resubscribes from what its cache holds.
+        await client.reconnect()
+        await reader.read(client, past=1500)
+        kill_transport(client)
+        await reader.read_until_lost(client)
+        # So does a new client that takes over the old one's cache.
+        client = await AgentClient.connect_subprocess(connect_argv(daemon), resume=client)
+        await reader.read(client)
+    finally:
+        await client.close()
+    assert text(reader.seen, "stdout") == "".join(f"{i}\n" for i in range(1, lines + 1))
+
+
+async def test_a_cursor_older_than_the_cache_is_read_from_the_agents_log(daemon: Path) -> None:
+    client = await AgentClient.connect_unix(daemon, stream_bytes=64 * 1024)
+    try:
+        exec_id = await start(client, "seq 1 100000")
+        events, _ = await read_to_done(client, exec_id, max_bytes=1 << 20, max_events=10_000)
+        assert text(events, "stdout") == "".join(f"{i}\n" for i in range(1, 100_001))
+        assert client.channel.cache_bytes <= 64 * 1024
+        kind, _ = client.channel.read_cached(exec_id, 0)
+        assert kind == "expired"
+        page = await client.read_events(exec_id, 0, max_events=3)
+        assert not page.cursor_expired
+        assert [e["seq"] for e in page.events] == [1, 2, 3]
+        assert [e["type"] for e in page.events] == ["status", "stdout", "stdout"]
+        assert page.events[1]["data"].startswith("1\n2\n3\n")
+    finally:
+        await client.close()
+
+
+async def test_a_flood_does_not_grow_the_gateway_beyond_the_cache_bounds(daemon: Path) -> None:
+    stream_bytes = 1 << 20
+    client = await AgentClient.connect_unix(daemon, stream_bytes=stream_bytes)
+    try:
+        exec_id = await start(client, "head -c 100000000 /dev/zero | base64 -w 0; echo")
+        # Only the first page is read by a client: the cache takes the rest in as it streams.
+        await client.read_events(exec_id, 0, wait_seconds=20)
+        baseline = rss_bytes()
+        peak_cache = 0
+        while True:
+            peak_cache = max(peak_cache, client.channel.cache_bytes)
+            status, _ = await client.request("exec.status", {"exec_id": exec_id})
+            if status["state"] != "running":
+                kind, page = client.channel.read_cached(exec_id, status["last_seq"])
+                if kind == "page" and page is not None and page.closed:
+                    break
+            await asyncio.sleep(0.05)
+        growth = rss_bytes() - baseline
+        assert peak_cache <= stream_bytes
+        assert growth < 48 << 20, f"the gateway grew by {growth >> 20} MiB"
+    finally:
+        await client.close()
