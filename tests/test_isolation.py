@@ -37,12 +37,17 @@ needs_bwrap = pytest.mark.skipif(not ISOLATION.enabled, reason=ISOLATION.reason)
 
 def make_layout(data_root: Path, *, block_network: bool = False) -> SandboxLayout:
     ws = data_root / f"ws-{secrets.token_hex(16)}"
-    dirs = [ws / name for name in ("workspace", "home", "state", "run")]
-    for d in dirs:
-        d.mkdir(parents=True)
-    return SandboxLayout(
-        *dirs, block_network=block_network, hidden=(data_root, Path.home().resolve())
+    layout = SandboxLayout(
+        workspace=ws / "workspace",
+        home=ws / "home",
+        state=ws / "state",
+        socket_dir=ws / "run",
+        block_network=block_network,
+        hidden=(data_root, Path.home().resolve()),
     )
+    for d in (layout.workspace, layout.home, layout.state, layout.socket_dir):
+        d.mkdir(parents=True)
+    return layout
 
 
 def run_in(
@@ -230,13 +235,12 @@ async def test_a_workspace_command_cannot_read_the_host_home(
     assert record.root == WORKSPACE_ROOT
     client = await isolated_driver.connect(wid)
     try:
-        out, exit_event = await run(client, f"pwd; cat '{path}' || echo unreadable")
+        done = await run(client, f"pwd; cat '{path}' || echo unreadable")
     finally:
         await client.close()
-    assert out.splitlines()[0] == WORKSPACE_ROOT
-    assert out.splitlines()[-1] == "unreadable"
-    assert secret not in out
-    assert exit_event["returncode"] == 0
+    assert done.stdout.splitlines() == [WORKSPACE_ROOT, "unreadable"]
+    assert secret not in done.stdout + done.stderr
+    assert done.exit["returncode"] == 0
 
 
 async def test_block_network_cuts_a_workspace_off_the_host_loopback(
@@ -253,6 +257,6 @@ async def test_block_network_cuts_a_workspace_off_the_host_loopback(
             results[blocked] = await run(client, connect)
         finally:
             await client.close()
-    assert results[False][0] == "connected\n"
-    assert "connected" not in results[True][0]
-    assert results[True][1]["returncode"] != 0
+    assert results[False].stdout == "connected\n", results[False].stderr
+    assert results[True].stdout == ""
+    assert results[True].exit["returncode"] != 0

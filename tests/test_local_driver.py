@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from modal_workspace_core import policy
 from modal_workspace_core.drivers.base import WorkspaceSpec
-from modal_workspace_core.drivers.local import WORKSPACE_ID_ENV, LocalDriver
+from modal_workspace_core.drivers.local import WORKSPACE_ID_ENV, IsolationMode, LocalDriver
 from modal_workspace_core.errors import ConflictError, InvalidArgumentError, NotFoundError
 from support.agent_exec import drain, run
+from support.git_server import GitServer, insteadof_config
 
 
 @pytest.fixture
@@ -90,13 +91,11 @@ async def test_commands_run_in_the_workspace_with_its_environment(driver: LocalD
     record = await driver.create(wid, spec)
     client = await driver.connect(wid)
     try:
-        out, exit_event = await run(
-            client, 'pwd; echo "$GREETING"; test -n "$API_TOKEN" && echo yes'
-        )
+        done = await run(client, 'pwd; echo "$GREETING"; test -n "$API_TOKEN" && echo yes')
     finally:
         await client.close()
-    assert exit_event["returncode"] == 0
-    assert out.splitlines() == [record.root, "hello", "yes"]
+    assert done.exit["returncode"] == 0
+    assert done.stdout.splitlines() == [record.root, "hello", "yes"]
     # Secret values never reach the disk of the data root.
     for path in (driver.data_root / wid).rglob("*"):
         if path.is_file():
@@ -151,7 +150,7 @@ async def test_a_restarted_server_finds_workspaces_and_their_exec_logs(tmp_path:
     wid = policy.new_id("ws")
     await first.create(wid, WorkspaceSpec(tags={"keep": "me"}))
     client = await first.connect(wid)
-    out, _ = await run(client, "echo before the restart")
+    before = await run(client, "echo before the restart")
     await client.close()
     await first.close()
     del first
@@ -165,8 +164,8 @@ async def test_a_restarted_server_finds_workspaces_and_their_exec_logs(tmp_path:
             listed, _ = await client.request("exec.list")
             [earlier] = listed["execs"]
             assert earlier["state"] == "finished"
-            again, _ = await drain(client, earlier["exec_id"])
-            assert again == out == "before the restart\n"
+            again = await drain(client, earlier["exec_id"])
+            assert again.stdout == before.stdout == "before the restart\n"
         finally:
             await client.close()
     finally:
@@ -221,10 +220,10 @@ async def test_unisolated_workspaces_work_and_are_cleaned_up(tmp_path: Path) -> 
         assert record.root == str(local.data_root / wid / "workspace")
         client = await local.connect(wid)
         try:
-            out, _ = await run(client, "pwd; sleep 600 & echo started")
+            done = await run(client, "pwd; sleep 600 >/dev/null 2>&1 & echo started")
         finally:
             await client.close()
-        assert out.splitlines() == [record.root, "started"]
+        assert done.stdout.splitlines() == [record.root, "started"]
         with pytest.raises(InvalidArgumentError) as caught:
             await local.create(policy.new_id("ws"), WorkspaceSpec(block_network=True))
         assert caught.value.field == "block_network"
@@ -235,17 +234,61 @@ async def test_unisolated_workspaces_work_and_are_cleaned_up(tmp_path: Path) -> 
 
 async def test_a_deep_data_root_still_reaches_the_socket(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
-    for isolation in ("auto", "none"):
-        local = LocalDriver(deep / isolation, isolation=isolation)  # type: ignore[arg-type]
+    modes: list[IsolationMode] = ["auto", "none"]
+    for isolation in modes:
+        local = LocalDriver(deep / isolation, isolation=isolation)
         wid = policy.new_id("ws")
         try:
             await local.create(wid, WorkspaceSpec())
             assert len(str(local.data_root / wid / "run" / "agent.sock")) > 108
             client = await local.connect(wid)
             try:
-                out, _ = await run(client, "echo reached")
+                done = await run(client, "echo reached")
             finally:
                 await client.close()
-            assert out == "reached\n"
+            assert done.stdout == "reached\n"
         finally:
             await destroy_all(local)
+
+
+ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) echo x-access-token ;;
+  *) printf '%s\\n' "$MWC_TEST_GIT_TOKEN" ;;
+esac
+"""
+
+
+async def test_a_workspace_clones_from_github_mapped_to_the_test_server(
+    driver: LocalDriver, git_server: GitServer
+) -> None:
+    wid = policy.new_id("ws")
+    await driver.create(wid, WorkspaceSpec())
+    client = await driver.connect(wid)
+    try:
+        config = insteadof_config(git_server.base_url)
+        await client.request(
+            "file.write", {"path": ".mwc/gitconfig", "create_parents": True}, config.encode()
+        )
+        await client.request("file.write", {"path": ".mwc/askpass"}, ASKPASS.encode())
+        done = await run(
+            client,
+            "chmod +x .mwc/askpass && git clone --quiet https://github.com/octo/hello src/hello "
+            "&& cat src/hello/README.md",
+            env={
+                "GIT_CONFIG_GLOBAL": ".mwc/gitconfig",
+                "GIT_ASKPASS": "./.mwc/askpass",
+                "GIT_TERMINAL_PROMPT": "0",
+                "MWC_TEST_GIT_TOKEN": git_server.token,
+            },
+            secrets=[git_server.token],
+        )
+    finally:
+        await client.close()
+    assert done.exit["returncode"] == 0, done.stderr
+    assert done.stdout == "# hello\n"
+    assert git_server.token in git_server.passwords
+    # The exec's environment is recorded with the token redacted: it is in no file.
+    for path in (driver.data_root / wid).rglob("*"):
+        if path.is_file():
+            assert git_server.token.encode() not in path.read_bytes(), path

@@ -99,8 +99,8 @@ class GitServer:
         bare = self.root / f"{slug}.git"
         work = self.root.parent / f"work-{slug.replace('/', '-')}"
         _git(None, "init", "--quiet", "--bare", "--initial-branch=main", str(bare))
-        _git(None, "clone", "--quiet", str(bare), str(work))
-        _git(work, "symbolic-ref", "HEAD", "refs/heads/main")
+        _git(None, "init", "--quiet", "--initial-branch=main", str(work))
+        _git(work, "remote", "add", "origin", str(bare))
         for branch, files in commits.items():
             if branch != "main":
                 _git(work, "checkout", "--quiet", "-B", branch, "main")

@@ -14,6 +14,7 @@ import getpass
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +29,7 @@ from ..errors import (
 )
 from . import local_daemon, sandbox
 from .base import WorkspaceRecord, WorkspaceSpec
-from .local_store import WorkspaceDir, default_data_root, remove_leftovers
+from .local_store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
 
 IsolationMode = Literal["auto", "bwrap", "none"]
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
@@ -142,9 +143,8 @@ class LocalDriver:
         await asyncio.to_thread(self._meta, ws)
         # A path that stays valid: the client reconnects by it after a lost connection.
         path = self._socket_paths.get(ws.socket)
-        if local_daemon.running(ws.pid_file):
-            with contextlib.suppress(OSError, AgentError):
-                return await AgentClient.connect_unix(path)
+        with contextlib.suppress(OSError, AgentError):
+            return await AgentClient.connect_unix(path)
         # Dead, or alive and not answering: (re)start it, once, under the workspace's lock.
         await asyncio.to_thread(self._ensure_daemon, ws)
         try:
@@ -197,24 +197,18 @@ class LocalDriver:
         return sorted(records, key=lambda r: (r.created_at, r.workspace_id))
 
     def _set_tags_sync(self, ws: WorkspaceDir, tags: dict[str, str]) -> WorkspaceRecord:
-        self._meta(ws)
-        with ws.locked():
-            meta = self._meta(ws)  # again under the lock: it may have been destroyed meanwhile
+        with self._held(ws) as meta:
             meta["tags"] = {**meta.get("tags", {}), **tags}
             ws.write_meta(meta)
         return _record(meta, _state(ws))
 
     def _ensure_daemon(self, ws: WorkspaceDir) -> None:
-        self._meta(ws)
-        if local_daemon.running(ws.pid_file) and local_daemon.accepts(ws.socket):
-            return
-        with ws.locked():
-            meta = self._meta(ws)
-            if local_daemon.running(ws.pid_file):
-                if local_daemon.accepts(ws.socket):
-                    return  # another caller restarted it while we waited for the lock
-                # Alive but not serving: start afresh.
-                local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+        with self._held(ws) as meta:
+            if local_daemon.accepts(ws.socket):
+                return  # restarted by another caller while we waited for the lock
+            # Whatever remains of the earlier daemon (hung, or its sandbox's commands) goes
+            # first: the new daemon reports those commands as lost, so none runs unsupervised.
+            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             if meta["workspace_id"] not in self._secret_env:
                 log.warning(
                     "restarting the agent of %s without its secret environment (not kept on disk)",
@@ -223,9 +217,7 @@ class LocalDriver:
             self._start_daemon(ws, meta)
 
     def _destroy_sync(self, ws: WorkspaceDir) -> None:
-        meta = self._meta(ws)
-        with ws.locked():
-            meta = self._meta(ws)
+        with self._held(ws) as meta:
             local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             ws.remove()
 
@@ -306,12 +298,25 @@ class LocalDriver:
             raise InvalidArgumentError("invalid_argument", str(err), "workspace_id") from err
         return WorkspaceDir(self.data_root / workspace_id)
 
+    @contextlib.contextmanager
+    def _held(self, ws: WorkspaceDir) -> Iterator[dict[str, Any]]:
+        """The workspace's lock, and its metadata read under it (it may have been destroyed
+        while we waited)."""
+        try:
+            with ws.locked():
+                yield self._meta(ws)
+        except WorkspaceGone:
+            raise self._not_found(ws) from None
+
+    def _not_found(self, ws: WorkspaceDir) -> NotFoundError:
+        return NotFoundError(
+            "not_found", f"workspace {ws.path.name} does not exist", "workspace_id"
+        )
+
     def _meta(self, ws: WorkspaceDir) -> dict[str, Any]:
         meta = ws.read_meta()
         if meta is None:
-            raise NotFoundError(
-                "not_found", f"workspace {ws.path.name} does not exist", "workspace_id"
-            )
+            raise self._not_found(ws)
         return meta
 
 

@@ -32,6 +32,10 @@ def default_data_root() -> Path:
     return Path(base) / "modal-workspace"
 
 
+class WorkspaceGone(LookupError):
+    """The workspace's directory does not exist (any more)."""
+
+
 @dataclass(frozen=True)
 class WorkspaceDir:
     """The paths of one workspace's directory."""
@@ -80,7 +84,10 @@ class WorkspaceDir:
     def locked(self) -> Iterator[None]:
         """Hold the workspace's lock (blocking): one writer of its metadata and daemon at a
         time, across processes."""
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            raise WorkspaceGone(self.path.name) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

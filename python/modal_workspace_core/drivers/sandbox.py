@@ -96,9 +96,9 @@ def bwrap_argv(
     """
     argv = [bwrap]
     # New user, pid, ipc, uts and cgroup namespaces (user and cgroup where possible), and a new
-    # network namespace only when the workspace must not reach the network: the pid namespace
-    # hides the host's processes (their argv and environment), and stopping its first process
-    # ends every process of the workspace.
+    # network namespace only when the workspace must not reach the network. The pid namespace
+    # hides the host's processes (their argv and environment), and the end of its init (bwrap,
+    # which the driver kills last when it stops a workspace) ends every process inside.
     argv += ["--unshare-all"]
     if not layout.block_network:
         argv += ["--share-net"]
