@@ -4,7 +4,13 @@ It is built on the service bases and protobufs shipped in the `modal` wheel (`mo
 runs each sandbox as local processes in a temporary directory. See `server.ControlPlane`.
 """
 
-from .fixtures import modal_control_plane, reset_modal_client, use_control_plane
+from .fixtures import modal_control_plane, reset_modal_client, short_root, use_control_plane
 from .server import ControlPlane
 
-__all__ = ["ControlPlane", "modal_control_plane", "reset_modal_client", "use_control_plane"]
+__all__ = [
+    "ControlPlane",
+    "modal_control_plane",
+    "reset_modal_client",
+    "short_root",
+    "use_control_plane",
+]

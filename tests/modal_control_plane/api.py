@@ -175,7 +175,8 @@ class ModalClientServicer(api_grpc.ModalClientBase):
             tags={t.tag_name: t.tag_value for t in tags},
             definition=definition,
             env=env,
-            directory=self.state.root / sandbox_id,
+            # Short: unix sockets under it must fit in 108 bytes.
+            directory=self.state.root / sandbox_id[-12:],
             mapped_prefixes=self.state.mapped_prefixes,
             sandbox_token=secrets.token_hex(16) if version == 2 else "",
         )

@@ -7,6 +7,8 @@ closing that client and clearing the caches first.
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,12 +43,23 @@ def use_control_plane(plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> I
         reset_modal_client()
 
 
-@pytest.fixture
-def modal_control_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlPlane]:
-    """A running control plane with the SDK pointed at it; stopped, sandboxes killed, after."""
-    plane = ControlPlane(tmp_path / "modal").start()
+@contextlib.contextmanager
+def short_root() -> Iterator[Path]:
+    """A fresh directory with a short path: unix sockets inside sandboxes must fit in 108 bytes."""
+    root = Path(tempfile.mkdtemp(prefix="mcp-", dir="/tmp"))
     try:
-        with use_control_plane(plane, monkeypatch):
-            yield plane
+        yield root
     finally:
-        plane.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def modal_control_plane(monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlPlane]:
+    """A running control plane with the SDK pointed at it; stopped, sandboxes killed, after."""
+    with short_root() as root:
+        plane = ControlPlane(root).start()
+        try:
+            with use_control_plane(plane, monkeypatch):
+                yield plane
+        finally:
+            plane.stop()

@@ -39,7 +39,7 @@ class ControlPlane:
     ) -> None:
         self.root = root
         self.state = State(
-            root=root / "sandboxes",
+            root=root / "sb",
             token_id=token_id,
             token_secret=token_secret,
             mapped_prefixes=mapped_prefixes,
