@@ -1,6 +1,6 @@
-"""The `ModalClient` service of the test control plane: auth, apps, images, secrets, volumes and
-the sandbox calls (V2 and V1) that the Modal SDK makes for create, lookup, list, tags, wait and
-terminate. Every other call fails loudly as UNIMPLEMENTED.
+"""The `ModalClient` service of the test control plane: auth, apps and the sandbox calls (V2 and
+V1) that the Modal SDK makes for create, lookup, list, tags, wait and terminate (images, secrets,
+volumes and mounts are in `objects`). Every other call fails loudly as UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -14,24 +14,15 @@ from google.protobuf import empty_pb2
 from grpclib import GRPCError, Status
 from modal_proto import api_grpc, api_pb2
 
+from .objects import ObjectsServicer, request_of
 from .sandboxes import SandboxRecord, v1_id, v1_task_id, v2_sandbox_id, v2_task_id
 from .servicing import serviced
-from .state import ImageRecord, State
+from .state import State
 
-# Image builder version reported for every environment: one this SDK supports.
-IMAGE_BUILDER_VERSION = "2025.06"
 # How many sandboxes one page of SandboxList carries.
 LIST_PAGE_SIZE = 50
 _CREATE_IF_MISSING = api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING
-_EPHEMERAL = api_pb2.OBJECT_CREATION_TYPE_EPHEMERAL
-
-
-async def _request(state: State, stream: Any, *, auth_token: bool = False) -> Any:
-    request = await stream.recv_message()
-    state.check_credentials(stream.metadata)
-    if auth_token:
-        state.check_auth_token(stream.metadata)
-    return request
+_request = request_of
 
 
 def _handle_metadata(record: SandboxRecord) -> api_pb2.SandboxHandleMetadata:
@@ -42,7 +33,7 @@ def _handle_metadata(record: SandboxRecord) -> api_pb2.SandboxHandleMetadata:
 
 
 @serviced
-class ModalClientServicer(api_grpc.ModalClientBase):
+class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
     def __init__(self, state: State) -> None:
         self.state = state
 
@@ -56,21 +47,6 @@ class ModalClientServicer(api_grpc.ModalClientBase):
         await _request(self.state, stream)
         await stream.send_message(api_pb2.AuthTokenGetResponse(token=self.state.issue_auth_token()))
 
-    async def EnvironmentGetOrCreate(self, stream: Any) -> None:
-        request = await _request(self.state, stream)
-        name = request.deployment_name or "main"
-        await stream.send_message(
-            api_pb2.EnvironmentGetOrCreateResponse(
-                environment_id="en-" + name,
-                metadata=api_pb2.EnvironmentMetadata(
-                    name=name,
-                    settings=api_pb2.EnvironmentSettings(
-                        image_builder_version=IMAGE_BUILDER_VERSION, webhook_suffix="test"
-                    ),
-                ),
-            )
-        )
-
     async def AppGetOrCreate(self, stream: Any) -> None:
         request = await _request(self.state, stream)
         create = request.object_creation_type == _CREATE_IF_MISSING
@@ -81,62 +57,6 @@ class ModalClientServicer(api_grpc.ModalClientBase):
                 handle_metadata=api_pb2.AppHandleMetadata(
                     app_id=app_id, environment_name=request.environment_name or "main"
                 ),
-            )
-        )
-
-    # -- images, secrets, volumes -------------------------------------------------------------
-
-    async def ImageGetOrCreate(self, stream: Any) -> None:
-        request = await _request(self.state, stream)
-        image_id = self.state.image_id_for(request.image.SerializeToString(deterministic=True))
-        self.state.images.setdefault(
-            image_id,
-            ImageRecord(image_id, dockerfile_commands=list(request.image.dockerfile_commands)),
-        )
-        await stream.send_message(
-            api_pb2.ImageGetOrCreateResponse(
-                image_id=image_id,
-                result=api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_SUCCESS),
-                metadata=api_pb2.ImageMetadata(image_builder_version=IMAGE_BUILDER_VERSION),
-            )
-        )
-
-    async def ImageFromId(self, stream: Any) -> None:
-        request = await _request(self.state, stream)
-        if self.state.image(request.image_id) is None:
-            raise GRPCError(Status.NOT_FOUND, f"Image {request.image_id} not found")
-        await stream.send_message(api_pb2.ImageFromIdResponse(image_id=request.image_id))
-
-    async def ImageGetByTag(self, stream: Any) -> None:
-        request = await _request(self.state, stream)
-        # Names arrive as `[environment/]name[:tag]`; environments are not modelled here.
-        tag = request.tag.rsplit("/", 1)[-1]
-        image_id = self.state.image_tags.get(tag if ":" in tag else f"{tag}:latest")
-        if image_id is None:
-            raise GRPCError(Status.NOT_FOUND, f"Image '{request.tag}' not found")
-        await stream.send_message(api_pb2.ImageGetByTagResponse(image_id=image_id))
-
-    async def SecretGetOrCreate(self, stream: Any) -> None:
-        request = await _request(self.state, stream)
-        if request.object_creation_type == _EPHEMERAL or not request.deployment_name:
-            secret_id = self.state.new_secret(dict(request.env_dict))
-        else:
-            env = self.state.secrets.get(request.deployment_name)
-            if env is None:
-                raise GRPCError(Status.NOT_FOUND, f"Secret '{request.deployment_name}' not found")
-            secret_id = self.state.new_secret(env)
-        await stream.send_message(api_pb2.SecretGetOrCreateResponse(secret_id=secret_id))
-
-    async def VolumeGetOrCreate(self, stream: Any) -> None:
-        request = await _request(self.state, stream)
-        name = request.deployment_name
-        if name not in self.state.volumes:
-            if request.object_creation_type != _CREATE_IF_MISSING:
-                raise GRPCError(Status.NOT_FOUND, f"Volume '{name}' not found")
-            self.state.volumes[name] = v1_id("vo")
-        await stream.send_message(
-            api_pb2.VolumeGetOrCreateResponse(
-                volume_id=self.state.volumes[name], version=api_pb2.VOLUME_FS_VERSION_V2
             )
         )
 

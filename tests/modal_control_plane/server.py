@@ -33,7 +33,7 @@ class ControlPlane:
         self,
         root: Path,
         *,
-        mapped_prefixes: tuple[str, ...] = ("/workspace",),
+        mapped_prefixes: tuple[str, ...] = ("/workspace", "/var/lib/mwc", "/run/mwc"),
         token_id: str = "ak-test-token-id",
         token_secret: str = "as-test-token-secret",
     ) -> None:

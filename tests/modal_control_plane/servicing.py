@@ -20,7 +20,13 @@ T = TypeVar("T", bound=type)
 
 
 def serviced(cls: T) -> T:
-    implemented = {name for name, value in vars(cls).items() if inspect.isfunction(value)}
+    implemented = {
+        name
+        for name in dir(cls)
+        if name[0].isupper()
+        and inspect.isfunction(getattr(cls, name))
+        and not getattr(getattr(cls, name), "__isabstractmethod__", False)
+    }
     patch_mock_servicer(cls)
     for name in dir(cls):
         method = getattr(cls, name)

@@ -48,6 +48,9 @@ class State:
     secret_ids: dict[str, dict[str, str]] = field(default_factory=dict)
     volumes: dict[str, str] = field(default_factory=dict)
     auth_tokens: set[str] = field(default_factory=set)
+    # Uploaded file contents by sha256, and mounts as {path: sha256}.
+    files: dict[str, bytes] = field(default_factory=dict)
+    mounts: dict[str, dict[str, str]] = field(default_factory=dict)
 
     # -- credentials -------------------------------------------------------------------------
 
