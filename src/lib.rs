@@ -22,5 +22,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bindings::errors::register(m)?;
     bindings::policy::register(m)?;
     bindings::ring::register(m)?;
+    bindings::channel::register(m)?;
     Ok(())
 }

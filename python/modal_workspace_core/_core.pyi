@@ -178,3 +178,79 @@ class EventRing:
 
 def _drain_async_runtime(timeout: float) -> None:
     """Lets in-flight `wait_async` calls finish before the interpreter exits (atexit hook)."""
+
+# --- the agent channel (gateway side) -------------------------------------------------------
+
+_Response = tuple[int, bool, str, bytes]
+
+@final
+class AgentChannel:
+    """The gateway's end of one agent channel, sans-IO (docs/protocol.md): feed it the bytes a
+    transport read, write what `take_outgoing` returns. Sends `Hello` first and checks the
+    agent's. Events of subscribed streams go into a cache: one mirror ring per stream that keeps
+    the agent's seqs, bounded by `stream_bytes` per stream and `max_streams` streams (the least
+    recently used is dropped and unsubscribed); credit is returned to the agent as pages are
+    taken in (in half-`credit` batches). Safe to share between threads (one lock inside).
+
+    Raises `PolicyError` when a bound is not positive.
+    """
+
+    def __init__(
+        self, *, stream_bytes: int = 1048576, max_streams: int = 64, credit: int = 1048576
+    ) -> None: ...
+    def feed(self, data: bytes) -> tuple[str | None, list[_Response], list[str]]:
+        """Handles bytes read from the transport. Returns `(hello, responses, woken)`:
+        the agent's Hello header as JSON when it arrived in this feed; completed requests as
+        `(id, ok, body_json, payload)` where `body_json` is the result object or the error
+        object (`{"code", "message"}`); and the streams whose cache changed (new events, the
+        end of the stream, a gap, or a refused subscription). When the channel fails (protocol
+        mismatch, a malformed frame, the agent's refusal) the failure comes as a response with
+        id 0 and `ok` false, once; later feeds do nothing."""
+    def take_outgoing(self) -> bytes:
+        """The bytes to write to the transport now, in order (possibly empty)."""
+    def request(self, op: str, args: dict[str, Any] | None = None, payload: bytes = b"") -> int:
+        """Queues a request and returns its id; its response comes back from `feed`.
+
+        Raises `ValueError` (with `code` "invalid_argument" or "limit") for a bad op, args that
+        are not JSON-like, or a request larger than a frame; `ConnectionError` (`code`
+        "unavailable") once the channel has failed."""
+    def cancel(self, id: int) -> None:
+        """Forgets a request nobody waits for any more: its late response is dropped."""
+    def subscribe(self, stream: str, cursor: int) -> tuple[int | None, list[str]]:
+        """Starts caching an exec (`ex-…`) or watch (`fw-…`) stream after `cursor` and queues
+        its subscription. Returns the request id to wait on (None when the stream is already
+        cached) and the streams dropped from the cache to make room."""
+    def read_cached(
+        self, stream: str, cursor: int, max_events: int = 100, max_bytes: int = 65536
+    ) -> tuple[Literal["page", "missing", "expired", "ahead", "ahead_closed"], Page | None]:
+        """Reads a stream from the cache, without waiting:
+        `("page", page)` (possibly empty); `("missing", None)`: not cached, subscribe;
+        `("expired", page)`: the cursor is older than the cache — read the agent's log (the
+        page is the cache's own, `cursor_expired`); `("ahead", None)`: the cursor is past the
+        cache's last event and more may come; `("ahead_closed", None)`: past the end."""
+    def restart(self) -> None:
+        """Begins a new session on a new transport, keeping the cache: queues Hello and a
+        subscription of every open stream from the last seq it holds; pending requests are
+        forgotten (their answers were lost with the old transport)."""
+    @property
+    def agent_hello(self) -> str | None:
+        """The agent's Hello header (JSON) once accepted."""
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        """`(code, message)` once the channel has failed."""
+    @property
+    def cache_streams(self) -> int:
+        """Streams cached now."""
+    @property
+    def cache_bytes(self) -> int:
+        """Encoded event bytes held by the cache now."""
+    @property
+    def stream_bytes(self) -> int: ...
+    @property
+    def max_streams(self) -> int: ...
+    @property
+    def credit(self) -> int: ...
+
+def parse_page(data: bytes) -> Page:
+    """A page the agent sent as a payload (`exec.read`), as a `Page`. Raises `ValueError` when
+    it is not a page of single, canonically encoded events."""

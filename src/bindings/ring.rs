@@ -197,6 +197,17 @@ pub struct PyPage {
     events: PyOnceLock<Py<PyList>>,
 }
 
+impl PyPage {
+    /// Wraps a page built elsewhere (a page received from the agent, or read from its cache).
+    pub(crate) fn from_page(page: Page) -> Self {
+        Self {
+            page,
+            json: OnceLock::new(),
+            events: PyOnceLock::new(),
+        }
+    }
+}
+
 #[pymethods]
 impl PyPage {
     /// The events as JSON-ready dicts, parsed once from their encoded form.

@@ -1,6 +1,7 @@
 //! The gateway <-> agent protocol: one byte stream each way carrying framed requests, responses
 //! and pushed events. `frame` is the wire unit; the request set is described in docs/protocol.md.
 
+pub mod client;
 pub mod frame;
 
 pub use frame::{Frame, FrameDecoder, FrameError, FrameKind, MAX_FRAME_BYTES};

@@ -2,6 +2,7 @@
 //! page from a cursor and learn exactly what they lost, and waiters wake on a notification.
 
 pub mod ledger;
+mod mirror;
 mod page;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ use tokio::sync::Notify;
 use crate::event::{self, Event, EventType, Fields, Payload, StreamDecoder};
 use crate::policy::PolicyError;
 use ledger::Ledger;
+pub use mirror::Inserted;
 pub use page::{Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
 /// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:

@@ -1,0 +1,402 @@
+"""The gateway's asyncio client of the workspace agent: one channel over any byte transport,
+requests with futures, and a per-stream cache that long-polls are served and woken from."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._core import AgentChannel, Page, parse_page
+from .transports import Connector, Transport, open_subprocess, open_unix
+
+__all__ = ["AgentClient", "AgentError"]
+
+# One read per crossing into Rust: large enough to carry many pages when the agent is busy.
+_READ_BYTES = 256 * 1024
+
+# How long `connect_*` waits for the agent's Hello.
+_HELLO_TIMEOUT = 10.0
+
+
+class AgentError(RuntimeError):
+    """A request failed, or the channel did. `code` is one of the protocol's error codes:
+    invalid_argument, not_found, conflict, permission, limit, timeout, unavailable, internal,
+    protocol_mismatch."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"AgentError({self.code!r}, {self.message!r})"
+
+
+class AgentClient:
+    """One channel to one workspace agent. Make it with a `connect_*` class method.
+
+    All methods must be called from the event loop that connected it. One background task
+    reads the transport, feeds the channel and resolves futures; callers only write.
+    """
+
+    def __init__(self, channel: AgentChannel, connector: Connector | None) -> None:
+        self._channel = channel
+        self._connector = connector
+        self._loop = asyncio.get_running_loop()
+        self._transport: Transport | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._hello: asyncio.Future[None] | None = None
+        self._info: dict[str, Any] = {}
+        self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
+        self._subscribing: dict[str, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
+        self._stream_events: dict[str, asyncio.Event] = {}
+        self._lost: AgentError | None = AgentError("unavailable", "not connected yet")
+        self._shut = False
+
+    # --- connecting ---------------------------------------------------------------------------
+
+    @classmethod
+    async def connect_unix(
+        cls, path: str | os.PathLike[str], *, resume: AgentClient | None = None, **cache: int
+    ) -> AgentClient:
+        """Connects to the agent daemon's unix socket."""
+        return await cls._connect(lambda: open_unix(path), resume, cache)
+
+    @classmethod
+    async def connect_subprocess(
+        cls,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        resume: AgentClient | None = None,
+        **cache: int,
+    ) -> AgentClient:
+        """Starts `argv` (e.g. `mwc-agent connect --socket …`) and speaks over its stdin/stdout."""
+        argv = list(argv)
+        return await cls._connect(lambda: open_subprocess(argv, env), resume, cache)
+
+    @classmethod
+    async def connect_stream(
+        cls,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        resume: AgentClient | None = None,
+        **cache: int,
+    ) -> AgentClient:
+        """Speaks over an open stream pair. `reconnect()` then needs a new pair."""
+        client = cls._adopt(resume, cache, None)
+        await client._start(Transport(reader, writer))
+        return client
+
+    @classmethod
+    async def _connect(
+        cls, connector: Connector, resume: AgentClient | None, cache: dict[str, int]
+    ) -> AgentClient:
+        client = cls._adopt(resume, cache, connector)
+        await client._start(await connector())
+        return client
+
+    @classmethod
+    def _adopt(
+        cls, resume: AgentClient | None, cache: dict[str, int], connector: Connector | None
+    ) -> AgentClient:
+        """A client on a new channel, or on `resume`'s channel (its cache, whose open streams
+        are resubscribed from the last seq held). `cache` sets the bounds of a new channel:
+        `stream_bytes`, `max_streams`, `credit`."""
+        if resume is None:
+            return cls(AgentChannel(**cache), connector)
+        if cache:
+            raise ValueError("a resumed client keeps the cache bounds of the one it resumes")
+        resume._abandon("the channel moved to a new client")
+        resume._channel.restart()
+        return cls(resume._channel, connector)
+
+    async def _start(self, transport: Transport) -> None:
+        self._transport = transport
+        self._lost = None
+        self._hello = self._loop.create_future()
+        self._pump = self._loop.create_task(self._read_loop(transport, self._hello))
+        self._flush()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._hello), _HELLO_TIMEOUT)
+        except TimeoutError:
+            self._fail(AgentError("unavailable", "the agent did not say Hello in time"))
+            await self._close_transport()
+            raise self._lost or AgentError("unavailable", "no Hello") from None
+        except AgentError:
+            await self._close_transport()
+            raise
+
+    async def reconnect(
+        self,
+        reader: asyncio.StreamReader | None = None,
+        writer: asyncio.StreamWriter | None = None,
+    ) -> None:
+        """Opens a new transport (the same way as before, or the given stream pair) and
+        resubscribes every open stream from the last seq the cache holds. Requests pending on
+        the old transport fail with `unavailable`."""
+        if self._shut:
+            raise AgentError("unavailable", "the client was closed")
+        self._fail(AgentError("unavailable", "the client is reconnecting"))
+        await self._close_transport()
+        if reader is not None and writer is not None:
+            transport = Transport(reader, writer)
+        elif self._connector is not None:
+            transport = await self._connector()
+        else:
+            raise ValueError("this client was connected to a stream: pass a new reader and writer")
+        self._channel.restart()
+        await self._start(transport)
+
+    async def close(self) -> None:
+        """Closes the transport; pending requests and waiting reads fail with `unavailable`."""
+        self._shut = True
+        self._fail(AgentError("unavailable", "the client was closed"))
+        await self._close_transport()
+
+    @property
+    def closed(self) -> bool:
+        """No transport is usable: the client was closed, or the transport was lost."""
+        return self._lost is not None
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The agent's Hello: `protocol`, `build`, `role`."""
+        return dict(self._info)
+
+    @property
+    def channel(self) -> AgentChannel:
+        """The sans-IO channel underneath (for its cache figures)."""
+        return self._channel
+
+    # --- requests -----------------------------------------------------------------------------
+
+    async def request(
+        self,
+        op: str,
+        args: Mapping[str, Any] | None = None,
+        payload: bytes = b"",
+        timeout: float | None = None,
+    ) -> tuple[dict[str, Any], bytes]:
+        """Sends one request and returns its result and payload; raises `AgentError`."""
+        self._check_usable()
+        try:
+            request_id = self._channel.request(op, dict(args or {}), payload)
+        except ValueError as e:
+            raise AgentError(getattr(e, "code", "invalid_argument"), str(e)) from None
+        future: asyncio.Future[tuple[dict[str, Any], bytes]] = self._loop.create_future()
+        self._pending[request_id] = future
+        try:
+            self._flush()
+            await self._drain()
+            if timeout is None:
+                return await future
+            try:
+                return await asyncio.wait_for(future, timeout)
+            except TimeoutError:
+                raise AgentError("timeout", f"{op} got no answer in {timeout} s") from None
+        finally:
+            if self._pending.pop(request_id, None) is not None:
+                self._channel.cancel(request_id)
+
+    # --- streams ------------------------------------------------------------------------------
+
+    async def read_events(
+        self,
+        stream_id: str,
+        cursor: int = 0,
+        *,
+        max_events: int = 100,
+        max_bytes: int = 65536,
+        wait_seconds: float = 0.0,
+    ) -> Page:
+        """The events of an exec or watch after `cursor` (ARCHITECTURE.md §4.2), served from
+        the cache; subscribes on first use. With `wait_seconds`, waits until an event exists or
+        the stream ends. Cursors older than the cache are read from the agent's log."""
+        if wait_seconds < 0:
+            raise ValueError("wait_seconds must not be negative")
+        deadline = self._loop.time() + wait_seconds
+        while True:
+            kind, page = self._channel.read_cached(stream_id, cursor, max_events, max_bytes)
+            if kind == "missing":
+                await self._subscribe(stream_id, cursor)
+                continue
+            if kind == "expired" and page is not None:
+                return await self._read_log(stream_id, cursor, max_events, max_bytes, page)
+            if kind == "ahead_closed":
+                return await self._read_log(stream_id, cursor, max_events, max_bytes, None)
+            if page is not None and (len(page) > 0 or page.closed):
+                return page
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                if page is not None:
+                    return page
+                return await self._read_log(stream_id, cursor, max_events, max_bytes, None)
+            self._check_usable()
+            await self._wait_stream(stream_id, remaining)
+
+    async def _subscribe(self, stream_id: str, cursor: int) -> None:
+        future = self._subscribing.get(stream_id)
+        if future is None:
+            self._check_usable()
+            try:
+                request_id, dropped = self._channel.subscribe(stream_id, cursor)
+            except ValueError as e:
+                raise AgentError(getattr(e, "code", "invalid_argument"), str(e)) from None
+            for name in dropped:
+                self._wake(name)
+            if request_id is None:
+                return
+            future = self._loop.create_future()
+            future.add_done_callback(_retrieve)
+            self._pending[request_id] = future
+            self._subscribing[stream_id] = future
+            self._flush()
+        try:
+            await asyncio.shield(future)
+        finally:
+            if future.done() and self._subscribing.get(stream_id) is future:
+                del self._subscribing[stream_id]
+
+    async def _wait_stream(self, stream_id: str, timeout: float) -> None:
+        """Waits for the reader task to report a change of the stream (or the timeout). The
+        caller read the cache just before, with no await in between: no wake-up is missed."""
+        event = self._stream_events.get(stream_id)
+        if event is None:
+            event = self._stream_events[stream_id] = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await event.wait()
+
+    def _wake(self, stream_id: str) -> None:
+        event = self._stream_events.pop(stream_id, None)
+        if event is not None:
+            event.set()
+
+    async def _read_log(
+        self, stream_id: str, cursor: int, max_events: int, max_bytes: int, cached: Page | None
+    ) -> Page:
+        """Reads an exec's durable log on the agent. Watches have no log: their cache's own
+        page (which says what it no longer holds) is the answer."""
+        if not stream_id.startswith("ex-"):
+            if cached is None:
+                raise AgentError("invalid_argument", "cursor is past the end of the stream")
+            return cached
+        args = {"exec_id": stream_id, "cursor": cursor}
+        args |= {"max_events": max_events, "max_bytes": max_bytes}
+        _, payload = await self.request("exec.read", args)
+        try:
+            return parse_page(payload)
+        except ValueError as e:
+            raise AgentError("internal", f"exec.read returned a malformed page: {e}") from None
+
+    # --- the reader task ----------------------------------------------------------------------
+
+    async def _read_loop(self, transport: Transport, hello: asyncio.Future[None]) -> None:
+        try:
+            while True:
+                data = await transport.reader.read(_READ_BYTES)
+                if not data:
+                    raise AgentError("unavailable", "the agent closed the channel")
+                info, responses, woken = self._channel.feed(data)
+                if info is not None:
+                    self._info = json.loads(info)
+                    if not hello.done():
+                        hello.set_result(None)
+                for request_id, ok, body, response_payload in responses:
+                    self._resolve(request_id, ok, body, response_payload)
+                for stream_id in woken:
+                    self._wake(stream_id)
+                self._flush()
+        except asyncio.CancelledError:
+            raise
+        except AgentError as e:
+            self._fail(e)
+        except (OSError, ConnectionError) as e:
+            self._fail(AgentError("unavailable", f"the agent channel was lost: {e}"))
+        # The transport is useless now; release it (a subprocess is ended) without waiting for
+        # `reconnect` or `close`.
+        if self._transport is transport:
+            self._transport = None
+        await transport.close()
+
+    def _resolve(self, request_id: int, ok: bool, body: str, payload: bytes) -> None:
+        if request_id == 0:
+            error = json.loads(body)
+            raise AgentError(error.get("code", "internal"), error.get("message", ""))
+        future = self._pending.pop(request_id, None)
+        if future is None or future.done():
+            return
+        if ok:
+            future.set_result((json.loads(body), payload))
+        else:
+            error = json.loads(body)
+            future.set_exception(
+                AgentError(str(error.get("code", "internal")), str(error.get("message", "")))
+            )
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        data = self._channel.take_outgoing()
+        if data and self._transport is not None and self._lost is None:
+            self._transport.writer.write(data)
+
+    async def _drain(self) -> None:
+        transport = self._transport
+        if transport is None or self._lost is not None:
+            return
+        try:
+            await transport.writer.drain()
+        except (OSError, ConnectionError) as e:
+            self._fail(AgentError("unavailable", f"the agent channel was lost: {e}"))
+
+    def _check_usable(self) -> None:
+        if self._lost is not None:
+            raise AgentError(self._lost.code, self._lost.message)
+
+    def _fail(self, error: AgentError) -> None:
+        """Marks the transport unusable: pending requests fail with `error` (a new instance
+        each), and every waiting read wakes to see it."""
+        if self._lost is None:
+            self._lost = error
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(AgentError(error.code, error.message))
+        self._subscribing.clear()
+        if self._hello is not None and not self._hello.done():
+            self._hello.set_exception(AgentError(error.code, error.message))
+            self._hello.add_done_callback(_retrieve)
+        for stream_id in list(self._stream_events):
+            self._wake(stream_id)
+
+    def _abandon(self, reason: str) -> None:
+        """Gives up this client's transport without awaiting (its channel moves on)."""
+        self._shut = True
+        self._fail(AgentError("unavailable", reason))
+        if self._pump is not None:
+            self._pump.cancel()
+        if self._transport is not None:
+            self._transport.writer.close()
+
+    async def _close_transport(self) -> None:
+        pump, self._pump = self._pump, None
+        if pump is not None and pump is not asyncio.current_task():
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            await transport.close()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Marks a shared future's exception as seen, so a future nobody awaited logs nothing."""
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,199 @@
+//! The gateway's cache of subscribed streams: one mirror ring per stream, bounded in bytes per
+//! stream and in the number of streams (least recently used first out), and the credit it owes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::page::ReceivedPage;
+use super::wire::ChannelError;
+use crate::policy::PolicyError;
+use crate::ring::EventRing;
+
+/// Bounds of the cache and the flow-control window of each stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Encoded event bytes kept per stream; older events are read from the agent's log.
+    pub stream_bytes: usize,
+    /// Streams kept at once; subscribing one more drops the least recently used.
+    pub max_streams: usize,
+    /// Bytes of pages the agent may send a stream ahead of the gateway's credit.
+    pub credit: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            stream_bytes: 1 << 20,
+            max_streams: 64,
+            credit: 1 << 20,
+        }
+    }
+}
+
+impl CacheConfig {
+    pub fn check(&self) -> Result<(), PolicyError> {
+        let positive = [
+            ("cache.stream-bytes", self.stream_bytes),
+            ("cache.max-streams", self.max_streams),
+            ("cache.credit", self.credit),
+        ];
+        for (rule, value) in positive {
+            if value == 0 {
+                return Err(PolicyError::without_echo(
+                    rule,
+                    "stream_bytes, max_streams and credit must be positive",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct Stream {
+    ring: Arc<EventRing>,
+    /// Page bytes consumed and not yet returned to the agent as credit.
+    unreturned: usize,
+    last_used: u64,
+}
+
+/// What consuming one page changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Consumed {
+    /// New events, a restart after a gap, or the end of the stream: waiters should look.
+    pub changed: bool,
+    /// Credit to return to the agent now.
+    pub credit: Option<usize>,
+}
+
+#[derive(Debug)]
+pub struct StreamCache {
+    config: CacheConfig,
+    streams: HashMap<String, Stream>,
+    tick: u64,
+}
+
+impl StreamCache {
+    pub fn new(config: CacheConfig) -> Self {
+        Self {
+            config,
+            streams: HashMap::new(),
+            tick: 0,
+        }
+    }
+
+    pub fn config(&self) -> CacheConfig {
+        self.config
+    }
+
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Encoded event bytes held across all streams.
+    pub fn held_bytes(&self) -> usize {
+        self.streams.values().map(|s| s.ring.held_bytes()).sum()
+    }
+
+    /// The stream's ring, marking the stream as recently used.
+    pub fn get(&mut self, name: &str) -> Option<Arc<EventRing>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.streams.get_mut(name).map(|s| {
+            s.last_used = tick;
+            Arc::clone(&s.ring)
+        })
+    }
+
+    /// Starts caching `name` after `cursor`, first dropping the least recently used streams so
+    /// the count stays within bounds. Returns the dropped streams with whether each was still
+    /// open (and so still subscribed at the agent).
+    pub fn add(&mut self, name: &str, cursor: u64) -> Result<Vec<(String, bool)>, PolicyError> {
+        let ring = Arc::new(EventRing::mirror(self.config.stream_bytes, None, cursor)?);
+        let mut dropped = Vec::new();
+        while self.streams.len() >= self.config.max_streams {
+            let Some(oldest) = self
+                .streams
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(stream) = self.streams.remove(&oldest) {
+                dropped.push((oldest, !stream.ring.is_closed()));
+            }
+        }
+        self.tick += 1;
+        self.streams.insert(
+            name.to_owned(),
+            Stream {
+                ring,
+                unreturned: 0,
+                last_used: self.tick,
+            },
+        );
+        Ok(dropped)
+    }
+
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.streams.remove(name).is_some()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.streams.contains_key(name)
+    }
+
+    /// Takes one page of `name` into its ring and counts `wire_len` toward the credit owed.
+    /// `None` when the stream is not cached (a page in flight after it was dropped).
+    pub fn consume(
+        &mut self,
+        name: &str,
+        page: ReceivedPage,
+        wire_len: usize,
+    ) -> Option<Result<Consumed, ChannelError>> {
+        let credit_window = self.config.credit;
+        let stream = self.streams.get_mut(name)?;
+        let ring = &stream.ring;
+        let before = (ring.last_seq(), ring.is_closed());
+        if page.events.is_empty() && page.first_seq > before.0 + 1 {
+            // The agent no longer keeps what follows the mirror: readers of it ask the agent,
+            // whose log reports the loss with exact counts.
+            ring.skip_to(page.first_seq);
+        }
+        let close = page.ends_stream();
+        if let Err(e) = ring.insert(page.events, close) {
+            return Some(Err(ChannelError::new(
+                "unavailable",
+                format!("the agent sent a page that does not continue its stream ({e})"),
+            )));
+        }
+        let after = (ring.last_seq(), ring.is_closed());
+        stream.unreturned += wire_len;
+        // Credit goes back in batches of half the window (one frame per half window instead of
+        // one per page); the agent stops only after a whole window is unreturned, so this never
+        // stalls it. A stream that ended needs no more credit.
+        let credit = if !after.1 && stream.unreturned >= credit_window.div_ceil(2) {
+            Some(std::mem::take(&mut stream.unreturned))
+        } else {
+            None
+        };
+        Some(Ok(Consumed {
+            changed: after != before,
+            credit,
+        }))
+    }
+
+    /// Open streams and the cursor to resubscribe each from (the last seq its mirror holds),
+    /// with their unreturned credit forgotten: a new subscription grants a new window.
+    pub fn resume_points(&mut self) -> Vec<(String, u64)> {
+        self.streams
+            .iter_mut()
+            .filter(|(_, s)| !s.ring.is_closed())
+            .map(|(name, s)| {
+                s.unreturned = 0;
+                (name.clone(), s.ring.last_seq())
+            })
+            .collect()
+    }
+}

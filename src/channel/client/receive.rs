@@ -1,0 +1,133 @@
+//! What the channel does with each frame the agent sends: the Hello check, responses matched to
+//! their requests, and pages taken into the stream cache (returning credit as it goes).
+
+use super::wire::{self, parse_header, ChannelError, EventsHeader, Hello, ResponseHeader};
+use super::{AgentChannel, Fed, Pending, ReceivedPage, Response};
+use crate::channel::{Frame, FrameKind};
+
+impl AgentChannel {
+    pub(super) fn handle(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
+        if self.hello.is_none() {
+            return self.handle_hello(frame, fed);
+        }
+        match frame.kind {
+            FrameKind::Response => self.handle_response(frame, fed),
+            FrameKind::Events => self.handle_events(frame, fed),
+            kind => Err(ChannelError::new(
+                "unavailable",
+                format!("the agent sent an unexpected {kind:?} frame; the channel is closed"),
+            )),
+        }
+    }
+
+    fn handle_hello(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
+        match frame.kind {
+            FrameKind::Hello => {
+                let hello: Hello = parse_header(frame.kind, &frame.header)?;
+                hello.check_agent()?;
+                let json = String::from_utf8_lossy(&frame.header).into_owned();
+                self.hello = Some(json.clone());
+                fed.hello = Some(json);
+                Ok(())
+            }
+            // The agent refuses a gateway before its own Hello only to say why.
+            FrameKind::Response => self.handle_response(frame, fed).and(Err(ChannelError::new(
+                "unavailable",
+                "the agent answered before saying Hello; the channel is closed",
+            ))),
+            kind => Err(ChannelError::new(
+                "unavailable",
+                format!("the peer's first frame was {kind:?}, not Hello: is it an agent?"),
+            )),
+        }
+    }
+
+    fn handle_response(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
+        let header: ResponseHeader<'_> = parse_header(frame.kind, &frame.header)?;
+        let body = match (header.ok, header.result, header.error) {
+            (true, Some(result), _) => result.get().to_owned(),
+            (true, None, _) => "{}".to_owned(),
+            (false, _, Some(error)) => error.get().to_owned(),
+            (false, _, None) => ChannelError::new("internal", "the agent gave no reason").to_json(),
+        };
+        if header.id == 0 {
+            // Id 0 answers no request: the agent is refusing the whole channel.
+            return Err(channel_refusal(header.ok, &body));
+        }
+        let response = Response {
+            id: header.id,
+            ok: header.ok,
+            body,
+            payload: frame.payload,
+        };
+        match self.pending.remove(&header.id) {
+            Some(Pending::Caller) => fed.responses.push(response),
+            Some(Pending::Subscribe { stream, caller }) => {
+                if !response.ok && self.cache.remove(&stream) {
+                    wake(fed, &stream);
+                }
+                if caller {
+                    fed.responses.push(response);
+                }
+            }
+            Some(Pending::Internal) | None => {}
+        }
+        Ok(())
+    }
+
+    fn handle_events(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
+        let header: EventsHeader = parse_header(frame.kind, &frame.header)?;
+        if !self.cache.contains(&header.stream) {
+            return Ok(());
+        }
+        let page = ReceivedPage::parse(&frame.payload)?;
+        let Some(consumed) = self
+            .cache
+            .consume(&header.stream, page, frame.payload.len())
+        else {
+            return Ok(());
+        };
+        let consumed = consumed?;
+        if let Some(bytes) = consumed.credit {
+            self.push(&wire::credit_frame(&header.stream, bytes));
+        }
+        if consumed.changed {
+            wake(fed, &header.stream);
+        }
+        Ok(())
+    }
+}
+
+fn wake(fed: &mut Fed, stream: &str) {
+    if !fed.woken.iter().any(|s| s == stream) {
+        fed.woken.push(stream.to_owned());
+    }
+}
+
+/// The agent's refusal of the channel (a response with id 0) as the channel's failure.
+fn channel_refusal(ok: bool, body: &str) -> ChannelError {
+    let parsed: Option<wire::ErrorBody> = serde_json::from_str(body).ok();
+    match (ok, parsed) {
+        (false, Some(error)) => ChannelError::new(known_code(&error.code), error.message),
+        _ => ChannelError::new(
+            "unavailable",
+            "the agent answered request id 0, which no gateway sends; the channel is closed",
+        ),
+    }
+}
+
+/// The protocol's error codes, as static names; anything else is `internal`.
+pub fn known_code(code: &str) -> &'static str {
+    const CODES: [&str; 9] = [
+        "invalid_argument",
+        "not_found",
+        "conflict",
+        "permission",
+        "limit",
+        "timeout",
+        "unavailable",
+        "internal",
+        "protocol_mismatch",
+    ];
+    CODES.into_iter().find(|c| *c == code).unwrap_or("internal")
+}
