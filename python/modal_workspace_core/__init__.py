@@ -7,6 +7,8 @@ package re-exports it and holds the Python glue (service, drivers, REST, MCP, CL
 import atexit
 
 from ._core import EventRing, Page, PolicyError, __version__, _drain_async_runtime
+from .client import Workspace, Workspaces
+from .errors import WorkspaceError
 
 
 def _drain_async_waits() -> None:
@@ -18,4 +20,12 @@ def _drain_async_waits() -> None:
 
 atexit.register(_drain_async_waits)
 
-__all__ = ["EventRing", "Page", "PolicyError", "__version__"]
+__all__ = [
+    "EventRing",
+    "Page",
+    "PolicyError",
+    "Workspace",
+    "WorkspaceError",
+    "Workspaces",
+    "__version__",
+]

@@ -1,0 +1,242 @@
+"""The HTTP face: FastAPI routes generated from the operation table, bearer auth, the error
+shape, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at `/mcp/`.
+
+`create_app` takes a ready `Service`; the CLI (or a test) owns the driver and the settings.
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Body, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, create_model
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from . import __version__
+from .errors import UnauthenticatedError, WorkspaceError, invalid_from_details
+from .mcp import build_mcp
+from .openapi import ERROR_STATUSES, actions_schema, full_schema
+from .results import ErrorResponse
+from .service import OPERATIONS, Operation, Service, call, parse_input
+
+__all__ = ["BearerAuth", "create_app", "token_matches"]
+
+_ID_PATTERNS = {
+    "workspace_id": "^ws-[0-9a-f]{32}$",
+    "exec_id": "^ex-[0-9a-f]{32}$",
+    "watch_id": "^fw-[0-9a-f]{32}$",
+}
+PROTECTED_PREFIXES = ("/api", "/mcp")
+
+
+def token_matches(header: bytes | None, tokens: Sequence[bytes]) -> bool:
+    """True when `header` is `Bearer <one of tokens>`. Every token is compared, each in
+    constant time, so the time taken says nothing about which token came close."""
+    if not header or not header.isascii():
+        return False
+    scheme, _, presented = header.strip().partition(b" ")
+    presented = presented.strip()
+    if scheme.lower() != b"bearer" or not presented:
+        return False
+    matched = False
+    for token in tokens:
+        matched |= hmac.compare_digest(token, presented)
+    return matched
+
+
+def _error_response(err: WorkspaceError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(err.to_dict(), status_code=err.status, headers=headers)
+
+
+class BearerAuth:
+    """ASGI middleware: `/api/*` and `/mcp/*` need `Authorization: Bearer <token>`; a missing,
+    malformed or non-ASCII header, or a second one, is a 401 — never a 500."""
+
+    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
+        if not tokens:
+            raise ValueError("BearerAuth needs at least one token")
+        self.app = app
+        self.tokens = [t.encode("ascii") for t in tokens]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _protected(scope.get("path", "")):
+            values = [v for k, v in scope.get("headers", []) if k.lower() == b"authorization"]
+            if len(values) != 1 or not token_matches(values[0], self.tokens):
+                err = UnauthenticatedError(
+                    "missing or invalid bearer token: send 'Authorization: Bearer <token>'"
+                )
+                response = _error_response(err, {"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _protected(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in PROTECTED_PREFIXES)
+
+
+def _rest_model(op: Operation) -> type[BaseModel] | None:
+    """The input model without its path parameters: the query string or the JSON body."""
+    fields = {
+        name: (info.annotation, info)
+        for name, info in op.input.model_fields.items()
+        if name not in op.path_params
+    }
+    if not fields:
+        return None
+    suffix = "Query" if op.method in ("GET", "DELETE") else "Body"
+    name = "".join(part.title() for part in op.name.split("_")) + suffix
+    return create_model(name, __base__=op.input.__base__, **fields)  # type: ignore[call-overload,no-any-return]
+
+
+def _endpoint(service: Service, op: Operation) -> Callable[..., Awaitable[Any]]:
+    rest = _rest_model(op)
+    params = []
+    annotation: Any
+    for name in op.path_params:
+        info = op.input.model_fields[name]
+        annotation = Annotated[str, Path(description=info.description, pattern=_ID_PATTERNS[name])]
+        params.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+        )
+    if rest is not None:
+        if op.method in ("GET", "DELETE"):
+            annotation = Annotated[rest, Query()]
+            params.append(
+                inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+            )
+        elif any(f.is_required() for f in rest.model_fields.values()):
+            annotation = Annotated[rest, Body()]
+            params.append(
+                inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+            )
+        else:  # every field has a default: the body may be left out entirely
+            annotation = Annotated[rest | None, Body()]
+            params.append(
+                inspect.Parameter(
+                    "params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None
+                )
+            )
+
+    async def endpoint(**kwargs: Any) -> Any:
+        data = {name: kwargs[name] for name in op.path_params}
+        extra = kwargs.get("params")
+        if extra is not None:
+            data.update(extra.model_dump(exclude_unset=True))
+        inp = parse_input(op, data)
+        result = await call(service, op, inp)
+        return JSONResponse(result.model_dump(mode="json"))
+
+    endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    endpoint.__name__ = op.name
+    return endpoint
+
+
+def create_app(
+    service: Service,
+    tokens: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
+    close_service: bool = True,
+) -> FastAPI:
+    """The whole HTTP application. `tokens` must not be empty: the caller decides where they
+    come from (settings, or a token the CLI minted for a loopback-only server)."""
+    if not tokens:
+        raise ValueError("create_app needs at least one bearer token")
+    mcp_app, session_manager = build_mcp(service, host=host, allowed_hosts=allowed_hosts)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with session_manager.run():
+            try:
+                yield
+            finally:
+                if close_service:
+                    await service.close()
+
+    app = FastAPI(
+        title="modal-workspace",
+        version=__version__,
+        summary="Remote workspaces for AI agents: exec, git, files, watches.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    error_responses: dict[int | str, dict[str, Any]] = {
+        status: {"model": ErrorResponse, "description": text}
+        for status, text in ERROR_STATUSES.items()
+    }
+    for op in OPERATIONS:
+        app.add_api_route(
+            "/api" + op.path,
+            _endpoint(service, op),
+            methods=[op.method],
+            operation_id=op.name,
+            summary=op.summary,
+            description=op.description,
+            response_model=op.output,
+            responses=error_responses,
+            name=op.name,
+        )
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "driver": service.driver.name, "version": __version__}
+
+    @app.get("/action-openapi.json", include_in_schema=False)
+    async def action_openapi(request: Request) -> JSONResponse:
+        return JSONResponse(actions_schema(app.openapi(), _server_url(request)))
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            raw = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            app.openapi_schema = full_schema(raw)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.exception_handler(WorkspaceError)
+    async def on_workspace_error(_: Request, exc: WorkspaceError) -> JSONResponse:
+        return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(invalid_from_details(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "invalid_argument"
+        )
+        body = {"error": {"code": code, "message": str(exc.detail)}}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    app.mount("/mcp", mcp_app)
+    # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
+    app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
+    app.add_middleware(BearerAuth, tokens=tokens)
+    return app
+
+
+def _server_url(request: Request) -> str:
+    """The public base URL as the client reached it, honouring a proxy's X-Forwarded-* headers."""
+    headers = request.headers
+    proto = headers.get("x-forwarded-proto", request.url.scheme).split(",")[0].strip()
+    host = headers.get("x-forwarded-host") or headers.get("host") or request.url.netloc
+    host = host.split(",")[0].strip()
+    if proto not in ("http", "https"):
+        proto = "https"
+    return f"{proto}://{host}"

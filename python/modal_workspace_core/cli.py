@@ -1,0 +1,132 @@
+"""The `modal-workspace` command: `serve` runs the gateway (REST, GPT Actions, MCP) on a driver,
+`token` mints a bearer token.
+
+A server without a configured token runs only on loopback with the local driver, where a token
+is minted for the run and printed for the person who started it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import secrets
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .config import TOKEN_ENV, TOKEN_FILE_ENV, ConfigError, load_settings
+
+__all__ = ["main", "mint_token"]
+
+
+def mint_token() -> str:
+    """A fresh bearer token: 256 bits from the OS's random source, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="modal-workspace",
+        description="Remote workspaces for AI agents: REST (GPT Actions), MCP and Python.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser(
+        "serve",
+        help="run the gateway",
+        description=(
+            f"Run the gateway. Bearer tokens come from {TOKEN_ENV} (comma-separated) or "
+            f"{TOKEN_FILE_ENV}; without one, the server runs only on loopback with the local "
+            "driver and mints a token for the run."
+        ),
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    serve.add_argument(
+        "--driver",
+        choices=("local", "modal"),
+        default=None,
+        help="workspace driver (default local)",
+    )
+    serve.add_argument(
+        "--data-root",
+        default=None,
+        help="where the local driver keeps workspaces (default: the user's data directory)",
+    )
+    sub.add_parser("token", help="mint a bearer token and print it")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .api import create_app
+    from .drivers import create_driver
+    from .service import Service
+
+    try:
+        settings = load_settings(driver=args.driver, data_root=args.data_root)
+    except ConfigError as exc:
+        print(f"modal-workspace: {exc}", file=sys.stderr)
+        return 2
+    tokens = list(settings.tokens)
+    minted = None
+    if not tokens:
+        if not is_loopback(args.host) or settings.driver != "local":
+            print(
+                f"modal-workspace: refusing to serve on {args.host} with the {settings.driver} "
+                f"driver without a token: set {TOKEN_ENV} (mint one with "
+                "`modal-workspace token`) or a token file in "
+                f"{TOKEN_FILE_ENV}",
+                file=sys.stderr,
+            )
+            return 2
+        minted = mint_token()
+        tokens = [minted]
+    driver = create_driver(settings.driver, data_root=settings.data_root)
+    app = create_app(
+        Service(driver, settings), tokens, host=args.host, allowed_hosts=settings.allowed_hosts
+    )
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{args.port}"
+    lines = [
+        f"modal-workspace {__version__}: serving on {base} (driver: {settings.driver}, "
+        f"data root: {settings.data_root})",
+    ]
+    if minted:
+        lines += [
+            f"  token:          minted for this run (no {TOKEN_ENV} set): {minted}",
+            f"                  keep it across restarts with: export {TOKEN_ENV}={minted}",
+        ]
+    else:
+        lines.append(f"  token:          from {settings.token_source}")
+    lines += [
+        f"  REST:           {base}/api/workspaces   (Authorization: Bearer <token>)",
+        f"  MCP:            {base}/mcp/",
+        f"  Actions schema: {base}/action-openapi.json",
+        f"  health:         {base}/healthz",
+    ]
+    print("\n".join(lines), flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", proxy_headers=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "token":
+        print(mint_token())
+        return 0
+    return _serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

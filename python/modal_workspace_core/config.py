@@ -1,0 +1,162 @@
+"""Settings from the environment, read and validated once when the server or client starts.
+
+A bad setting stops the start with a message that names the variable; nothing here is re-read
+per request. Secret values loaded here are held in memory only and never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ._core import PolicyError
+from .policy import env_name
+
+__all__ = ["ConfigError", "Settings", "default_data_root", "load_settings"]
+
+TOKEN_ENV = "MODAL_WORKSPACE_MCP_TOKEN"
+TOKEN_FILE_ENV = "MODAL_WORKSPACE_MCP_TOKEN_FILE"
+DRIVER_ENV = "MODAL_WORKSPACE_DRIVER"
+DATA_ROOT_ENV = "MODAL_WORKSPACE_DATA_ROOT"
+ALLOWED_SECRETS_ENV = "MODAL_WORKSPACE_ALLOWED_SECRETS"
+ALLOWED_VOLUMES_ENV = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
+GITHUB_SECRET_ENV = "MODAL_WORKSPACE_GITHUB_SECRET"
+LOCAL_SECRETS_FILE_ENV = "MODAL_WORKSPACE_LOCAL_SECRETS_FILE"
+ALLOWED_HOSTS_ENV = "MODAL_WORKSPACE_ALLOWED_HOSTS"
+
+MIN_TOKEN_CHARS = 8
+DriverName = Literal["local", "modal"]
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message names the variable and never quotes a secret."""
+
+
+class Settings(BaseModel):
+    """Everything the gateway reads from its environment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tokens: tuple[str, ...] = ()
+    # Where the tokens came from, for people: a variable name or a file path, never a value.
+    token_source: str | None = None
+    driver: DriverName = "local"
+    data_root: Path
+    allowed_secrets: tuple[str, ...] = ()
+    allowed_volumes: tuple[str, ...] = ()
+    github_secret: str = "github"
+    # secret name -> {ENV_NAME: value}; locally from MODAL_WORKSPACE_LOCAL_SECRETS_FILE.
+    secret_values: Mapping[str, Mapping[str, str]] = {}
+    allowed_hosts: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        # Tokens and secret values stay out of every repr, log line and traceback.
+        return (
+            f"Settings(driver={self.driver!r}, data_root={str(self.data_root)!r}, "
+            f"tokens={len(self.tokens)}, secrets={sorted(self.secret_values)})"
+        )
+
+    __str__ = __repr__
+
+
+def default_data_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's data directory: `$XDG_DATA_HOME/modal-workspace`, else `~/.local/share/…`."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "modal-workspace"
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def _check_token(token: str, source: str) -> str:
+    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        raise ConfigError(f"{source}: a token must be printable ASCII without spaces")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"{source}: a token must be at least {MIN_TOKEN_CHARS} characters "
+            "(`modal-workspace token` mints a good one)"
+        )
+    return token
+
+
+def _load_tokens(env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    tokens = [_check_token(t, TOKEN_ENV) for t in _split(env.get(TOKEN_ENV))]
+    source = TOKEN_ENV if tokens else None
+    path = env.get(TOKEN_FILE_ENV)
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{TOKEN_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            # The decoder's message quotes the file's bytes: a token must never reach a log.
+            raise ConfigError(f"{TOKEN_FILE_ENV}: {path} is not UTF-8 text") from None
+        from_file = [_check_token(t, TOKEN_FILE_ENV) for t in _split(text.replace("\n", ",")) if t]
+        if not from_file:
+            raise ConfigError(f"{TOKEN_FILE_ENV}: {path} holds no token")
+        tokens.extend(from_file)
+        source = f"{source} and {path}" if source else path
+    return tuple(dict.fromkeys(tokens)), source
+
+
+def _load_secret_values(path: str | None) -> dict[str, dict[str, str]]:
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{LOCAL_SECRETS_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ConfigError(f"{LOCAL_SECRETS_FILE_ENV}: {path} is not valid JSON") from None
+    shape = '{"secret-name": {"ENV_NAME": "value"}}'
+    if not isinstance(data, dict):
+        raise ConfigError(f"{LOCAL_SECRETS_FILE_ENV}: {path} must hold an object like {shape}")
+    secrets: dict[str, dict[str, str]] = {}
+    for name, values in data.items():
+        if not isinstance(values, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in values.items()
+        ):
+            raise ConfigError(
+                f"{LOCAL_SECRETS_FILE_ENV}: secret {name!r} must map names to strings ({shape})"
+            )
+        for key in values:
+            try:
+                env_name(key)
+            except PolicyError as exc:
+                raise ConfigError(f"{LOCAL_SECRETS_FILE_ENV}: secret {name!r}: {exc}") from None
+        secrets[name] = dict(values)
+    return secrets
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None,
+    *,
+    driver: str | None = None,
+    data_root: str | Path | None = None,
+) -> Settings:
+    """Reads every setting once; `driver` and `data_root` (command-line flags) win over the
+    environment. Raises `ConfigError` naming the variable that is wrong."""
+    env = os.environ if environ is None else environ
+    tokens, source = _load_tokens(env)
+    chosen = driver or env.get(DRIVER_ENV) or "local"
+    if chosen not in ("local", "modal"):
+        raise ConfigError(f"{DRIVER_ENV}: unknown driver {chosen[:32]!r}; use 'local' or 'modal'")
+    root = Path(data_root or env.get(DATA_ROOT_ENV) or default_data_root(env)).expanduser()
+    return Settings(
+        tokens=tokens,
+        token_source=source,
+        driver=chosen,  # type: ignore[arg-type]  # checked just above
+        data_root=root,
+        allowed_secrets=_split(env.get(ALLOWED_SECRETS_ENV)),
+        allowed_volumes=_split(env.get(ALLOWED_VOLUMES_ENV)),
+        github_secret=env.get(GITHUB_SECRET_ENV) or "github",
+        secret_values=_load_secret_values(env.get(LOCAL_SECRETS_FILE_ENV)),
+        allowed_hosts=_split(env.get(ALLOWED_HOSTS_ENV)),
+    )

@@ -1,0 +1,184 @@
+"""The one error model of the gateway (ARCHITECTURE.md §4.3): a code, a message, an HTTP status.
+
+REST renders these as `{"error": {"code", "message", "field"?}}`, MCP as `isError` results with
+the same text; policy rejections and the agent's error codes are translated here, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from ._core import PolicyError
+
+__all__ = [
+    "ConflictError",
+    "InvalidArgumentError",
+    "LimitError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "TimeoutError_",
+    "UnauthenticatedError",
+    "UpstreamError",
+    "WorkspaceError",
+    "from_agent_error",
+    "from_policy_error",
+    "invalid_from_details",
+    "validation_error",
+]
+
+
+class WorkspaceError(Exception):
+    """A failure the caller should see: `code` is stable, `message` says what to do about it.
+
+    `field` names the input that was wrong, when one was. Messages never contain a token or a
+    secret value: they are built from the caller's own (policy-checked) input and fixed text.
+    """
+
+    status: int = 500
+    default_code: ClassVar[str] = "internal"
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return {"error": body}
+
+    def __str__(self) -> str:
+        where = f" (field {self.field!r})" if self.field else ""
+        return f"{self.code}: {self.message}{where}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code!r}, {self.message!r}, field={self.field!r})"
+
+
+class _Kind(WorkspaceError):
+    """A subclass with a fixed code: `NotFoundError("message")`, or `(code, message)` to keep a
+    more specific code (for example `LimitError("rate_limited", "...", status=429)`)."""
+
+    def __init__(
+        self,
+        code_or_message: str,
+        message: str | None = None,
+        field: str | None = None,
+        *,
+        status: int | None = None,
+    ) -> None:
+        if message is None:
+            code, message = self.default_code, code_or_message
+        else:
+            code = code_or_message
+        super().__init__(code, message, field)
+        if status is not None:
+            self.status = status
+
+
+class InvalidArgumentError(_Kind):
+    status = 400
+    default_code = "invalid_argument"
+
+
+class UnauthenticatedError(_Kind):
+    status = 401
+    default_code = "unauthenticated"
+
+
+class PermissionDeniedError(_Kind):
+    status = 403
+    default_code = "permission"
+
+
+class NotFoundError(_Kind):
+    status = 404
+    default_code = "not_found"
+
+
+class ConflictError(_Kind):
+    status = 409
+    default_code = "conflict"
+
+
+class LimitError(_Kind):
+    """A bound was hit: 413 for a request too large (the default), 429 for too many."""
+
+    status = 413
+    default_code = "limit"
+
+
+class UpstreamError(_Kind):
+    """The workspace or its provider failed in a way the caller cannot fix (502)."""
+
+    status = 502
+    default_code = "upstream"
+
+
+class TimeoutError_(_Kind):  # the trailing underscore keeps the builtin usable
+    status = 504
+    default_code = "timeout"
+
+
+# The agent's codes (docs/protocol.md) and the status each becomes for our callers.
+_AGENT_CODES: dict[str, type[_Kind]] = {
+    "invalid_argument": InvalidArgumentError,
+    "not_found": NotFoundError,
+    "conflict": ConflictError,
+    "permission": PermissionDeniedError,
+    "limit": LimitError,
+    "timeout": TimeoutError_,
+    "unavailable": UpstreamError,
+    "protocol_mismatch": UpstreamError,
+    "internal": UpstreamError,
+    "io": UpstreamError,
+}
+
+
+def from_agent_error(code: str, message: str, field: str | None = None) -> WorkspaceError:
+    """Translates an agent error (`AgentError.code`, `.message`) into the gateway's model.
+
+    Unknown codes are the agent's failure, not the caller's: they become `upstream` (502).
+    """
+    kind = _AGENT_CODES.get(code, UpstreamError)
+    if kind is UpstreamError and code not in _AGENT_CODES:
+        return UpstreamError(f"the workspace agent failed ({code}): {message}", field=field)
+    return kind(code if kind is not UpstreamError else "upstream", message, field)
+
+
+def from_policy_error(err: PolicyError, field: str) -> WorkspaceError:
+    """A policy rejection of the input named `field`: 400, or 403 when an allowlist denied it."""
+    rule = getattr(err, "rule", "")
+    message = f"{field}: {err}"
+    if rule == "allowlist.denied":
+        return PermissionDeniedError(message, field=field)
+    return InvalidArgumentError(message, field=field)
+
+
+def invalid_from_details(errors: Sequence[Mapping[str, Any]]) -> InvalidArgumentError:
+    """The first problem of a pydantic (or FastAPI) error list as one message naming the field."""
+    if not errors:
+        return InvalidArgumentError("the request is malformed")
+    first = errors[0]
+    parts = [str(p) for p in first.get("loc", ())]
+    if len(parts) > 1 and parts[0] in ("body", "query", "path"):
+        parts = parts[1:]  # FastAPI's own prefix says where the value was, not which it was
+    loc = ".".join(parts)
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    kind = first.get("type")
+    if kind == "extra_forbidden":
+        message = "unknown field"
+    elif kind == "missing":
+        message = "required"
+    elif kind == "json_invalid":
+        message, loc = "the body is not valid JSON", ""
+    return InvalidArgumentError(f"{loc}: {message}" if loc else message, field=loc or None)
+
+
+def validation_error(exc: ValidationError) -> InvalidArgumentError:
+    return invalid_from_details(exc.errors(include_url=False))

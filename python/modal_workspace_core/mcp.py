@@ -1,0 +1,128 @@
+"""The MCP server: one tool per operation of the table, over streamable HTTP (stateless, SSE
+responses), with structured output from the same models and the same error text as REST.
+
+Built on the official SDK's low-level `Server`, so tool schemas come from our models and nothing
+is declared twice; the FastAPI app mounts the returned ASGI app at `/mcp/`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from . import __version__
+from .errors import WorkspaceError
+from .service import OPERATIONS, Operation, Service, call, operation, parse_input
+
+__all__ = ["INSTRUCTIONS", "build_mcp", "build_server", "tools"]
+
+INSTRUCTIONS = """\
+Remote workspaces: each is a machine whose files live under /workspace.
+1. workspace_create (pass an idempotency_key to make retries safe) gives a workspace_id.
+2. repo_clone clones a GitHub repository. It returns an exec_id: git runs in the background.
+3. Follow any exec_id (repo_clone, repo_fetch, repo_checkout, workspace_realtime_exec_start) with
+   workspace_realtime_exec_events. Start with cursor=0; each page returns next_cursor: pass it
+   back as cursor and call again until done is true. wait_seconds (0-25) long-polls, so an empty
+   page only means nothing new yet. If cursor_expired is true, older output was dropped and the
+   page continues from first_seq. Never restart from 0 once you have a cursor.
+4. workspace_exec runs a short command to completion (output capped, truncation flagged); use a
+   realtime exec for anything long, then workspace_realtime_exec_input (stdin) or
+   workspace_realtime_exec_cancel as needed.
+5. file_read/file_write/file_edit/file_list/file_search work on paths under /workspace;
+   repo_status and repo_diff show what changed. workspace_terminate when finished.
+File watches follow the same cursor loop with workspace_file_watch_events.
+"""
+
+_LOOPBACK_HOSTS = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
+_LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+def _tool(op: Operation) -> types.Tool:
+    hints = op.hints
+    return types.Tool(
+        name=op.name,
+        description=op.description,
+        input_schema=op.input.model_json_schema(),
+        output_schema=op.output.model_json_schema(),
+        annotations=types.ToolAnnotations(
+            title=op.summary.split(":")[0].rstrip("."),
+            read_only_hint=hints.read_only,
+            destructive_hint=hints.destructive,
+            idempotent_hint=hints.idempotent,
+            open_world_hint=hints.open_world,
+        ),
+    )
+
+
+def tools() -> list[types.Tool]:
+    return [_tool(op) for op in OPERATIONS]
+
+
+def _error_result(err: WorkspaceError) -> types.CallToolResult:
+    # The same text as the REST error body, so an agent reads one shape everywhere.
+    text = json.dumps(err.to_dict())
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def build_server(service: Service) -> Server[Any]:
+    """The MCP server object (transport-free): tools/list and tools/call over the table."""
+    listed = tools()
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            op = operation(params.name)
+            inp = parse_input(op, params.arguments or {})
+            result = await call(service, op, inp)
+        except WorkspaceError as err:
+            return _error_result(err)
+        data = result.model_dump(mode="json")
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(data))], structured_content=data
+        )
+
+    return Server(
+        "modal-workspace",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def transport_security(host: str, allowed_hosts: Sequence[str]) -> TransportSecuritySettings:
+    """The Host/Origin check against DNS rebinding: loopback names always, plus the public
+    names a deployment configures (MODAL_WORKSPACE_ALLOWED_HOSTS). A server bound to a public
+    address with no names configured cannot know its own name, so it relies on the bearer token."""
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    if not allowed_hosts and not loopback:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    extra_hosts = [h for name in allowed_hosts for h in (name, f"{name}:*")]
+    extra_origins = [o for name in allowed_hosts for o in (f"https://{name}", f"http://{name}")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*_LOOPBACK_HOSTS, *extra_hosts],
+        allowed_origins=[*_LOOPBACK_ORIGINS, *extra_origins],
+    )
+
+
+def build_mcp(
+    service: Service, *, host: str = "127.0.0.1", allowed_hosts: Sequence[str] = ()
+) -> tuple[StreamableHTTPASGIApp, StreamableHTTPSessionManager]:
+    """The ASGI app to mount and its session manager, whose `run()` the app's lifespan enters.
+    Stateless: any gateway container can answer any request."""
+    manager = StreamableHTTPSessionManager(
+        app=build_server(service),
+        stateless=True,
+        json_response=False,
+        security_settings=transport_security(host, allowed_hosts),
+    )
+    return StreamableHTTPASGIApp(manager), manager

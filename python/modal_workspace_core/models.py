@@ -1,0 +1,371 @@
+"""The inputs of every operation, with each client value checked by the Rust policies.
+
+A model that validates carries canonical values only (ids checked, repository rebuilt to its
+URL, paths normalised under `/workspace`), so nothing downstream re-parses client text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from . import policy
+
+WORKSPACE_ROOT = "/workspace"
+# Tags the gateway and drivers own; a caller setting one could forge a workspace's identity,
+# its root, or the record of what was cloned into it.
+MANAGED_TAGS = frozenset({"managed-by", "workspace-id", "workspace-root", "idempotency-key"})
+MANAGED_TAG_PREFIXES = ("repo-",)
+MAX_WAIT_SECONDS = 25
+DEFAULT_PAGE_BYTES = 48_000  # one page stays well under GPT Actions' 100 000 characters
+MAX_PAGE_BYTES = 1_048_576
+MAX_COMMAND_CHARS = 65_536
+MAX_ENV_VALUE_CHARS = 32_768
+MAX_OUTPUT_BYTES = 1_048_576
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+_TAG_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+class Input(BaseModel):
+    """Unknown fields are refused: a misspelt option must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _id(kind: Literal["ws", "ex", "fw"]) -> AfterValidator:
+    return AfterValidator(lambda text: policy.check_id(kind, text))
+
+
+def _path(text: str) -> str:
+    return policy.workspace_path(WORKSPACE_ROOT, text)
+
+
+def _repository(text: str) -> str:
+    return policy.github_repo(text).url
+
+
+def _tags(tags: dict[str, str]) -> dict[str, str]:
+    for key, value in tags.items():
+        if not _TAG_KEY.fullmatch(key):
+            raise ValueError(
+                f"tag key {key[:32]!r} must be 1-63 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        if key in MANAGED_TAGS or key.startswith(MANAGED_TAG_PREFIXES):
+            raise ValueError(f"tag {key!r} is managed by the service and cannot be set")
+        if len(value) > 256 or not value.isprintable():
+            raise ValueError(f"tag {key!r}: a value must be at most 256 printable characters")
+    if len(tags) > 32:
+        raise ValueError("at most 32 tags")
+    return tags
+
+
+def _env(env: dict[str, str]) -> dict[str, str]:
+    for key, value in env.items():
+        policy.env_name(key)
+        if "\x00" in value or len(value) > MAX_ENV_VALUE_CHARS:
+            raise ValueError(
+                f"env {key}: a value must be at most 32 768 characters and hold no NUL"
+            )
+    if len(env) > 256:
+        raise ValueError("at most 256 environment variables")
+    return env
+
+
+def _idempotency_key(key: str) -> str:
+    if not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise ValueError("an idempotency key is 1-128 letters, digits, '.', '_', ':' or '-'")
+    return key
+
+
+WorkspaceId = Annotated[
+    str, _id("ws"), Field(description="Workspace id: 'ws-' and 32 lowercase hex digits.")
+]
+ExecId = Annotated[str, _id("ex"), Field(description="Exec id: 'ex-' and 32 lowercase hex digits.")]
+WatchId = Annotated[
+    str, _id("fw"), Field(description="File watch id: 'fw-' and 32 lowercase hex digits.")
+]
+WorkspacePath = Annotated[
+    str,
+    AfterValidator(_path),
+    Field(description="A path inside the workspace: relative to /workspace, or absolute under it."),
+]
+Repository = Annotated[
+    str,
+    AfterValidator(_repository),
+    Field(description="GitHub repository: OWNER/REPO or https://github.com/OWNER/REPO."),
+]
+GitRef = Annotated[
+    str,
+    AfterValidator(policy.git_ref),
+    Field(description="A branch, tag or commit (no leading '-', no revision expressions)."),
+]
+Tags = Annotated[dict[str, str], AfterValidator(_tags)]
+Env = Annotated[dict[str, str], AfterValidator(_env)]
+IdempotencyKey = Annotated[str, AfterValidator(_idempotency_key)]
+Cursor = Annotated[
+    int,
+    Field(
+        ge=0,
+        description="The last seq you have seen (next_cursor of the previous page); 0 = start.",
+    ),
+]
+WaitSeconds = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description="Long-poll: wait up to this long (0-25 s) for events.",
+    ),
+]
+MaxEvents = Annotated[int, Field(ge=1, le=10_000, description="Most events in one page.")]
+MaxBytes = Annotated[
+    int,
+    Field(
+        ge=1024,
+        le=MAX_PAGE_BYTES,
+        description="Budget of the page's JSON in bytes (48 000 default).",
+    ),
+]
+
+
+# --- workspaces ---------------------------------------------------------------------------------
+
+
+class Resources(Input):
+    cpu: float | None = Field(None, gt=0, le=64, description="CPU cores requested.")
+    memory_mb: int | None = Field(None, ge=128, le=262_144, description="Memory in MiB.")
+    gpu: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9:._-]{1,32}$", description="GPU type (Modal)."
+    )
+    timeout_seconds: int | None = Field(None, ge=60, le=86_400, description="Lifetime limit.")
+    idle_timeout_seconds: int | None = Field(None, ge=60, le=86_400, description="Idle limit.")
+
+
+class WorkspaceCreate(Input):
+    resources: Resources = Field(default_factory=lambda: Resources.model_validate({}))
+    env: Env = Field(default_factory=dict, description="Environment for every command.")
+    secret_names: list[str] = Field(
+        default_factory=list, max_length=16, description="Allowlisted secrets to expose as env."
+    )
+    volumes: dict[str, str] = Field(
+        default_factory=dict, description="Mount path -> allowlisted volume name (Modal)."
+    )
+    tags: Tags = Field(default_factory=dict, description="Your labels; managed tags are refused.")
+    block_network: bool = Field(False, description="Run with no network access.")
+    idempotency_key: IdempotencyKey | None = Field(
+        None, description="The same key returns the same workspace instead of a second one."
+    )
+
+
+class WorkspaceList(Input):
+    pass
+
+
+class WorkspaceRef(Input):
+    workspace_id: WorkspaceId
+
+
+# --- execs --------------------------------------------------------------------------------------
+
+
+class ExecRun(Input):
+    workspace_id: WorkspaceId
+    command: str = Field(
+        min_length=1, max_length=MAX_COMMAND_CHARS, description="Shell command run with bash -lc."
+    )
+    workdir: WorkspacePath | None = Field(
+        None, description="Directory to run in (default /workspace)."
+    )
+    env: Env = Field(default_factory=dict, description="Extra environment for this command.")
+    stdin: str | None = Field(None, max_length=MAX_FILE_BYTES, description="Text sent to stdin.")
+    timeout_seconds: float = Field(60, gt=0, le=3600, description="Kill the command after this.")
+    max_output_bytes: int = Field(
+        32_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap per stream; head and tail kept."
+    )
+
+
+class RealtimeExecStart(Input):
+    workspace_id: WorkspaceId
+    command: str = Field(
+        min_length=1, max_length=MAX_COMMAND_CHARS, description="Shell command run with bash -lc."
+    )
+    workdir: WorkspacePath | None = Field(
+        None, description="Directory to run in (default /workspace)."
+    )
+    env: Env = Field(default_factory=dict, description="Extra environment for this command.")
+    timeout_seconds: float | None = Field(None, gt=0, le=86_400, description="Kill after this.")
+    pty: bool = Field(False, description="Run in a pseudo-terminal (stdout and stderr merged).")
+    idempotency_key: IdempotencyKey | None = Field(
+        None, description="The same key returns the exec it started instead of a second one."
+    )
+
+
+class ExecRef(Input):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+
+
+class EventsRead(Input):
+    cursor: Cursor = 0
+    wait_seconds: WaitSeconds = 5
+    max_events: MaxEvents = 1000
+    max_bytes: MaxBytes = DEFAULT_PAGE_BYTES
+
+
+class ExecEvents(EventsRead):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+
+
+class ExecInput(Input):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+    data: str = Field("", max_length=MAX_FILE_BYTES, description="Bytes for stdin (see encoding).")
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    eof: bool = Field(False, description="Close stdin after this data.")
+
+
+class ExecCancel(Input):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+    grace_seconds: float = Field(5, ge=0, le=60, description="SIGTERM, then SIGKILL after this.")
+
+
+class ExecListInput(Input):
+    workspace_id: WorkspaceId
+
+
+# --- git ----------------------------------------------------------------------------------------
+
+
+class RepoClone(Input):
+    workspace_id: WorkspaceId
+    repository: Repository
+    ref: GitRef | None = None
+    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow clone depth.")
+    destination: WorkspacePath | None = Field(None, description="Where to clone (default: REPO).")
+    use_github_token: bool = Field(False, description="Authenticate with the configured token.")
+
+
+class RepoFetch(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath = Field(description="The repository's directory.")
+    ref: GitRef | None = None
+    depth: int | None = Field(None, ge=1, le=1_000_000)
+    use_github_token: bool = False
+
+
+class RepoCheckout(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath = Field(description="The repository's directory.")
+    ref: GitRef
+    create_branch: bool = Field(False, description="Create ref as a new branch at HEAD.")
+
+
+class RepoStatusInput(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath = Field(description="The repository's directory.")
+
+
+class RepoDiffInput(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath = Field(description="The repository's directory.")
+    cached: bool = Field(False, description="Staged changes instead of the working tree.")
+    stat: bool = Field(False, description="A diffstat instead of the patch.")
+    max_bytes: int = Field(48_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap on the output.")
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+class FileRead(Input):
+    workspace_id: WorkspaceId
+    path: WorkspacePath
+    offset: int = Field(0, ge=0)
+    max_bytes: int = Field(48_000, ge=1, le=MAX_FILE_BYTES)
+
+
+class FileWrite(Input):
+    workspace_id: WorkspaceId
+    path: WorkspacePath
+    content: str = Field(max_length=2 * MAX_FILE_BYTES)
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    create_parents: bool = True
+
+
+class FileEdit(Input):
+    workspace_id: WorkspaceId
+    path: WorkspacePath
+    old: str = Field(min_length=1, max_length=MAX_FILE_BYTES, description="Exact text to replace.")
+    new: str = Field(max_length=MAX_FILE_BYTES, description="Replacement text.")
+    expected_replacements: int | None = Field(
+        None, ge=1, description="Fail unless exactly this many matches (default: exactly one)."
+    )
+
+
+class FileList(Input):
+    workspace_id: WorkspaceId
+    path: WorkspacePath = "."
+    depth: int = Field(1, ge=1, le=32)
+    max_entries: int = Field(1000, ge=1, le=10_000)
+
+
+class FileRemove(Input):
+    workspace_id: WorkspaceId
+    path: WorkspacePath
+    recursive: bool = False
+
+
+class FileSearch(Input):
+    workspace_id: WorkspaceId
+    pattern: str = Field(min_length=1, max_length=1024)
+    mode: Literal["content", "name"] = Field(
+        "content", description="content: regex over file text; name: glob over paths."
+    )
+    path: WorkspacePath = "."
+    glob: str | None = Field(None, max_length=1024, description="Only files matching this glob.")
+    case_insensitive: bool = False
+    max_results: int = Field(200, ge=1, le=10_000)
+
+
+# --- file watches -------------------------------------------------------------------------------
+
+
+class WatchStart(Input):
+    workspace_id: WorkspaceId
+    path: WorkspacePath = "."
+    kinds: list[Literal["create", "modify", "remove", "rename"]] | None = None
+    timeout_seconds: float | None = Field(None, gt=0, le=86_400)
+
+
+class WatchRef(Input):
+    workspace_id: WorkspaceId
+    watch_id: WatchId
+
+
+class WatchEvents(EventsRead):
+    workspace_id: WorkspaceId
+    watch_id: WatchId
+
+
+class WatchListInput(Input):
+    workspace_id: WorkspaceId
+
+
+def relative(path: str) -> str:
+    """A validated `/workspace/...` path as the agent takes it: relative to its root."""
+    if path == WORKSPACE_ROOT:
+        return "."
+    return path[len(WORKSPACE_ROOT) + 1 :]
+
+
+__all__ = sorted(
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == __name__
+)

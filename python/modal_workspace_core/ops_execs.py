@@ -1,0 +1,284 @@
+"""Handlers of commands: run to completion, and realtime execs followed by cursor pages.
+
+Every exec is the agent's; the gateway picks exec ids (random, or derived from an idempotency
+key) so that a repeated start answers the exec that already exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import policy
+from .drivers.base import WorkspaceRecord
+from .errors import InvalidArgumentError
+from .models import (
+    MAX_WAIT_SECONDS,
+    ExecCancel,
+    ExecEvents,
+    ExecInput,
+    ExecListInput,
+    ExecRef,
+    ExecRun,
+    RealtimeExecStart,
+)
+from .results import EventPage, ExecListResult, ExecResult, ExecStatus, InputResult
+from .service_core import host_path
+
+if TYPE_CHECKING:
+    from .service_core import Service
+
+FINAL_STATES = frozenset({"finished", "cancelled", "failed", "timed_out", "lost"})
+# The agent holds an event to 16 KiB, so a page of this budget always holds one.
+_DRAIN_PAGE_BYTES = 1_048_576
+
+
+def derived_exec_id(workspace_id: str, key: str) -> str:
+    """The exec id an idempotency key names in one workspace: the same key, the same exec."""
+    digest = hashlib.sha256(f"{workspace_id}\x00{key}".encode()).hexdigest()
+    return policy.check_id("ex", f"ex-{digest[:32]}")
+
+
+def exec_args(
+    record: WorkspaceRecord,
+    exec_id: str,
+    *,
+    command: str | None = None,
+    argv: list[str] | None = None,
+    workdir: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout_seconds: float | None = None,
+    pty: bool = False,
+    secrets: list[str] | None = None,
+) -> dict[str, Any]:
+    args: dict[str, Any] = {"exec_id": exec_id, "env": dict(env or {})}
+    if argv is not None:
+        args["argv"] = argv
+    else:
+        args["command"] = command
+    args["workdir"] = host_path(record, workdir) if workdir else record.root
+    if timeout_seconds is not None:
+        args["timeout_seconds"] = timeout_seconds
+    if pty:
+        args["pty"] = {"rows": 24, "cols": 80}
+    if secrets:
+        args["secrets"] = secrets  # values to redact; they travel only in this request's header
+    return args
+
+
+def status_out(exec_id: str, result: dict[str, Any]) -> ExecStatus:
+    return ExecStatus.model_validate({**result, "exec_id": result.get("exec_id") or exec_id})
+
+
+def page_out(page: dict[str, Any], status: dict[str, Any] | None) -> EventPage:
+    events = page.get("events") or []
+    has_more = bool(page.get("has_more"))
+    # `done` only once the stream is closed and nothing is left after this page: the final
+    # event (an exec's `exit`) has then been delivered, in this page or an earlier one.
+    ended_here = bool(events) and events[-1].get("type") == "exit"
+    done = not has_more and (bool(page.get("closed")) or ended_here)
+    return EventPage(
+        events=events,
+        next_cursor=int(page.get("next_cursor", 0)),
+        has_more=has_more,
+        done=done,
+        state=(status or {}).get("state"),
+        returncode=(status or {}).get("returncode"),
+        first_seq=int(page.get("first_seq", 0)),
+        cursor_expired=bool(page.get("cursor_expired")),
+        dropped_events=int(page.get("dropped_events", 0)),
+        dropped_bytes=int(page.get("dropped_bytes", 0)),
+    )
+
+
+def event_bytes(event: dict[str, Any]) -> bytes:
+    if event.get("data_b64") is not None:
+        return base64.b64decode(event["data_b64"])
+    data = event.get("data")
+    return data.encode() if isinstance(data, str) else b""
+
+
+@dataclass
+class Capture:
+    """One output stream, capped: the first half of the budget and the last half are kept."""
+
+    cap: int
+    head_only: bool = False
+    total: int = 0
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        head_cap = self.cap if self.head_only else self.cap // 2
+        room = head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and not self.head_only:
+            self.tail += data
+            del self.tail[: max(0, len(self.tail) - (self.cap - head_cap))]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.cap
+
+    def text(self) -> str:
+        head = self.head.decode(errors="replace")
+        if not self.truncated:
+            return head + self.tail.decode(errors="replace")
+        omitted = self.total - len(self.head) - len(self.tail)
+        marker = f"\n[... {omitted} bytes omitted ...]\n"
+        return head + marker + self.tail.decode(errors="replace")
+
+
+@dataclass
+class Finished:
+    exec_id: str
+    status: dict[str, Any]
+    stdout: Capture
+    stderr: Capture
+
+
+async def run_to_end(
+    svc: Service,
+    record: WorkspaceRecord,
+    *,
+    timeout_seconds: float,
+    cap: int,
+    head_only: bool = False,
+    stdin: bytes = b"",
+    **spec: Any,
+) -> Finished:
+    """Starts an exec, closes its stdin after `stdin`, and drains its events to the end."""
+    ws = record.workspace_id
+    exec_id = policy.new_id("ex")
+    args = exec_args(record, exec_id, timeout_seconds=timeout_seconds, **spec)
+    await svc.request(ws, "exec.start", args)
+    await svc.request(ws, "exec.input", {"exec_id": exec_id, "eof": True}, stdin)
+    out, err = Capture(cap, head_only), Capture(cap, head_only)
+    cursor = 0
+    # The agent kills the command at its timeout; this deadline only guards a lost channel.
+    deadline = time.monotonic() + timeout_seconds + 30
+    while True:
+        wait = max(0.0, min(MAX_WAIT_SECONDS, deadline - time.monotonic()))
+        page = await svc.read_events(
+            ws, exec_id, cursor, max_events=10_000, max_bytes=_DRAIN_PAGE_BYTES, wait_seconds=wait
+        )
+        for event in page.get("events") or []:
+            kind = event.get("type")
+            if kind == "stdout":
+                out.add(event_bytes(event))
+            elif kind == "stderr":
+                err.add(event_bytes(event))
+        cursor = int(page.get("next_cursor", cursor))
+        if page_out(page, None).done:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError
+    status, _ = await svc.request(ws, "exec.status", {"exec_id": exec_id})
+    return Finished(exec_id, status, out, err)
+
+
+async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
+    record = await svc.running(inp.workspace_id)
+    done = await run_to_end(
+        svc,
+        record,
+        command=inp.command,
+        workdir=inp.workdir,
+        env=inp.env,
+        timeout_seconds=inp.timeout_seconds,
+        cap=inp.max_output_bytes,
+        stdin=(inp.stdin or "").encode(),
+    )
+    state = str(done.status.get("state", "finished"))
+    return ExecResult(
+        exec_id=done.exec_id,
+        state=state,
+        returncode=done.status.get("returncode"),
+        stdout=done.stdout.text(),
+        stderr=done.stderr.text(),
+        stdout_truncated=done.stdout.truncated,
+        stderr_truncated=done.stderr.truncated,
+        stdout_bytes=done.stdout.total,
+        stderr_bytes=done.stderr.total,
+        timed_out=state == "timed_out",
+    )
+
+
+async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) -> ExecStatus:
+    record = await svc.running(inp.workspace_id)
+    if inp.idempotency_key is not None:
+        exec_id = derived_exec_id(inp.workspace_id, inp.idempotency_key)
+    else:
+        exec_id = policy.new_id("ex")
+    args = exec_args(
+        record,
+        exec_id,
+        command=inp.command,
+        workdir=inp.workdir,
+        env=inp.env,
+        timeout_seconds=inp.timeout_seconds,
+        pty=inp.pty,
+    )
+    result, _ = await svc.request(inp.workspace_id, "exec.start", args)
+    return status_out(exec_id, result)
+
+
+async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> EventPage:
+    page = await svc.read_events(
+        inp.workspace_id,
+        inp.exec_id,
+        inp.cursor,
+        max_events=inp.max_events,
+        max_bytes=inp.max_bytes,
+        wait_seconds=inp.wait_seconds,
+    )
+    status, _ = await svc.request(inp.workspace_id, "exec.status", {"exec_id": inp.exec_id})
+    return page_out(page, status)
+
+
+async def workspace_realtime_exec_status(svc: Service, inp: ExecRef) -> ExecStatus:
+    result, _ = await svc.request(inp.workspace_id, "exec.status", {"exec_id": inp.exec_id})
+    return status_out(inp.exec_id, result)
+
+
+async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputResult:
+    if inp.encoding == "base64":
+        try:
+            payload = base64.b64decode(inp.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgumentError("data: not valid base64", field="data") from None
+    else:
+        payload = inp.data.encode()
+    args = {"exec_id": inp.exec_id, "eof": inp.eof}
+    result, _ = await svc.request(inp.workspace_id, "exec.input", args, payload)
+    return InputResult(exec_id=inp.exec_id, accepted=int(result.get("accepted", len(payload))))
+
+
+async def workspace_realtime_exec_cancel(svc: Service, inp: ExecCancel) -> ExecStatus:
+    args = {"exec_id": inp.exec_id, "grace_seconds": inp.grace_seconds}
+    result, _ = await svc.request(inp.workspace_id, "exec.cancel", args)
+    return status_out(inp.exec_id, result)
+
+
+async def workspace_realtime_exec_list(svc: Service, inp: ExecListInput) -> ExecListResult:
+    result, _ = await svc.request(inp.workspace_id, "exec.list", {})
+    return ExecListResult(execs=[status_out("", s) for s in result.get("execs") or []])
+
+
+async def wait_final(svc: Service, workspace_id: str, exec_id: str) -> dict[str, Any]:
+    """Polls an exec's status until it ends (for background bookkeeping, not for clients)."""
+    delay = 0.2
+    while True:
+        status, _ = await svc.request(workspace_id, "exec.status", {"exec_id": exec_id})
+        if status.get("state") in FINAL_STATES:
+            return status
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 2.0)

@@ -1,0 +1,250 @@
+"""Hostile and malformed input through the REST API: a 4xx in the error shape with a message
+that names the field, and nothing reaches the driver (so nothing is created or run)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import pytest
+from modal_workspace_core.api import create_app
+from modal_workspace_core.config import load_settings
+from modal_workspace_core.service import Service
+from service_support import TOKEN, RecordingDriver
+
+WS = "ws-" + "0" * 32
+EX = "ex-" + "1" * 32
+FW = "fw-" + "2" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def driver() -> RecordingDriver:
+    return RecordingDriver()
+
+
+@pytest.fixture
+async def client(driver: RecordingDriver) -> AsyncIterator[httpx2.AsyncClient]:
+    settings = load_settings({"MODAL_WORKSPACE_ALLOWED_SECRETS": "github"})
+    app = create_app(Service(driver, settings), [TOKEN])
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(
+        transport=transport, base_url="http://127.0.0.1", headers=AUTH
+    ) as c:
+        yield c
+
+
+def assert_refused(response: httpx2.Response, status: int, field: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["field"] == field, error
+    assert error["message"].startswith(field), error
+    return dict(error)
+
+
+HOSTILE_REPOSITORIES = [
+    "https://evil.example/o/r",
+    "https://github.com.evil.example/o/r",
+    "https://user:token@github.com/o/r",
+    "git@github.com:o/r.git",
+    "ssh://git@github.com/o/r",
+    "file:///etc/passwd",
+    "ext::sh -c touch% /tmp/pwned",
+    "--upload-pack=touch /tmp/pwned",
+    "https://github.com/o/r?x=1",
+    "https://github.com/o/../r",
+    "o/r/extra",
+    "https://github.com:8443/o/r",
+    "o/r%2e%2e",
+    "o/r\n",
+]
+
+
+@pytest.mark.parametrize("repository", HOSTILE_REPOSITORIES)
+async def test_hostile_repositories_are_refused_before_the_driver(
+    client: httpx2.AsyncClient, driver: RecordingDriver, repository: str
+) -> None:
+    response = await client.post(
+        f"/api/workspaces/{WS}/repo/clone", json={"repository": repository}
+    )
+    error = assert_refused(response, 400, "repository")
+    assert error["code"] == "invalid_argument"
+    assert "token" not in error["message"] or "user:token" not in error["message"]
+    assert driver.names() == []
+
+
+@pytest.mark.parametrize(
+    "ref", ["--upload-pack=x", "-b", "a..b", "HEAD@{1}", "main~1", "x:y", "refs/heads/a.lock", " "]
+)
+async def test_hostile_refs_are_refused(
+    client: httpx2.AsyncClient, driver: RecordingDriver, ref: str
+) -> None:
+    clone = await client.post(
+        f"/api/workspaces/{WS}/repo/clone", json={"repository": "o/r", "ref": ref}
+    )
+    assert_refused(clone, 400, "ref")
+    checkout = await client.post(
+        f"/api/workspaces/{WS}/repo/checkout", json={"destination": "r", "ref": ref}
+    )
+    assert_refused(checkout, 400, "ref")
+    assert driver.names() == []
+
+
+@pytest.mark.parametrize(
+    "path", ["../etc/passwd", "/etc/passwd", "a/../../b", "/workspace/../x", "a\x00b", ""]
+)
+async def test_paths_that_leave_the_workspace_are_refused(
+    client: httpx2.AsyncClient, driver: RecordingDriver, path: str
+) -> None:
+    base = f"/api/workspaces/{WS}"
+    responses = [
+        await client.get(f"{base}/files/content", params={"path": path}),
+        await client.put(f"{base}/files/content", json={"path": path, "content": "x"}),
+        await client.request("DELETE", f"{base}/files", params={"path": path}),
+        await client.post(f"{base}/files/edit", json={"path": path, "old": "a", "new": "b"}),
+        await client.get(f"{base}/files", params={"path": path}),
+        await client.post(f"{base}/file-watches", json={"path": path}),
+    ]
+    for response in responses:
+        assert_refused(response, 400, "path")
+    clone = await client.post(f"{base}/repo/clone", json={"repository": "o/r", "destination": path})
+    assert_refused(clone, 400, "destination")
+    run = await client.post(f"{base}/exec", json={"command": "true", "workdir": path})
+    assert_refused(run, 400, "workdir")
+    assert driver.names() == []
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/api/workspaces/ws-123", "workspace_id"),
+        ("/api/workspaces/WS-" + "0" * 32, "workspace_id"),
+        (f"/api/workspaces/{'ex-' + '0' * 32}", "workspace_id"),
+        (f"/api/workspaces/{WS}/realtime-execs/ex-zz", "exec_id"),
+        (f"/api/workspaces/{WS}/realtime-execs/{FW}", "exec_id"),
+        (f"/api/workspaces/{WS}/file-watches/{EX}", "watch_id"),
+    ],
+)
+async def test_malformed_ids_are_refused_naming_the_field(
+    client: httpx2.AsyncClient, driver: RecordingDriver, url: str, field: str
+) -> None:
+    assert_refused(await client.get(url), 400, field)
+    assert driver.names() == []
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [
+        {"managed-by": "me"},
+        {"workspace-id": WS},
+        {"workspace-root": "/"},
+        {"repo-url": "https://github.com/o/r.git"},
+        {"idempotency-key": "k"},
+        {"bad key": "v"},
+        {"k": "line\nbreak"},
+    ],
+)
+async def test_managed_or_malformed_tags_are_refused(
+    client: httpx2.AsyncClient, driver: RecordingDriver, tags: dict[str, str]
+) -> None:
+    assert_refused(await client.post("/api/workspaces", json={"tags": tags}), 400, "tags")
+    assert driver.names() == []
+
+
+@pytest.mark.parametrize("name", ["1ABC", "A-B", "A B", "", "A=B", "PATH\x00"])
+async def test_bad_env_names_are_refused(
+    client: httpx2.AsyncClient, driver: RecordingDriver, name: str
+) -> None:
+    create = await client.post("/api/workspaces", json={"env": {name: "x"}})
+    assert_refused(create, 400, "env")
+    run = await client.post(
+        f"/api/workspaces/{WS}/exec", json={"command": "env", "env": {name: "1"}}
+    )
+    assert_refused(run, 400, "env")
+    assert driver.names() == []
+
+
+async def test_secrets_outside_the_allowlist_are_forbidden_without_naming_the_allowed_ones(
+    client: httpx2.AsyncClient, driver: RecordingDriver
+) -> None:
+    response = await client.post("/api/workspaces", json={"secret_names": ["prod-db"]})
+    error = assert_refused(response, 403, "secret_names[0]")
+    assert error["code"] == "permission"
+    assert "MODAL_WORKSPACE_ALLOWED_SECRETS" in error["message"]
+    assert "github" not in error["message"]
+    volume = await client.post("/api/workspaces", json={"volumes": {"/data": "cache"}})
+    assert volume.status_code == 403
+    assert driver.names() == []
+
+
+async def test_an_allowlisted_secret_without_values_is_forbidden_not_created(
+    client: httpx2.AsyncClient, driver: RecordingDriver
+) -> None:
+    response = await client.post("/api/workspaces", json={"secret_names": ["github"]})
+    assert_refused(response, 403, "secret_names[0]")
+    assert driver.names() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"command": "true", "unknown": 1}, "unknown"),
+        ({"command": ""}, "command"),
+        ({}, "command"),
+        ({"command": "true", "timeout_seconds": 0}, "timeout_seconds"),
+        ({"command": "true", "max_output_bytes": 10}, "max_output_bytes"),
+    ],
+)
+async def test_bad_bodies_are_400_naming_the_field(
+    client: httpx2.AsyncClient, driver: RecordingDriver, body: dict[str, Any], field: str
+) -> None:
+    assert_refused(await client.post(f"/api/workspaces/{WS}/exec", json=body), 400, field)
+    assert driver.names() == []
+
+
+async def test_wait_seconds_above_25_is_refused(
+    client: httpx2.AsyncClient, driver: RecordingDriver
+) -> None:
+    url = f"/api/workspaces/{WS}/realtime-execs/{EX}/events"
+    assert_refused(await client.get(url, params={"wait_seconds": 26}), 400, "wait_seconds")
+    assert_refused(await client.get(url, params={"cursor": -1}), 400, "cursor")
+    assert driver.names() == []
+
+
+async def test_a_body_that_is_not_json_is_400(client: httpx2.AsyncClient) -> None:
+    response = await client.post(
+        f"/api/workspaces/{WS}/exec",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_a_missing_workspace_is_404_not_400(
+    client: httpx2.AsyncClient, driver: RecordingDriver
+) -> None:
+    for response in (
+        await client.get(f"/api/workspaces/{WS}"),
+        await client.delete(f"/api/workspaces/{WS}"),
+        await client.post(f"/api/workspaces/{WS}/exec", json={"command": "true"}),
+        await client.get(f"/api/workspaces/{WS}/files/content", params={"path": "a"}),
+    ):
+        assert response.status_code == 404, response.text
+        error = response.json()["error"]
+        assert error == {
+            "code": "not_found",
+            "message": f"workspace {WS} does not exist",
+            "field": "workspace_id",
+        }
+    assert set(driver.names()) == {"get"}
+
+
+async def test_unknown_routes_and_methods_use_the_error_shape(client: httpx2.AsyncClient) -> None:
+    missing = await client.get("/api/nothing-here")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    wrong = await client.patch("/api/workspaces")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["code"] == "method_not_allowed"

@@ -1,0 +1,118 @@
+"""The published schemas: the GPT Actions document within Actions' limits, with servers taken
+from the request; the full document with every operation and our error model instead of 422."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import pytest
+from modal_workspace_core.api import create_app
+from modal_workspace_core.config import load_settings
+from modal_workspace_core.service import OPERATIONS, Service
+from service_support import TOKEN, RecordingDriver
+
+METHODS = {"get", "put", "post", "delete", "patch"}
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx2.AsyncClient]:
+    app = create_app(Service(RecordingDriver(), load_settings({})), [TOKEN])
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
+        yield c
+
+
+def operations(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        op for item in schema["paths"].values() for method, op in item.items() if method in METHODS
+    ]
+
+
+def descriptions(node: Any) -> list[str]:
+    found: list[str] = []
+    if isinstance(node, dict):
+        if isinstance(node.get("description"), str):
+            found.append(node["description"])
+        for value in node.values():
+            found.extend(descriptions(value))
+    elif isinstance(node, list):
+        for value in node:
+            found.extend(descriptions(value))
+    return found
+
+
+async def test_the_actions_schema_fits_gpt_actions_limits(client: httpx2.AsyncClient) -> None:
+    schema = (await client.get("/action-openapi.json")).json()
+    ops = operations(schema)
+    assert 0 < len(ops) <= 30
+    ids = [op["operationId"] for op in ops]
+    assert len(ids) == len(set(ids))
+    assert set(ids) == {op.name for op in OPERATIONS if op.in_actions}
+    for op in ops:
+        assert len(op["summary"]) <= 300
+        assert len(op.get("description", "")) <= 300
+        for param in op.get("parameters", []):
+            for text in descriptions(param):
+                assert len(text) <= 700, (op["operationId"], param["name"])
+        assert "422" not in op["responses"]
+        assert {"400", "401", "404"} <= set(op["responses"])
+    for text in descriptions(schema["components"]["schemas"]):
+        assert len(text) <= 700
+
+
+async def test_the_actions_schema_declares_bearer_auth(client: httpx2.AsyncClient) -> None:
+    schema = (await client.get("/action-openapi.json")).json()
+    assert schema["components"]["securitySchemes"] == {
+        "bearerAuth": {"type": "http", "scheme": "bearer"}
+    }
+    assert schema["security"] == [{"bearerAuth": []}]
+
+
+async def test_every_reference_in_the_actions_schema_resolves(client: httpx2.AsyncClient) -> None:
+    schema = (await client.get("/action-openapi.json")).json()
+    refs: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.add(node["$ref"].rsplit("/", 1)[1])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    assert refs <= set(schema["components"]["schemas"])
+
+
+async def test_servers_come_from_the_request(client: httpx2.AsyncClient) -> None:
+    direct = (await client.get("/action-openapi.json")).json()
+    assert direct["servers"] == [{"url": "http://127.0.0.1:8000"}]
+    proxied = await client.get(
+        "/action-openapi.json",
+        headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "ws.example.org"},
+    )
+    assert proxied.json()["servers"] == [{"url": "https://ws.example.org"}]
+
+
+async def test_the_full_schema_lists_every_operation_without_422(
+    client: httpx2.AsyncClient,
+) -> None:
+    schema = (await client.get("/openapi.json")).json()
+    ops = operations(schema)
+    assert {op["operationId"] for op in ops} == {op.name for op in OPERATIONS}
+    assert all("422" not in op["responses"] for op in ops)
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+
+
+async def test_event_pages_default_well_under_100000_characters(
+    client: httpx2.AsyncClient,
+) -> None:
+    schema = (await client.get("/action-openapi.json")).json()
+    events = schema["paths"]["/api/workspaces/{workspace_id}/realtime-execs/{exec_id}/events"]
+    params = {p["name"]: p["schema"] for p in events["get"]["parameters"]}
+    assert params["max_bytes"]["default"] <= 60_000
+    assert params["wait_seconds"]["maximum"] == 25

@@ -1,0 +1,68 @@
+"""The `modal-workspace` command: `token` mints tokens, `serve` documents its flags and refuses
+to serve a non-loopback address without a configured token."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from modal_workspace_core.cli import is_loopback, mint_token
+
+SCRIPT = Path(sys.executable).with_name("modal-workspace")
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    command = (
+        [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "modal_workspace_core.cli"]
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_WORKSPACE_")}
+    return subprocess.run(
+        [*command, *args], env={**base, **(env or {})}, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_console_script_is_installed() -> None:
+    assert SCRIPT.exists()
+
+
+def test_token_prints_a_fresh_url_safe_token_each_time() -> None:
+    first, second = cli("token"), cli("token")
+    assert first.returncode == 0 and second.returncode == 0
+    a, b = first.stdout.strip(), second.stdout.strip()
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", a)
+    assert a != b
+    assert len(mint_token()) == 43
+
+
+def test_serve_help_lists_its_flags_and_where_tokens_come_from() -> None:
+    done = cli("serve", "--help")
+    assert done.returncode == 0
+    for flag in ("--host", "--port", "--driver", "--data-root"):
+        assert flag in done.stdout
+    assert "MODAL_WORKSPACE_MCP_TOKEN" in " ".join(done.stdout.split())
+
+
+def test_serve_refuses_a_public_address_without_a_token() -> None:
+    done = cli("serve", "--host", "0.0.0.0", "--port", "9")
+    assert done.returncode == 2
+    assert "refusing" in done.stderr and "MODAL_WORKSPACE_MCP_TOKEN" in done.stderr
+
+
+def test_serve_reports_a_bad_setting_by_its_name() -> None:
+    done = cli("serve", env={"MODAL_WORKSPACE_MCP_TOKEN": "short"})
+    assert done.returncode == 2
+    assert "MODAL_WORKSPACE_MCP_TOKEN" in done.stderr
+    assert "short" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.8.9.1", True), ("localhost", True), ("::1", True),
+     ("[::1]", True), ("0.0.0.0", False), ("192.0.2.1", False), ("example.org", False)],
+)  # fmt: skip
+def test_loopback_detection(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback

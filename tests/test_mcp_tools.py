@@ -1,0 +1,135 @@
+"""MCP over real HTTP: the official SDK client, in both protocol generations, against the app
+under uvicorn on 127.0.0.1. Tools match the table; errors come back as `isError` results with
+the REST error text; no token, no MCP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from modal_workspace_core.api import create_app
+from modal_workspace_core.config import load_settings
+from modal_workspace_core.mcp import INSTRUCTIONS
+from modal_workspace_core.service import OPERATIONS, Service
+from service_support import TOKEN, RecordingDriver, serving
+
+MODES = ["legacy", "2026-07-28"]
+WS = "ws-" + "0" * 32
+
+
+@pytest.fixture
+def driver() -> RecordingDriver:
+    return RecordingDriver()
+
+
+@pytest.fixture
+async def base_url(driver: RecordingDriver) -> AsyncIterator[str]:
+    app = create_app(Service(driver, load_settings({})), [TOKEN])
+    async with serving(app) as url:
+        yield url
+
+
+def mcp_client(base_url: str, mode: str, token: str | None = TOKEN) -> Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=60)
+    return Client(streamable_http_client(f"{base_url}/mcp/", http_client=http), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_sdk_client_lists_one_tool_per_operation(base_url: str, mode: str) -> None:
+    async with mcp_client(base_url, mode) as client:
+        tools = (await client.list_tools()).tools
+    assert {t.name for t in tools} == {op.name for op in OPERATIONS}
+    for tool in tools:
+        hints = tool.annotations
+        assert hints is not None, tool.name
+        for hint in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint"):
+            assert isinstance(getattr(hints, hint), bool), (tool.name, hint)
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+
+
+async def test_the_server_teaches_the_cursor_loop(base_url: str) -> None:
+    async with mcp_client(base_url, "legacy") as client:
+        instructions = client.session.initialize_result.instructions  # type: ignore[union-attr]
+    assert instructions == INSTRUCTIONS
+    assert "next_cursor" in INSTRUCTIONS and "done" in INSTRUCTIONS
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_hostile_input_is_an_error_result_with_the_rest_text(
+    base_url: str, driver: RecordingDriver, mode: str
+) -> None:
+    async with mcp_client(base_url, mode) as client:
+        result = await client.call_tool(
+            "repo_clone", {"workspace_id": WS, "repository": "https://evil.example/o/r"}
+        )
+    assert result.is_error
+    body = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    assert body["error"]["code"] == "invalid_argument"
+    assert body["error"]["field"] == "repository"
+    assert driver.names() == []
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        rest = await http.post(
+            f"{base_url}/api/workspaces/{WS}/repo/clone",
+            json={"repository": "https://evil.example/o/r"},
+        )
+    assert rest.json() == body
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_missing_workspace_is_a_not_found_error_result(base_url: str, mode: str) -> None:
+    async with mcp_client(base_url, mode) as client:
+        result = await client.call_tool("workspace_get", {"workspace_id": WS})
+    assert result.is_error
+    assert json.loads(result.content[0].text)["error"]["code"] == "not_found"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_structured_result_matches_the_output_model(base_url: str, mode: str) -> None:
+    async with mcp_client(base_url, mode) as client:
+        result = await client.call_tool("workspace_list", {})
+    assert not result.is_error
+    assert result.structured_content == {"workspaces": []}
+
+
+async def test_mcp_without_a_token_is_refused(base_url: str) -> None:
+    async with httpx2.AsyncClient() as http:
+        response = await http.post(
+            f"{base_url}/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthenticated"
+
+
+async def test_mcp_answers_at_the_path_without_a_trailing_slash(base_url: str) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    http = httpx2.AsyncClient(headers=headers, timeout=60)
+    async with Client(
+        streamable_http_client(f"{base_url}/mcp", http_client=http), mode="legacy"
+    ) as c:
+        assert len((await c.list_tools()).tools) == len(OPERATIONS)
+
+
+async def test_a_foreign_host_header_is_refused_on_loopback(base_url: str) -> None:
+    headers = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Host": "attacker.example",
+        "Accept": "application/json, text/event-stream",
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    async with httpx2.AsyncClient() as http:
+        response = await http.post(f"{base_url}/mcp/", json=body, headers=headers)
+    assert response.status_code in (400, 403, 421)

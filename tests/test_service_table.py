@@ -1,0 +1,139 @@
+"""The operation table is the single source: REST routes, MCP tools and the Python API are
+generated from it and match it exactly, name for name."""
+
+from __future__ import annotations
+
+import asyncio
+
+import mcp_types as types
+import modal_workspace_core as mwc
+import pytest
+from fastapi.routing import APIRoute
+from modal_workspace_core.api import create_app
+from modal_workspace_core.config import load_settings
+from modal_workspace_core.mcp import build_server
+from modal_workspace_core.service import OPERATIONS, Service
+from service_support import TOKEN, RecordingDriver
+
+# The names and routes of issue 4, which the predecessor's users already know.
+EXPECTED = {
+    "workspace_create": ("POST", "/workspaces"),
+    "workspace_list": ("GET", "/workspaces"),
+    "workspace_get": ("GET", "/workspaces/{workspace_id}"),
+    "workspace_terminate": ("DELETE", "/workspaces/{workspace_id}"),
+    "workspace_exec": ("POST", "/workspaces/{workspace_id}/exec"),
+    "workspace_realtime_exec_start": ("POST", "/workspaces/{workspace_id}/realtime-execs"),
+    "workspace_realtime_exec_events": (
+        "GET",
+        "/workspaces/{workspace_id}/realtime-execs/{exec_id}/events",
+    ),
+    "workspace_realtime_exec_status": (
+        "GET",
+        "/workspaces/{workspace_id}/realtime-execs/{exec_id}",
+    ),
+    "workspace_realtime_exec_input": (
+        "POST",
+        "/workspaces/{workspace_id}/realtime-execs/{exec_id}/input",
+    ),
+    "workspace_realtime_exec_cancel": (
+        "POST",
+        "/workspaces/{workspace_id}/realtime-execs/{exec_id}/cancel",
+    ),
+    "workspace_realtime_exec_list": ("GET", "/workspaces/{workspace_id}/realtime-execs"),
+    "repo_clone": ("POST", "/workspaces/{workspace_id}/repo/clone"),
+    "repo_fetch": ("POST", "/workspaces/{workspace_id}/repo/fetch"),
+    "repo_checkout": ("POST", "/workspaces/{workspace_id}/repo/checkout"),
+    "repo_status": ("GET", "/workspaces/{workspace_id}/repo/status"),
+    "repo_diff": ("GET", "/workspaces/{workspace_id}/repo/diff"),
+    "file_read": ("GET", "/workspaces/{workspace_id}/files/content"),
+    "file_write": ("PUT", "/workspaces/{workspace_id}/files/content"),
+    "file_edit": ("POST", "/workspaces/{workspace_id}/files/edit"),
+    "file_list": ("GET", "/workspaces/{workspace_id}/files"),
+    "file_remove": ("DELETE", "/workspaces/{workspace_id}/files"),
+    "file_search": ("GET", "/workspaces/{workspace_id}/files/search"),
+    "workspace_file_watch_start": ("POST", "/workspaces/{workspace_id}/file-watches"),
+    "workspace_file_watch_events": (
+        "GET",
+        "/workspaces/{workspace_id}/file-watches/{watch_id}/events",
+    ),
+    "workspace_file_watch_status": ("GET", "/workspaces/{workspace_id}/file-watches/{watch_id}"),
+    "workspace_file_watch_list": ("GET", "/workspaces/{workspace_id}/file-watches"),
+    "workspace_file_watch_cancel": ("DELETE", "/workspaces/{workspace_id}/file-watches/{watch_id}"),
+}
+
+
+@pytest.fixture
+def service() -> Service:
+    return Service(RecordingDriver(), load_settings({}))
+
+
+def test_the_table_declares_exactly_the_operations_of_the_issue() -> None:
+    assert {op.name: (op.method, op.path) for op in OPERATIONS} == EXPECTED
+    assert len({op.name for op in OPERATIONS}) == len(OPERATIONS)
+
+
+def test_every_path_parameter_is_a_field_of_the_input_model() -> None:
+    for op in OPERATIONS:
+        assert set(op.path_params) <= set(op.input.model_fields), op.name
+
+
+def test_rest_routes_are_generated_one_per_operation(service: Service) -> None:
+    app = create_app(service, [TOKEN])
+    routes = {
+        r.operation_id: (next(iter(r.methods)), r.path)
+        for r in app.routes
+        if isinstance(r, APIRoute) and r.path.startswith("/api/")
+    }
+    assert routes == {name: (method, "/api" + path) for name, (method, path) in EXPECTED.items()}
+
+
+def test_mcp_tools_are_generated_one_per_operation_with_all_four_hints(service: Service) -> None:
+    server = build_server(service)
+
+    async def listed() -> list[types.Tool]:
+        async with mwc_client(server) as client:
+            return (await client.list_tools()).tools
+
+    tools = asyncio.run(listed())
+    assert {t.name for t in tools} == set(EXPECTED)
+    by_name = {op.name: op for op in OPERATIONS}
+    for tool in tools:
+        hints = tool.annotations
+        assert hints is not None
+        op = by_name[tool.name]
+        assert hints.read_only_hint is op.hints.read_only
+        assert hints.destructive_hint is op.hints.destructive
+        assert hints.idempotent_hint is op.hints.idempotent
+        assert hints.open_world_hint is op.hints.open_world
+        assert tool.output_schema == op.output.model_json_schema()
+        assert tool.input_schema == op.input.model_json_schema()
+
+
+def mwc_client(server: object) -> object:
+    from mcp import Client
+
+    return Client(server, mode="legacy")  # type: ignore[arg-type]
+
+
+def test_reading_operations_are_marked_read_only_and_the_rest_are_not() -> None:
+    for op in OPERATIONS:
+        assert op.hints.read_only is (op.method == "GET"), op.name
+
+
+def test_the_python_api_has_a_method_for_every_workspace_operation() -> None:
+    scoped = [op.name for op in OPERATIONS if "workspace_id" in op.input.model_fields]
+    for name in scoped:
+        method = {
+            "workspace_get": "refresh",
+            "workspace_terminate": "terminate",
+            "workspace_exec": "exec",
+        }.get(name, name.removeprefix("workspace_"))
+        assert callable(getattr(mwc.Workspace, method)), name
+    for name in ("create", "get", "list", "call"):
+        assert callable(getattr(mwc.Workspaces, name))
+
+
+def test_summaries_fit_the_actions_limits() -> None:
+    for op in OPERATIONS:
+        assert 0 < len(op.summary) <= 300, op.name
+        assert len(op.description) <= 300, op.name
