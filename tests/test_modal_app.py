@@ -1,6 +1,7 @@
 """`modal_app.py`, the gateway's Modal deployment, checked in-process: it imports cleanly, defines
-the app, the web function and its image, and that image installs this project's wheel (proved by
-building it against the local control plane, which records what the build would run)."""
+the app, the web function and its image, that image installs this project's wheel (proved by
+building it against the local control plane, which records what the build would run), and the
+web function serves the same routes as the gateway everywhere else."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import httpx2
 import modal
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
+from modal_workspace_core.api import create_app
+from modal_workspace_core.config import load_settings
+from modal_workspace_core.service import Service
+from service_support import TOKEN, RecordingDriver
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
 
@@ -87,3 +93,40 @@ def test_the_gateway_image_installs_the_wheel(
     assert any("MODAL_WORKSPACE_DRIVER=modal" in c for c in commands)
     assert wheel.read_bytes() in modal_control_plane.call(lambda: list(state.files.values()))
     assert image.object_id in images
+
+
+def _paths(app: object) -> set[str]:
+    return {getattr(route, "path", "") for route in getattr(app, "routes", [])}
+
+
+async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
+    wheel: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MODAL_WORKSPACE_MCP_TOKEN", "a-deployment-token")
+    monkeypatch.setenv("MODAL_WORKSPACE_DATA_ROOT", str(tmp_path))
+    module = _load(monkeypatch)
+
+    gateway = module.build_gateway()
+
+    local = create_app(Service(RecordingDriver(), load_settings({})), [TOKEN])
+    assert _paths(gateway) == _paths(local)
+    assert {"/healthz", "/action-openapi.json", "/mcp", "/api/workspaces"} <= _paths(gateway)
+    transport = httpx2.ASGITransport(app=gateway)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        health = (await client.get("/healthz")).json()
+        schema = (await client.get("/action-openapi.json")).json()
+        unauthenticated = await client.get("/api/workspaces")
+    assert health["driver"] == "modal"
+    assert "/api/workspaces" in schema["paths"]
+    assert unauthenticated.status_code == 401
+
+
+def test_the_web_function_refuses_to_start_without_a_token(
+    wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MODAL_WORKSPACE_MCP_TOKEN", raising=False)
+    monkeypatch.delenv("MODAL_WORKSPACE_MCP_TOKEN_FILE", raising=False)
+    module = _load(monkeypatch)
+
+    with pytest.raises(RuntimeError, match="MODAL_WORKSPACE_MCP_TOKEN"):
+        module.build_gateway()
