@@ -179,6 +179,16 @@ class EventRing:
 def _drain_async_runtime(timeout: float) -> None:
     """Lets in-flight `wait_async` calls finish before the interpreter exits (atexit hook)."""
 
+# --- agent --------------------------------------------------------------------------------------
+
+def agent_main(argv: list[str]) -> int:
+    """Run the workspace agent's command line (`mwc-agent`) and return its exit code.
+
+    `argv` excludes the program name: `["daemon", "--root", DIR, "--state-dir", DIR, "--socket",
+    PATH]` or `["connect", "--socket", PATH]` or `["--help"]`. The GIL is released for the whole
+    run (the daemon runs until SIGTERM or SIGINT); the agent builds its own tokio runtime.
+    """
+
 # --- the agent channel (gateway side) -------------------------------------------------------
 
 _Response = tuple[int, bool, str, bytes]

@@ -1,6 +1,10 @@
 //! The workspace agent: the supervisor that lives inside a workspace and owns its processes,
 //! their durable logs, contained file access and watches.
 
+pub mod cli;
+pub mod connect;
+pub mod daemon;
+pub mod exec_log;
 pub mod files;
 pub mod process;
 pub mod watch;

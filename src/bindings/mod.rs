@@ -1,5 +1,6 @@
 //! The Python edge of the core: conversions and registration, no rules of its own.
 
+pub mod agent;
 pub mod channel;
 pub mod errors;
 pub mod policy;

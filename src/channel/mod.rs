@@ -3,5 +3,11 @@
 
 pub mod client;
 pub mod frame;
+pub mod message;
+pub mod server;
+pub mod subscription;
 
 pub use frame::{Frame, FrameDecoder, FrameError, FrameKind, MAX_FRAME_BYTES};
+
+#[cfg(test)]
+mod server_tests;

@@ -121,6 +121,36 @@ impl Event {
             .unwrap_or_default()
     }
 
+    /// Rebuilds an event from the JSON [`encode`] produced (as an exec log stores it), or `None`
+    /// when `json` does not start with this module's framing.
+    pub fn from_encoded(json: String) -> Option<Event> {
+        let rest = json.strip_prefix("{\"seq\":")?;
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let seq: u64 = rest.get(..digits)?.parse().ok()?;
+        let type_at =
+            "{\"seq\":,\"timestamp\":\"\",\"type\":\"".len() + digits + timestamp::TIMESTAMP_LEN;
+        let after_type = json.get(type_at..)?;
+        let kind = EventType::ALL.into_iter().find(|k| {
+            after_type
+                .strip_prefix(k.as_str())
+                .is_some_and(|tail| tail.starts_with('"'))
+        })?;
+        // Output events carry data only, so text output is `…"type":"stdout","data":"…"}`.
+        let data_key = "\",\"data\":\"";
+        let text_start = match after_type[kind.as_str().len()..].starts_with(data_key) {
+            true if kind.is_output() => {
+                u32::try_from(type_at + kind.as_str().len() + data_key.len()).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        Some(Event {
+            seq,
+            kind,
+            json: json.into_boxed_str(),
+            text_start,
+        })
+    }
+
     /// The escaped text of an output event that may be coalesced with its neighbours.
     pub fn coalescable_text(&self) -> Option<&str> {
         if self.text_start == 0 {

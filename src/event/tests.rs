@@ -164,3 +164,37 @@ proptest::proptest! {
         proptest::prop_assert_eq!(bytes_from_json(&events), data);
     }
 }
+
+#[test]
+fn an_encoded_event_is_rebuilt_from_its_json() {
+    let fields = Fields::new(serde_json::json!({"state": "running"}).as_object().unwrap()).unwrap();
+    let ts = timestamp::now();
+    let cases = [
+        encode(
+            7,
+            &ts,
+            EventType::Stdout,
+            Payload::Text("a\"b\n"),
+            &Fields::default(),
+        ),
+        encode(
+            12_345,
+            &ts,
+            EventType::Stderr,
+            Payload::Bytes(b"\xff\x00"),
+            &Fields::default(),
+        ),
+        encode(1, &ts, EventType::Status, Payload::None, &fields),
+        encode(9, &ts, EventType::Exit, Payload::None, &Fields::default()),
+    ];
+    for original in cases {
+        let rebuilt = Event::from_encoded(original.json().to_owned()).unwrap();
+        assert_eq!(rebuilt.seq(), original.seq());
+        assert_eq!(rebuilt.kind(), original.kind());
+        assert_eq!(rebuilt.json(), original.json());
+        assert_eq!(rebuilt.coalescable_text(), original.coalescable_text());
+        assert_eq!(rebuilt.timestamp(), original.timestamp());
+    }
+    assert!(Event::from_encoded("{\"seq\":x}".into()).is_none());
+    assert!(Event::from_encoded(String::new()).is_none());
+}

@@ -21,7 +21,7 @@ use crate::event::{self, Event, EventType, Fields, Payload, StreamDecoder};
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use mirror::Inserted;
-pub use page::{Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
+pub use page::{envelope_max_len, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
 /// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:
 /// any number of threads may append, read and wait at once.
@@ -123,6 +123,19 @@ impl EventRing {
         data: Option<&[u8]>,
         fields: &Map<String, Value>,
     ) -> Result<u64, PolicyError> {
+        self.append_with(kind, data, fields, &mut |_| {})
+    }
+
+    /// [`EventRing::append`] that first shows the events it produced to `observe`, under the
+    /// writer lock and before any reader can see them: an observer that stores them (the exec
+    /// log) sees every event exactly once, in seq order, before it becomes readable here.
+    pub fn append_with(
+        &self,
+        kind: EventType,
+        data: Option<&[u8]>,
+        fields: &Map<String, Value>,
+        observe: &mut dyn FnMut(&[Event]),
+    ) -> Result<u64, PolicyError> {
         let fields = Fields::new(fields)?;
         if kind.is_output() && !fields.is_empty() {
             return Err(PolicyError::new(
@@ -136,6 +149,7 @@ impl EventRing {
         let timestamp = writer.timestamp();
         let mut batch = Vec::new();
         writer.collect(kind, data, &fields, &timestamp, &mut batch);
+        observe(&batch);
         self.publish(batch, false);
         Ok(writer.next_seq - 1)
     }
@@ -158,6 +172,13 @@ impl EventRing {
     /// Marks the end of the stream: flushes held-back partial characters (as `data_b64`) and
     /// wakes every waiter. Later appends are refused; closing again does nothing.
     pub fn close(&self) {
+        self.close_with(&mut |_| {});
+    }
+
+    /// [`EventRing::close`] that shows the flushed events to `observe` first (see
+    /// [`EventRing::append_with`]); `observe` is called once, possibly with no events, unless
+    /// the ring was already closed.
+    pub fn close_with(&self, observe: &mut dyn FnMut(&[Event])) {
         let mut writer = self.writer.lock();
         if writer.closed {
             return;
@@ -166,6 +187,7 @@ impl EventRing {
         let timestamp = writer.timestamp();
         let mut batch = Vec::new();
         writer.flush_outputs(&timestamp, &mut batch);
+        observe(&batch);
         self.publish(batch, true);
     }
 

@@ -22,6 +22,8 @@ pub(crate) struct ExecShared {
     pub(crate) status: watch::Sender<ExecStatus>,
     pub(crate) stdin: StdinQueue,
     pub(crate) pty_master: OnceLock<OwnedFd>,
+    /// The grace a cancel asked for, instead of the spec's.
+    pub(crate) cancel_grace: Mutex<Option<std::time::Duration>>,
 }
 
 impl ExecShared {
@@ -32,6 +34,7 @@ impl ExecShared {
             status: watch::Sender::new(ExecStatus::starting()),
             stdin,
             pty_master: OnceLock::new(),
+            cancel_grace: Mutex::new(None),
         }
     }
 }
@@ -74,6 +77,14 @@ impl Exec {
     /// no-op once the exec has ended.
     pub fn cancel(&self) {
         let _gate = self.shared.gate.lock();
+        self.shared.cancel.send_replace(true);
+    }
+
+    /// [`Exec::cancel`] with `grace` between SIGTERM and SIGKILL instead of the spec's. Only the
+    /// first cancel that reaches a running exec decides the grace.
+    pub fn cancel_with_grace(&self, grace: std::time::Duration) {
+        let _gate = self.shared.gate.lock();
+        self.shared.cancel_grace.lock().get_or_insert(grace);
         self.shared.cancel.send_replace(true);
     }
 

@@ -125,10 +125,11 @@ async fn supervise(
         Ok(_) = cancel.wait_for(|cancelled| *cancelled) => ExecState::Cancelled,
         () = until(deadline) => ExecState::TimedOut,
     };
-    (
-        reason,
-        terminate_group(reaper, pid, exit, spec.kill_grace).await,
-    )
+    let grace = match reason {
+        ExecState::Cancelled => shared.cancel_grace.lock().unwrap_or(spec.kill_grace),
+        _ => spec.kill_grace,
+    };
+    (reason, terminate_group(reaper, pid, exit, grace).await)
 }
 
 async fn until(deadline: Option<Instant>) {

@@ -1,0 +1,273 @@
+//! The `mwc-agent` command line, parsed by hand: `daemon` and `connect`, their options, and
+//! `--help`. Builds its own tokio runtime; returns the process exit code.
+
+use std::path::PathBuf;
+
+use super::daemon::{self, DaemonConfig};
+
+const USAGE: &str = "\
+usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
+                        [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
+       mwc-agent connect --socket PATH
+       mwc-agent --help
+
+daemon   supervise the workspace's processes, files and watches, keep durable exec logs in
+         --state-dir, and serve the channel protocol on the unix socket --socket (mode 0600).
+         Byte counts take an optional K, M or G suffix (powers of 1024). Logs go to stderr;
+         MWC_AGENT_LOG sets the level (error, warn, info, debug; default info).
+connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
+         exits 0 when the daemon closes the connection.
+";
+
+/// Runs the command line (without the program name); returns the exit code.
+pub fn main(args: Vec<String>) -> i32 {
+    match args.first().map(String::as_str) {
+        None | Some("-h" | "--help" | "help") => {
+            print!("{USAGE}");
+            if args.is_empty() {
+                2
+            } else {
+                0
+            }
+        }
+        Some("daemon") => match parse_daemon(&args[1..]) {
+            Ok(Some(config)) => run_daemon(config),
+            Ok(None) => {
+                print!("{USAGE}");
+                0
+            }
+            Err(e) => usage_error(&e),
+        },
+        Some("connect") => match parse_connect(&args[1..]) {
+            Ok(Some(socket)) => run_connect(socket),
+            Ok(None) => {
+                print!("{USAGE}");
+                0
+            }
+            Err(e) => usage_error(&e),
+        },
+        Some(other) => usage_error(&format!("unknown command '{other}'")),
+    }
+}
+
+fn usage_error(message: &str) -> i32 {
+    eprintln!("mwc-agent: {message}\n\n{USAGE}");
+    2
+}
+
+/// Options as `--name value` pairs; `None` when `--help` was asked for.
+fn options(args: &[String], known: &[&str]) -> Result<Option<Vec<(String, String)>>, String> {
+    let mut out = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if arg == "-h" || arg == "--help" {
+            return Ok(None);
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (arg.as_str(), None),
+        };
+        if !known.contains(&name) {
+            return Err(format!("unknown option '{name}'"));
+        }
+        let value = match inline {
+            Some(value) => value,
+            None => iter
+                .next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))?,
+        };
+        out.push((name.to_owned(), value));
+    }
+    Ok(Some(out))
+}
+
+/// A byte count: digits with an optional K, M or G suffix (powers of 1024).
+fn bytes(name: &str, text: &str) -> Result<u64, String> {
+    let (digits, scale) = match text.chars().last() {
+        Some('K' | 'k') => (&text[..text.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&text[..text.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&text[..text.len() - 1], 1 << 30),
+        _ => (text, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{name} must be a positive number of bytes (e.g. 67108864 or 64M)"))
+}
+
+fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
+    let known = [
+        "--root",
+        "--state-dir",
+        "--socket",
+        "--max-log-bytes",
+        "--max-total-log-bytes",
+        "--max-watches",
+    ];
+    let Some(opts) = options(args, &known)? else {
+        return Ok(None);
+    };
+    let get = |name: &str| opts.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v);
+    let required = |name: &str| get(name).ok_or_else(|| format!("{name} is required"));
+    let mut config = DaemonConfig::new(
+        PathBuf::from(required("--root")?),
+        PathBuf::from(required("--state-dir")?),
+        PathBuf::from(required("--socket")?),
+    );
+    if let Some(v) = get("--max-log-bytes") {
+        config.max_log_bytes = bytes("--max-log-bytes", v)?;
+    }
+    if let Some(v) = get("--max-total-log-bytes") {
+        config.max_total_log_bytes = bytes("--max-total-log-bytes", v)?;
+    }
+    if let Some(v) = get("--max-watches") {
+        config.max_watches = v
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n > 0)
+            .ok_or("--max-watches must be a positive integer")?;
+    }
+    Ok(Some(config))
+}
+
+fn parse_connect(args: &[String]) -> Result<Option<PathBuf>, String> {
+    let Some(opts) = options(args, &["--socket"])? else {
+        return Ok(None);
+    };
+    opts.into_iter()
+        .next_back()
+        .map(|(_, v)| PathBuf::from(v))
+        .map(Some)
+        .ok_or_else(|| "--socket is required".to_string())
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MWC_AGENT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .try_init();
+}
+
+fn run_daemon(config: DaemonConfig) -> i32 {
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("mwc-agent daemon: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(daemon::run(config)) {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("mwc-agent daemon: {e}");
+            1
+        }
+    }
+}
+
+fn run_connect(socket: PathBuf) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("mwc-agent connect: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    let code = runtime.block_on(async {
+        let stop = async {
+            use tokio::signal::unix::{signal, SignalKind};
+            match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(mut term), Ok(mut int)) => tokio::select! {
+                    _ = term.recv() => 143,
+                    _ = int.recv() => 130,
+                },
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            result = super::connect::connect(&socket) => match result {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("mwc-agent connect: {e}");
+                    1
+                }
+            },
+            code = stop => code,
+        }
+    });
+    // Stdin is read on a blocking thread that cannot be interrupted: do not wait for it.
+    runtime.shutdown_background();
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn daemon_options_parse_with_suffixes() {
+        let config = parse_daemon(&strings(&[
+            "--root",
+            "/w",
+            "--state-dir=/s",
+            "--socket",
+            "/s/sock",
+            "--max-log-bytes",
+            "64M",
+            "--max-total-log-bytes",
+            "1G",
+            "--max-watches",
+            "3",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.root, PathBuf::from("/w"));
+        assert_eq!(config.state_dir, PathBuf::from("/s"));
+        assert_eq!(config.max_log_bytes, 64 << 20);
+        assert_eq!(config.max_total_log_bytes, 1 << 30);
+        assert_eq!(config.max_watches, 3);
+    }
+
+    #[test]
+    fn bad_command_lines_are_refused_with_the_reason() {
+        let err = parse_daemon(&strings(&["--root", "/w"])).unwrap_err();
+        assert!(err.contains("--state-dir is required"), "{err}");
+        let err = parse_daemon(&strings(&["--bogus", "1"])).unwrap_err();
+        assert!(err.contains("unknown option '--bogus'"), "{err}");
+        let err = bytes("--max-log-bytes", "12X").unwrap_err();
+        assert!(err.contains("positive number of bytes"));
+        assert!(parse_connect(&strings(&[])).is_err());
+        assert_eq!(main(strings(&["frobnicate"])), 2);
+        assert_eq!(main(strings(&["--help"])), 0);
+    }
+
+    #[test]
+    fn connect_without_a_daemon_fails_clearly() {
+        let socket = std::env::temp_dir().join(format!("no-daemon-{}.sock", std::process::id()));
+        assert_eq!(
+            main(strings(&["connect", "--socket", socket.to_str().unwrap()])),
+            1
+        );
+    }
+}

@@ -1,0 +1,439 @@
+//! The exec registry: starting execs from validated requests, stdin in request order, cancel
+//! (also before start), resize, status, listing, and the records of earlier daemons.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::args::{internal, log_error, policy, Args};
+use super::meta::{ExecMeta, PtyMeta};
+use super::record::{ExecRecord, LogSink};
+use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
+use crate::agent::process::{ExecSpec, Redactor, StdinError, Supervisor, DEFAULT_KILL_GRACE};
+use crate::channel::message::{ErrorBody, ErrorCode};
+use crate::event::timestamp;
+use crate::policy;
+use crate::ring::{Page, MAX_PAGE_EVENTS};
+
+/// One `exec.input` request, queued in arrival order.
+struct InputJob {
+    data: Vec<u8>,
+    eof: bool,
+    reply: oneshot::Sender<Result<usize, ErrorBody>>,
+}
+
+struct Entry {
+    record: Arc<ExecRecord>,
+    /// Stdin jobs of this exec, written by one task in order; `None` when it never ran here.
+    input: Option<mpsc::UnboundedSender<InputJob>>,
+}
+
+pub(crate) struct ExecRegistry {
+    dir: PathBuf,
+    root: String,
+    supervisor: Supervisor,
+    config: LogConfig,
+    budget: Arc<LogBudget>,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+fn redact_text(redactor: &Redactor, text: &str) -> String {
+    let mut r = redactor.clone();
+    let mut out = r.push(text.as_bytes());
+    out.extend(r.finish());
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl ExecRegistry {
+    pub(crate) fn new(
+        dir: PathBuf,
+        root: String,
+        supervisor: Supervisor,
+        config: LogConfig,
+        budget: Arc<LogBudget>,
+    ) -> Self {
+        Self {
+            dir,
+            root,
+            supervisor,
+            config,
+            budget,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Loads the execs of earlier daemons; those not ended in their meta become `lost`.
+    pub(crate) fn load(&self) -> std::io::Result<usize> {
+        std::fs::create_dir_all(&self.dir)?;
+        let mut count = 0;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if policy::check_id("ex", name).is_err() {
+                continue;
+            }
+            let loaded = ExecMeta::load(&path).and_then(|meta| {
+                let log = ExecLog::recover(&path.join("log"), &self.config, &self.budget)
+                    .map_err(std::io::Error::other)?;
+                Ok((meta, log))
+            });
+            let (meta, log) = match loaded {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    tracing::warn!(exec_id = name, error = %e, "skipping an unreadable exec record");
+                    continue;
+                }
+            };
+            let ended = super::meta::is_final(&meta.state);
+            let record = Arc::new(ExecRecord::new(name.to_owned(), path.clone(), log, meta));
+            if !ended {
+                record.mark_lost();
+            } else if !record.log.is_closed() {
+                let _ = record.log.close();
+            }
+            self.entries.lock().insert(
+                name.to_owned(),
+                Entry {
+                    record,
+                    input: None,
+                },
+            );
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    pub(crate) fn record(&self, id: &str) -> Result<Arc<ExecRecord>, ErrorBody> {
+        let id = policy::check_id("ex", id).map_err(|e| policy("exec_id", e))?;
+        self.entries
+            .lock()
+            .get(&id)
+            .map(|e| Arc::clone(&e.record))
+            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("no exec '{id}'")))
+    }
+
+    /// Starts an exec, or answers the existing one when `exec_id` names it already.
+    pub(crate) fn start(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
+        let a = Args(args);
+        let id = match a.str("exec_id")? {
+            Some(id) => policy::check_id("ex", id).map_err(|e| policy("exec_id", e))?,
+            None => policy::new_id("ex").map_err(|e| internal("cannot make an exec id", e))?,
+        };
+        if let Some(existing) = self.entries.lock().get(&id) {
+            return Ok(existing.record.status());
+        }
+        let secrets = a.strings("secrets")?.unwrap_or_default();
+        let redactor = Redactor::new(&secrets);
+        let mut spec = match (a.str("command")?, a.strings("argv")?) {
+            (Some(text), None) => ExecSpec::shell(text),
+            (None, Some(argv)) if !argv.is_empty() => ExecSpec::argv(argv),
+            _ => return Err(ErrorBody::invalid(
+                "command",
+                "give exactly one of 'command' (text for bash -lc) or 'argv' (a non-empty list)",
+            )),
+        };
+        let mut env = Vec::new();
+        for (name, value) in a.object("env")?.into_iter().flatten() {
+            let name = policy::env_name(name).map_err(|e| policy("env", e))?;
+            let Some(value) = value.as_str() else {
+                return Err(ErrorBody::invalid(
+                    "env",
+                    "every 'env' value must be a string",
+                ));
+            };
+            if value.contains('\0') {
+                return Err(ErrorBody::invalid(
+                    "env",
+                    "an 'env' value must not contain NUL",
+                ));
+            }
+            spec.env
+                .push((OsString::from(&name), OsString::from(value)));
+            env.push((name, redact_text(&redactor, value)));
+        }
+        let workdir = match a.str("workdir")? {
+            Some(dir) => {
+                Some(policy::workspace_path(&self.root, dir).map_err(|e| policy("workdir", e))?)
+            }
+            None => None,
+        };
+        spec.workdir = Some(PathBuf::from(workdir.as_deref().unwrap_or(&self.root)));
+        let pty = match a.object("pty")? {
+            Some(p) => {
+                let size = |name: &str| -> Result<u16, ErrorBody> {
+                    Args(p)
+                        .u64(name)?
+                        .and_then(|n| u16::try_from(n).ok())
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| {
+                            ErrorBody::invalid("pty", format!("pty.{name} must be 1 to 65535"))
+                        })
+                };
+                Some(PtyMeta {
+                    rows: size("rows")?,
+                    cols: size("cols")?,
+                })
+            }
+            None => None,
+        };
+        spec.pty = pty.map(|p| crate::agent::process::PtySize {
+            rows: p.rows,
+            cols: p.cols,
+        });
+        spec.timeout = a.seconds("timeout_seconds")?.filter(|t| !t.is_zero());
+        spec.kill_grace = a
+            .seconds("kill_grace_seconds")?
+            .unwrap_or(DEFAULT_KILL_GRACE);
+
+        let now = timestamp::now_millis();
+        let meta = ExecMeta {
+            exec_id: id.clone(),
+            command: a.str("command")?.map(|t| redact_text(&redactor, t)),
+            argv: a
+                .strings("argv")?
+                .map(|v| v.iter().map(|s| redact_text(&redactor, s)).collect()),
+            env,
+            workdir,
+            pty,
+            timeout_seconds: spec.timeout.map(|t| t.as_secs_f64()),
+            kill_grace_seconds: spec.kill_grace.as_secs_f64(),
+            secrets: secrets.len(),
+            state: "starting".into(),
+            pid: None,
+            returncode: None,
+            signal: None,
+            error: None,
+            created_at: timestamp::format_millis(now),
+            created_ms: now,
+            started_at: None,
+            ended_at: None,
+        };
+        let record = self.new_record(&id, meta)?;
+        let sink = Arc::new(LogSink {
+            record: Arc::clone(&record),
+            stdout: Mutex::new(redactor.clone()),
+            stderr: Mutex::new(redactor),
+        });
+        // Registered before the spawn, under the lock, so a racing start of the same id
+        // answers this exec instead of starting a second one.
+        let mut entries = self.entries.lock();
+        if let Some(existing) = entries.get(&id) {
+            return Ok(existing.record.status());
+        }
+        let exec = self.supervisor.spawn(spec, sink);
+        let _ = record.exec.set(exec.clone());
+        let (input_tx, input_rx) = mpsc::unbounded_channel();
+        tokio::spawn(pump_input(exec.clone(), input_rx));
+        let announcer = Arc::clone(&record);
+        tokio::spawn(async move {
+            exec.started().await;
+            announcer.announce();
+        });
+        entries.insert(
+            id.clone(),
+            Entry {
+                record: Arc::clone(&record),
+                input: Some(input_tx),
+            },
+        );
+        drop(entries);
+        tracing::info!(exec_id = %id, "exec started");
+        Ok(record.status())
+    }
+
+    fn new_record(&self, id: &str, meta: ExecMeta) -> Result<Arc<ExecRecord>, ErrorBody> {
+        let dir = self.dir.join(id);
+        std::fs::create_dir_all(&dir).map_err(|e| internal("cannot create an exec record", e))?;
+        meta.save(&dir)
+            .map_err(|e| internal("cannot write an exec record", e))?;
+        let log = ExecLog::create(&dir.join("log"), &self.config, &self.budget)
+            .map_err(|e| internal("cannot create an exec log", e))?;
+        Ok(Arc::new(ExecRecord::new(id.to_owned(), dir, log, meta)))
+    }
+
+    /// Queues stdin for `exec_id` in request order; the future resolves once it is written.
+    pub(crate) fn input(
+        &self,
+        args: &Map<String, Value>,
+        data: Vec<u8>,
+    ) -> Result<oneshot::Receiver<Result<usize, ErrorBody>>, ErrorBody> {
+        let a = Args(args);
+        let id =
+            policy::check_id("ex", a.required_str("exec_id")?).map_err(|e| policy("exec_id", e))?;
+        let eof = a.bool("eof")?;
+        let entries = self.entries.lock();
+        let entry = entries
+            .get(&id)
+            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("no exec '{id}'")))?;
+        let closed = || {
+            ErrorBody::new(
+                ErrorCode::Conflict,
+                "this exec does not take input: it has ended or was run by an earlier agent",
+            )
+        };
+        let tx = entry.input.as_ref().ok_or_else(closed)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(InputJob { data, eof, reply })
+            .map_err(|_| closed())?;
+        Ok(rx)
+    }
+
+    /// Cancels `exec_id`. An id never started is recorded as cancelled, so a later `exec.start`
+    /// with it answers that record and never runs its command.
+    pub(crate) fn cancel(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
+        let a = Args(args);
+        let id =
+            policy::check_id("ex", a.required_str("exec_id")?).map_err(|e| policy("exec_id", e))?;
+        let grace = a.seconds("grace_seconds")?;
+        let mut entries = self.entries.lock();
+        if let Some(entry) = entries.get(&id) {
+            if let Some(exec) = entry.record.exec.get() {
+                match grace {
+                    Some(grace) => exec.cancel_with_grace(grace),
+                    None => exec.cancel(),
+                }
+                tracing::info!(exec_id = %id, "exec cancel requested");
+            }
+            return Ok(entry.record.status());
+        }
+        let now = timestamp::now_millis();
+        let meta = ExecMeta {
+            exec_id: id.clone(),
+            command: None,
+            argv: None,
+            env: Vec::new(),
+            workdir: None,
+            pty: None,
+            timeout_seconds: None,
+            kill_grace_seconds: 0.0,
+            secrets: 0,
+            state: "starting".into(),
+            pid: None,
+            returncode: None,
+            signal: None,
+            error: None,
+            created_at: timestamp::format_millis(now),
+            created_ms: now,
+            started_at: None,
+            ended_at: None,
+        };
+        let record = self.new_record(&id, meta)?;
+        record.conclude("cancelled", None, None, None, None);
+        tracing::info!(exec_id = %id, "exec cancelled before it was started");
+        let status = record.status();
+        entries.insert(
+            id,
+            Entry {
+                record,
+                input: None,
+            },
+        );
+        Ok(status)
+    }
+
+    pub(crate) fn resize(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
+        let a = Args(args);
+        let record = self.record(a.required_str("exec_id")?)?;
+        let size = |name: &str| -> Result<u16, ErrorBody> {
+            a.u64(name)?
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|&n| n > 0)
+                .ok_or_else(|| ErrorBody::invalid(name, format!("'{name}' must be 1 to 65535")))
+        };
+        let (rows, cols) = (size("rows")?, size("cols")?);
+        let exec = record
+            .exec
+            .get()
+            .ok_or_else(|| ErrorBody::new(ErrorCode::Conflict, "this exec is not running here"))?;
+        exec.resize(rows, cols)
+            .map_err(|e| ErrorBody::new(ErrorCode::Conflict, e.to_string()))?;
+        Ok(record.status())
+    }
+
+    pub(crate) fn list(&self) -> Value {
+        let mut records: Vec<Arc<ExecRecord>> = self
+            .entries
+            .lock()
+            .values()
+            .map(|e| Arc::clone(&e.record))
+            .collect();
+        records.sort_by_key(|r| std::cmp::Reverse((r.meta.lock().created_ms, r.id.clone())));
+        Value::Array(records.iter().map(|r| r.status()).collect())
+    }
+
+    pub(crate) fn read(
+        &self,
+        args: &Map<String, Value>,
+    ) -> Result<(Arc<ExecRecord>, u64, usize, usize, Option<Duration>), ErrorBody> {
+        let a = Args(args);
+        let record = self.record(a.required_str("exec_id")?)?;
+        let cursor = a.u64("cursor")?.unwrap_or(0);
+        let max_events = a.usize("max_events", MAX_PAGE_EVENTS)?.max(1);
+        let max_bytes = a.usize("max_bytes", 64 * 1024)?;
+        let wait = a
+            .seconds("wait_seconds")?
+            .map(|w| w.min(Duration::from_secs(25)));
+        Ok((record, cursor, max_events, max_bytes, wait))
+    }
+
+    /// Every running exec, for shutdown.
+    pub(crate) fn running(&self) -> Vec<Arc<ExecRecord>> {
+        self.entries
+            .lock()
+            .values()
+            .filter(|e| !super::meta::is_final(&e.record.state()))
+            .map(|e| Arc::clone(&e.record))
+            .collect()
+    }
+}
+
+pub(crate) fn read_page(
+    record: &ExecRecord,
+    cursor: u64,
+    max_events: usize,
+    max_bytes: usize,
+) -> Result<Page, ErrorBody> {
+    record
+        .log
+        .read(cursor, max_events, max_bytes)
+        .map_err(log_error)
+}
+
+/// Writes one exec's stdin jobs in order; ends with the exec (later jobs are refused).
+async fn pump_input(
+    exec: crate::agent::process::Exec,
+    mut jobs: mpsc::UnboundedReceiver<InputJob>,
+) {
+    let ended = exec.clone();
+    let mut done = Box::pin(async move { ended.wait().await });
+    loop {
+        let job = tokio::select! {
+            job = jobs.recv() => match job {
+                Some(job) => job,
+                None => return,
+            },
+            _ = &mut done => return,
+        };
+        let len = job.data.len();
+        let mut result = Ok(len);
+        if len > 0 {
+            result = exec.write_stdin(&job.data).await.map(|()| len);
+        }
+        if job.eof && result.is_ok() {
+            result = exec.close_stdin().await.map(|()| len);
+        }
+        let _ = job.reply.send(result.map_err(|e| match e {
+            StdinError::Closed | StdinError::Full => {
+                ErrorBody::new(ErrorCode::Conflict, e.to_string())
+            }
+        }));
+    }
+}

@@ -1,0 +1,95 @@
+//! An exec's record on disk (`meta.json`): its spec without secret values, its state, pid,
+//! outcome and times, replaced atomically; and the status object the protocol returns.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::agent::exec_log::write_atomically;
+
+pub(crate) const META_FILE: &str = "meta.json";
+
+/// States after which nothing changes; `lost` is an exec an earlier daemon ran.
+pub(crate) fn is_final(state: &str) -> bool {
+    matches!(
+        state,
+        "finished" | "cancelled" | "failed" | "timed_out" | "lost"
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PtyMeta {
+    pub(crate) rows: u16,
+    pub(crate) cols: u16,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ExecMeta {
+    pub(crate) exec_id: String,
+    /// Shell text or argv, with secret values replaced by `[REDACTED]`.
+    #[serde(default)]
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) argv: Option<Vec<String>>,
+    /// Environment, values redacted like the command.
+    #[serde(default)]
+    pub(crate) env: Vec<(String, String)>,
+    #[serde(default)]
+    pub(crate) workdir: Option<String>,
+    #[serde(default)]
+    pub(crate) pty: Option<PtyMeta>,
+    #[serde(default)]
+    pub(crate) timeout_seconds: Option<f64>,
+    #[serde(default)]
+    pub(crate) kill_grace_seconds: f64,
+    /// How many secret values were given (never the values).
+    #[serde(default)]
+    pub(crate) secrets: usize,
+    pub(crate) state: String,
+    #[serde(default)]
+    pub(crate) pid: Option<u32>,
+    #[serde(default)]
+    pub(crate) returncode: Option<i32>,
+    #[serde(default)]
+    pub(crate) signal: Option<i32>,
+    #[serde(default)]
+    pub(crate) error: Option<String>,
+    pub(crate) created_at: String,
+    /// Milliseconds since the epoch at creation: orders `exec.list`.
+    #[serde(default)]
+    pub(crate) created_ms: u64,
+    #[serde(default)]
+    pub(crate) started_at: Option<String>,
+    #[serde(default)]
+    pub(crate) ended_at: Option<String>,
+}
+
+impl ExecMeta {
+    pub(crate) fn save(&self, dir: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        write_atomically(&dir.join(META_FILE), &json)
+    }
+
+    pub(crate) fn load(dir: &Path) -> std::io::Result<Self> {
+        let bytes = std::fs::read(dir.join(META_FILE))?;
+        serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    }
+
+    /// The protocol's status object.
+    pub(crate) fn status(&self, last_seq: u64) -> Value {
+        json!({
+            "exec_id": self.exec_id,
+            "state": self.state,
+            "pid": self.pid,
+            "returncode": self.returncode,
+            "signal": self.signal,
+            "error": self.error,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "last_seq": last_seq,
+            "pty": self.pty,
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! The workspace agent daemon: owns the supervisor, the workspace's files and watches and the
+//! exec registry with its durable logs, and serves the channel protocol on a unix socket.
+
+mod args;
+mod execs;
+mod file_ops;
+mod lock;
+mod meta;
+mod record;
+mod service;
+mod watches;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::agent::exec_log::{LogBudget, LogConfig};
+use crate::agent::files::Workspace;
+use crate::agent::process::{Supervisor, SupervisorConfig};
+use crate::agent::watch::DEFAULT_MAX_WATCHES;
+use crate::channel::server;
+pub use service::Daemon;
+
+/// How long running execs get to end when the daemon is asked to stop.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// The workspace root every path is contained in.
+    pub root: PathBuf,
+    /// Where exec records and logs live (survives restarts).
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub max_log_bytes: u64,
+    pub max_total_log_bytes: u64,
+    pub max_watches: usize,
+}
+
+impl DaemonConfig {
+    pub fn new(root: PathBuf, state_dir: PathBuf, socket: PathBuf) -> Self {
+        Self {
+            root,
+            state_dir,
+            socket,
+            max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
+            max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
+            max_watches: DEFAULT_MAX_WATCHES,
+        }
+    }
+}
+
+impl Daemon {
+    /// Opens the root, starts the supervisor (as a subreaper) and loads earlier execs.
+    pub fn open(config: &DaemonConfig) -> Result<Arc<Self>, String> {
+        let root = std::fs::canonicalize(&config.root)
+            .map_err(|e| format!("cannot use --root {}: {e}", config.root.display()))?;
+        let root_str = root
+            .to_str()
+            .ok_or("the workspace root must be a UTF-8 path")?
+            .to_owned();
+        crate::policy::workspace_path(&root_str, ".").map_err(|e| e.message)?;
+        let ws = Arc::new(Workspace::open(&root).map_err(|e| e.message)?);
+        let supervisor = Supervisor::new(SupervisorConfig::default())
+            .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
+        let budget = LogBudget::new(config.max_total_log_bytes);
+        let execs = execs::ExecRegistry::new(
+            config.state_dir.join("execs"),
+            root_str.clone(),
+            supervisor,
+            LogConfig::with_max_bytes(config.max_log_bytes),
+            budget,
+        );
+        let loaded = execs
+            .load()
+            .map_err(|e| format!("cannot load earlier execs: {e}"))?;
+        tracing::info!(loaded, "loaded the execs of earlier agents");
+        Ok(Arc::new(Self {
+            watches: watches::WatchStreams::new(
+                root_str.clone(),
+                Arc::clone(&ws),
+                config.max_watches,
+            ),
+            root: root_str,
+            ws,
+            execs,
+            started: Instant::now(),
+        }))
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. Refuses to start when another daemon holds the
+/// socket or the state directory.
+pub async fn run(config: DaemonConfig) -> Result<(), String> {
+    create_private_dir(&config.state_dir)?;
+    let _state_lock =
+        lock::Lock::acquire(&config.state_dir.join("daemon.lock"), "state directory")?;
+    let mut socket_lock_path = config.socket.as_os_str().to_owned();
+    socket_lock_path.push(".lock");
+    let _socket_lock = lock::Lock::acquire(Path::new(&socket_lock_path), "socket")?;
+    let daemon = Daemon::open(&config)?;
+    let listener = lock::bind_private(&config.socket)?;
+    tracing::info!(socket = %config.socket.display(), root = %daemon.root, "agent daemon listening");
+
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let service: Arc<dyn server::Service> = daemon.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let service = Arc::clone(&service);
+                    tokio::spawn(async move {
+                        let (reader, writer) = stream.into_split();
+                        server::serve(reader, writer, service).await;
+                    });
+                }
+                Err(e) => tracing::warn!(error = %e, "accept failed"),
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    shutdown(&daemon, listener, &config.socket).await;
+    Ok(())
+}
+
+/// Stops taking connections, cancels running execs (their ends are recorded), removes the socket.
+async fn shutdown(daemon: &Daemon, listener: UnixListener, socket: &Path) {
+    tracing::info!("agent daemon stopping");
+    drop(listener);
+    let _ = std::fs::remove_file(socket);
+    let running = daemon.execs.running();
+    let waits: Vec<_> = running
+        .iter()
+        .filter_map(|r| r.exec.get().cloned())
+        .map(|exec| {
+            exec.cancel_with_grace(SHUTDOWN_GRACE);
+            async move { exec.wait().await }
+        })
+        .collect();
+    let all = async {
+        for wait in waits {
+            wait.await;
+        }
+    };
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE * 3, all).await;
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create --state-dir {}: {e}", dir.display()))
+}

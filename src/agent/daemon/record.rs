@@ -1,0 +1,217 @@
+//! One exec as the daemon records it: its log, its `meta.json`, and the sink that redacts its
+//! output into the log and writes `exit` and the final `status` before the meta says it ended.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+
+use super::meta::{is_final, ExecMeta};
+use crate::agent::exec_log::ExecLog;
+use crate::agent::process::{
+    Exec, ExecState, ExecStatus, ExitStatus, OutputSink, Redactor, SinkFuture, Stream,
+};
+use crate::event::timestamp;
+use crate::event::EventType;
+
+pub(crate) struct ExecRecord {
+    pub(crate) id: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) log: Arc<ExecLog>,
+    pub(crate) meta: Mutex<ExecMeta>,
+    /// Set once the process runs; `None` for execs an earlier daemon ran, or that never ran.
+    pub(crate) exec: OnceLock<Exec>,
+    /// Whether the `running` status event has been written.
+    announced: Mutex<bool>,
+}
+
+pub(crate) fn time_string(t: Option<SystemTime>) -> Option<String> {
+    let millis = t?.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_millis();
+    Some(timestamp::format_millis(
+        u64::try_from(millis).unwrap_or(u64::MAX),
+    ))
+}
+
+fn fields(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+impl ExecRecord {
+    pub(crate) fn new(id: String, dir: PathBuf, log: Arc<ExecLog>, meta: ExecMeta) -> Self {
+        Self {
+            id,
+            dir,
+            log,
+            meta: Mutex::new(meta),
+            exec: OnceLock::new(),
+            announced: Mutex::new(false),
+        }
+    }
+
+    pub(crate) fn status(&self) -> Value {
+        self.meta.lock().status(self.log.last_seq())
+    }
+
+    pub(crate) fn state(&self) -> String {
+        self.meta.lock().state.clone()
+    }
+
+    /// Applies `change` to the meta and writes it, unless the exec has already ended.
+    fn update_meta(&self, change: impl FnOnce(&mut ExecMeta)) {
+        let mut meta = self.meta.lock();
+        if is_final(&meta.state) {
+            return;
+        }
+        change(&mut meta);
+        if let Err(e) = meta.save(&self.dir) {
+            tracing::error!(exec_id = %self.id, error = %e, "cannot write an exec's meta.json");
+        }
+    }
+
+    /// Writes the `running` status event and meta once the process runs (before its first
+    /// output, whichever comes first).
+    pub(crate) fn announce(&self) {
+        let Some(exec) = self.exec.get() else {
+            return;
+        };
+        let status = exec.status();
+        let Some(pid) = status.pid else {
+            return;
+        };
+        let mut announced = self.announced.lock();
+        if *announced {
+            return;
+        }
+        *announced = true;
+        let event = fields(json!({"state": "running", "pid": pid}));
+        if let Err(e) = self.log.append(EventType::Status, None, &event) {
+            tracing::error!(exec_id = %self.id, error = %e, "cannot log an exec's start");
+        }
+        self.update_meta(|meta| {
+            meta.state = "running".into();
+            meta.pid = Some(pid);
+            meta.started_at = time_string(status.started_at);
+        });
+        tracing::info!(exec_id = %self.id, pid, "exec running");
+    }
+
+    /// Records the end: `exit` and the final `status` in the log, the log closed, then the meta.
+    pub(crate) fn conclude(
+        &self,
+        state: &str,
+        exit: Option<ExitStatus>,
+        error: Option<String>,
+        started_at: Option<SystemTime>,
+        ended_at: Option<SystemTime>,
+    ) {
+        let (returncode, signal) = match exit {
+            Some(ExitStatus::Code(code)) => (Some(code), None),
+            Some(ExitStatus::Signal(sig)) => (Some(-sig), Some(sig)),
+            None => (None, None),
+        };
+        let mut exit_fields = json!({"returncode": returncode, "signal": signal, "state": state});
+        if let Some(error) = &error {
+            exit_fields["error"] = Value::String(error.clone());
+        }
+        let appended = self
+            .log
+            .append(EventType::Exit, None, &fields(exit_fields))
+            .and_then(|_| {
+                self.log
+                    .append(EventType::Status, None, &fields(json!({"state": state})))
+            })
+            .and_then(|_| self.log.close());
+        if let Err(e) = appended {
+            tracing::error!(exec_id = %self.id, error = %e, "cannot log an exec's end");
+        }
+        self.update_meta(|meta| {
+            meta.state = state.to_owned();
+            meta.returncode = returncode;
+            meta.signal = signal;
+            meta.error = error;
+            if meta.started_at.is_none() {
+                meta.started_at = time_string(started_at);
+            }
+            meta.ended_at = time_string(ended_at.or_else(|| Some(SystemTime::now())));
+        });
+        tracing::info!(exec_id = %self.id, state, ?returncode, "exec ended");
+    }
+
+    /// Marks an exec that an earlier daemon did not see end: `lost`, never finished. Its log
+    /// gets a `status` event (no `exit`: nobody knows how it ended) and is closed.
+    pub(crate) fn mark_lost(&self) {
+        if !self.log.is_closed() {
+            let lost = fields(json!({"state": "lost"}));
+            let result = self
+                .log
+                .append(EventType::Status, None, &lost)
+                .and_then(|_| self.log.close());
+            if let Err(e) = result {
+                tracing::error!(exec_id = %self.id, error = %e, "cannot log that an exec was lost");
+            }
+        }
+        self.update_meta(|meta| {
+            meta.state = "lost".into();
+            meta.ended_at = time_string(Some(SystemTime::now()));
+        });
+        tracing::warn!(exec_id = %self.id, "exec lost: an earlier agent ran it and did not record its end");
+    }
+}
+
+/// Output of one exec: each stream through its own redactor, into the log.
+pub(crate) struct LogSink {
+    pub(crate) record: Arc<ExecRecord>,
+    pub(crate) stdout: Mutex<Redactor>,
+    pub(crate) stderr: Mutex<Redactor>,
+}
+
+impl LogSink {
+    fn store(&self, kind: EventType, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if let Err(e) = self.record.log.append(kind, Some(data), &Map::new()) {
+            tracing::error!(exec_id = %self.record.id, error = %e, "cannot log an exec's output");
+        }
+    }
+}
+
+impl OutputSink for LogSink {
+    fn output<'a>(&'a self, stream: Stream, chunk: &'a [u8]) -> SinkFuture<'a> {
+        self.record.announce();
+        let (redactor, kind) = match stream {
+            Stream::Stdout => (&self.stdout, EventType::Stdout),
+            Stream::Stderr => (&self.stderr, EventType::Stderr),
+        };
+        let data = redactor.lock().push(chunk);
+        self.store(kind, &data);
+        Box::pin(async {})
+    }
+
+    fn finished<'a>(&'a self, status: &'a ExecStatus) -> SinkFuture<'a> {
+        if status.pid.is_some() {
+            self.record.announce();
+        }
+        let out = self.stdout.lock().finish();
+        self.store(EventType::Stdout, &out);
+        let err = self.stderr.lock().finish();
+        self.store(EventType::Stderr, &err);
+        self.record.conclude(
+            state_name(status.state),
+            status.exit,
+            status.error.clone(),
+            status.started_at,
+            status.ended_at,
+        );
+        Box::pin(async {})
+    }
+}
+
+pub(crate) fn state_name(state: ExecState) -> &'static str {
+    state.as_str()
+}

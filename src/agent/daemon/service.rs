@@ -1,0 +1,170 @@
+//! The daemon as the channel's [`Service`]: each op of docs/protocol.md dispatched to the exec
+//! registry, the watch streams or the file operations, and the streams subscriptions read.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::execs::{read_page, ExecRegistry};
+use super::file_ops;
+use super::watches::WatchStreams;
+use crate::agent::exec_log::ExecLog;
+use crate::agent::files::Workspace;
+use crate::channel::message::{ErrorBody, ErrorCode, BUILD, PROTOCOL_VERSION};
+use crate::channel::server::{Reply, ReplyFuture, Request, Service};
+use crate::channel::subscription::{EventSource, WaitFuture};
+use crate::policy;
+use crate::ring::{EventRing, Page, MAX_PAGE_EVENTS};
+
+/// How long one wait of a subscription lasts before it checks again (it is woken by a
+/// notification long before that whenever an event arrives).
+const WAIT_SLICE: Duration = Duration::from_secs(3600);
+
+pub struct Daemon {
+    pub(crate) root: String,
+    pub(crate) ws: Arc<Workspace>,
+    pub(crate) execs: ExecRegistry,
+    pub(crate) watches: WatchStreams,
+    pub(crate) started: Instant,
+}
+
+fn ready(result: Result<Value, ErrorBody>) -> ReplyFuture {
+    let reply = match result {
+        Ok(v) => Reply::ok(v),
+        Err(e) => Reply::err(e),
+    };
+    Box::pin(async move { reply })
+}
+
+impl Service for Daemon {
+    fn handle(&self, request: Request) -> ReplyFuture {
+        let Request {
+            op, args, payload, ..
+        } = request;
+        tracing::debug!(op = %op, "request");
+        match op.as_str() {
+            "ping" => ready(Ok(json!({
+                "protocol": PROTOCOL_VERSION,
+                "build": BUILD,
+                "root": self.root,
+                "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            }))),
+            "exec.start" => ready(self.execs.start(&args)),
+            "exec.cancel" => ready(self.execs.cancel(&args)),
+            "exec.resize" => ready(self.execs.resize(&args)),
+            "exec.status" => ready(
+                super::args::Args(&args)
+                    .required_str("exec_id")
+                    .and_then(|id| self.execs.record(id))
+                    .map(|r| r.status()),
+            ),
+            "exec.list" => ready(Ok(json!({"execs": self.execs.list()}))),
+            "exec.input" => match self.execs.input(&args, payload) {
+                Ok(rx) => Box::pin(async move {
+                    match rx.await {
+                        Ok(Ok(n)) => Reply::ok(json!({"accepted": n})),
+                        Ok(Err(e)) => Reply::err(e),
+                        Err(_) => Reply::err(ErrorBody::new(
+                            ErrorCode::Conflict,
+                            "stdin is closed: the exec has ended",
+                        )),
+                    }
+                }),
+                Err(e) => ready(Err(e)),
+            },
+            "exec.read" => match self.execs.read(&args) {
+                Ok((record, cursor, max_events, max_bytes, wait)) => Box::pin(async move {
+                    if let Some(wait) = wait {
+                        record.log.wait_async(cursor, wait).await;
+                    }
+                    let page = tokio::task::spawn_blocking(move || {
+                        read_page(&record, cursor, max_events, max_bytes)
+                    })
+                    .await;
+                    match page {
+                        Ok(Ok(page)) => Reply {
+                            result: Ok(json!({})),
+                            payload: page.to_json().into_bytes(),
+                        },
+                        Ok(Err(e)) => Reply::err(e),
+                        Err(e) => Reply::err(super::args::internal("a read failed", e)),
+                    }
+                }),
+                Err(e) => ready(Err(e)),
+            },
+            "watch.start" => ready(self.watches.start(&args)),
+            "watch.cancel" => ready(self.watches.cancel(&args)),
+            "watch.status" => ready(self.watches.status(&args)),
+            "watch.list" => ready(Ok(json!({"watches": self.watches.list()}))),
+            op if op.starts_with("file.") => {
+                let ws = Arc::clone(&self.ws);
+                let root = self.root.clone();
+                let op = op.to_owned();
+                Box::pin(async move {
+                    let done = tokio::task::spawn_blocking(move || {
+                        file_ops::run(&ws, &root, &op, &args, payload)
+                    })
+                    .await;
+                    done.unwrap_or_else(|e| {
+                        Reply::err(super::args::internal("a file operation failed", e))
+                    })
+                })
+            }
+            other => ready(Err(ErrorBody::invalid(
+                "op",
+                format!("unknown op '{}'; see docs/protocol.md", policy::echo(other)),
+            ))),
+        }
+    }
+
+    fn stream(&self, id: &str) -> Result<Arc<dyn EventSource>, ErrorBody> {
+        if id.starts_with("fw-") {
+            let entry = self.watches.entry(id)?;
+            return Ok(Arc::new(RingSource(Arc::clone(&entry.ring))));
+        }
+        let record = self.execs.record(id).map_err(|mut e| {
+            e.field = Some("stream".into());
+            e
+        })?;
+        Ok(Arc::new(LogSource(Arc::clone(&record.log))))
+    }
+}
+
+/// An exec's log as a subscribable stream.
+struct LogSource(Arc<ExecLog>);
+
+impl EventSource for LogSource {
+    fn read(&self, cursor: u64, max_bytes: usize) -> Result<Page, String> {
+        self.0
+            .read(cursor, MAX_PAGE_EVENTS, max_bytes)
+            .map_err(|e| e.to_string())
+    }
+
+    fn ready(&self, cursor: u64) -> bool {
+        self.0.ready(cursor)
+    }
+
+    fn wait(&self, cursor: u64) -> WaitFuture<'_> {
+        Box::pin(async move { while !self.0.wait_async(cursor, WAIT_SLICE).await {} })
+    }
+}
+
+/// A watch's ring as a subscribable stream.
+struct RingSource(Arc<EventRing>);
+
+impl EventSource for RingSource {
+    fn read(&self, cursor: u64, max_bytes: usize) -> Result<Page, String> {
+        self.0
+            .read(cursor, MAX_PAGE_EVENTS, max_bytes, false)
+            .map_err(|e| e.message)
+    }
+
+    fn ready(&self, cursor: u64) -> bool {
+        self.0.last_seq() > cursor || self.0.is_closed()
+    }
+
+    fn wait(&self, cursor: u64) -> WaitFuture<'_> {
+        Box::pin(async move { while !self.0.wait_async(cursor, WAIT_SLICE).await {} })
+    }
+}

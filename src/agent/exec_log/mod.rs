@@ -1,0 +1,377 @@
+//! Durable exec logs: each exec's events in append-only segment files on the workspace's disk,
+//! bounded per exec and across execs, with an in-memory ring as the cache of the tail.
+//!
+//! # Layout and format
+//!
+//! A log is a directory holding `index.json` (`{"first_seq","evicted_bytes","closed"}`, replaced
+//! atomically) and segment files named by their first seq (`00000000000000000001.seg`). A
+//! segment is a run of records `len:u32 BE | seq:u64 BE | event JSON` (`len` counts the JSON),
+//! exactly the JSON the ring encoded. Every event the ring assigns is written, in seq order,
+//! under the ring's writer lock and before readers can see it ([`EventRing::append_with`]), with
+//! one `write` per append: the log survives the daemon being killed (not a power loss: there is
+//! no fsync per event).
+//!
+//! # Bounds
+//!
+//! Per exec, segments roll at `segment_bytes` and the oldest are deleted while the log exceeds
+//! `max_log_bytes` (the segment being written is never deleted, so a log may exceed its bound by
+//! less than one segment). Across execs, a [`LogBudget`] deletes the oldest segments of finished
+//! execs first, then those of running ones (always keeping a running exec's last segment).
+//!
+//! # Reads and drops
+//!
+//! A read is served by the ring while the ring still holds the cursor, otherwise from disk; both
+//! return the same [`Page`] JSON (never coalesced from disk). Events deleted from disk are
+//! reported with `cursor_expired`, `first_seq` and exact `dropped_events`. `dropped_bytes` (the
+//! encoded bytes of the dropped events) is exact from cursor 0, at every segment boundary this
+//! process deleted (the last 4096), and at any cursor among the last 65 536 events this process
+//! deleted; otherwise — a cursor inside a segment deleted before a restart, or very far behind —
+//! it is a lower bound that omits the remainder of the deleted segment the cursor was in.
+//!
+//! # Recovery
+//!
+//! [`ExecLog::recover`] reopens a log written by an earlier process: it finds the last seq,
+//! truncates a torn last record, deletes segments an interrupted eviction left, and continues
+//! the numbering. A recovered log has no ring: its appends go straight to disk.
+
+mod budget;
+mod disk;
+mod segment;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+
+use crate::event::{self, EventType, Fields, Payload};
+use crate::policy::PolicyError;
+use crate::ring::{EventRing, Page};
+pub use budget::LogBudget;
+use disk::Disk;
+
+/// The default bound of one exec's log on disk.
+pub const DEFAULT_MAX_LOG_BYTES: u64 = 64 << 20;
+/// The default bound of all exec logs together.
+pub const DEFAULT_MAX_TOTAL_LOG_BYTES: u64 = 1 << 30;
+/// The default size of the in-memory tail of each running log.
+pub const DEFAULT_RING_BYTES: usize = 256 << 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Bytes on disk one log may keep (see the module's notes on bounds).
+    pub max_log_bytes: u64,
+    /// Size at which a segment is closed and the next one started.
+    pub segment_bytes: u64,
+    /// Encoded bytes of events the in-memory ring keeps.
+    pub ring_bytes: usize,
+}
+
+impl LogConfig {
+    /// Segments of an eighth of the bound (64 KiB to 8 MiB): eviction frees space in steps
+    /// small enough to keep most of the budget in use.
+    pub fn with_max_bytes(max_log_bytes: u64) -> Self {
+        Self {
+            max_log_bytes,
+            segment_bytes: (max_log_bytes / 8).clamp(64 << 10, 8 << 20),
+            ring_bytes: DEFAULT_RING_BYTES,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self::with_max_bytes(DEFAULT_MAX_LOG_BYTES)
+    }
+}
+
+#[derive(Debug)]
+pub enum LogError {
+    /// The request was wrong (a cursor past the end, an append after close, bad fields).
+    Invalid(PolicyError),
+    Io(io::Error),
+}
+
+impl LogError {
+    fn cursor_ahead(cursor: u64, last: u64) -> Self {
+        Self::Invalid(PolicyError::without_echo(
+            "log.cursor-ahead",
+            format!(
+                "cursor {cursor} is past the last event of this stream ({last}); pass the \
+                 next_cursor of a previous page, or 0 to read from the start"
+            ),
+        ))
+    }
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid(e) => e.fmt(f),
+            Self::Io(e) => write!(f, "exec log I/O error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LogError {}
+
+impl From<io::Error> for LogError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+impl From<PolicyError> for LogError {
+    fn from(e: PolicyError) -> Self {
+        Self::Invalid(e)
+    }
+}
+
+/// One exec's event log. Share it in an `Arc`.
+pub struct ExecLog {
+    ring: Option<Arc<EventRing>>,
+    disk: Mutex<Disk>,
+    budget: Arc<LogBudget>,
+    /// Finished logs are evicted before running ones.
+    finished: AtomicBool,
+    /// Mirrors of the disk state for the budget's choice, updated under the disk lock.
+    oldest_epoch: AtomicU64,
+    segments: AtomicUsize,
+    charged: AtomicU64,
+}
+
+impl fmt::Debug for ExecLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecLog")
+            .field("last_seq", &self.last_seq())
+            .finish()
+    }
+}
+
+impl ExecLog {
+    /// A new, empty log in `dir` (created if missing).
+    pub fn create(
+        dir: &Path,
+        config: &LogConfig,
+        budget: &Arc<LogBudget>,
+    ) -> Result<Arc<Self>, LogError> {
+        let disk = Disk::create(dir, config.segment_bytes, config.max_log_bytes)?;
+        let ring = EventRing::new(config.ring_bytes.max(1), None)?;
+        Ok(Self::assemble(Some(Arc::new(ring)), disk, budget))
+    }
+
+    /// Reopens a log an earlier process wrote (see the module's notes on recovery).
+    pub fn recover(
+        dir: &Path,
+        config: &LogConfig,
+        budget: &Arc<LogBudget>,
+    ) -> Result<Arc<Self>, LogError> {
+        let disk = Disk::recover(dir, config.segment_bytes, config.max_log_bytes)?;
+        let log = Self::assemble(None, disk, budget);
+        if log.is_closed() {
+            log.finished.store(true, Ordering::Release);
+        }
+        Ok(log)
+    }
+
+    fn assemble(ring: Option<Arc<EventRing>>, disk: Disk, budget: &Arc<LogBudget>) -> Arc<Self> {
+        let log = Arc::new(Self {
+            ring,
+            disk: Mutex::new(disk),
+            budget: Arc::clone(budget),
+            finished: AtomicBool::new(false),
+            oldest_epoch: AtomicU64::new(u64::MAX),
+            segments: AtomicUsize::new(0),
+            charged: AtomicU64::new(0),
+        });
+        log.after_disk_change(&log.disk.lock());
+        budget.register(&log);
+        budget.enforce();
+        log
+    }
+
+    /// Appends like [`EventRing::append`]: output is decoded per stream, a large write becomes
+    /// several events. Returns the last seq assigned.
+    pub fn append(
+        &self,
+        kind: EventType,
+        data: Option<&[u8]>,
+        fields: &Map<String, Value>,
+    ) -> Result<u64, LogError> {
+        let last = match &self.ring {
+            Some(ring) => ring.append_with(kind, data, fields, &mut |events| {
+                let mut disk = self.disk.lock();
+                disk.append(events);
+                self.after_disk_change(&disk);
+            })?,
+            None => self.append_direct(kind, data, fields)?,
+        };
+        self.budget.enforce();
+        Ok(last)
+    }
+
+    /// Without a ring (a recovered log), only non-output events without data are accepted.
+    fn append_direct(
+        &self,
+        kind: EventType,
+        data: Option<&[u8]>,
+        fields: &Map<String, Value>,
+    ) -> Result<u64, LogError> {
+        if kind.is_output() || data.is_some() {
+            return Err(LogError::Invalid(PolicyError::without_echo(
+                "log.recovered-append",
+                "a recovered log accepts only events without data",
+            )));
+        }
+        let fields = Fields::new(fields)?;
+        let mut disk = self.disk.lock();
+        if disk.is_closed() {
+            return Err(LogError::Invalid(PolicyError::without_echo(
+                "log.closed",
+                "the log is closed: no more events can be appended",
+            )));
+        }
+        let seq = disk.last_seq() + 1;
+        let event = event::encode(seq, &event::timestamp::now(), kind, Payload::None, &fields);
+        disk.append(std::slice::from_ref(&event));
+        self.after_disk_change(&disk);
+        if let Some(broken) = &disk.broken {
+            return Err(LogError::Io(io::Error::other(broken.clone())));
+        }
+        Ok(seq)
+    }
+
+    /// Ends the log: flushes held-back output, marks it closed on disk, wakes every waiter.
+    pub fn close(&self) -> Result<(), LogError> {
+        let mut result = Ok(());
+        let mut finish = |disk: &mut Disk| {
+            result = disk.close();
+            self.after_disk_change(disk);
+        };
+        match &self.ring {
+            Some(ring) => ring.close_with(&mut |events| {
+                let mut disk = self.disk.lock();
+                disk.append(events);
+                finish(&mut disk);
+            }),
+            None => finish(&mut self.disk.lock()),
+        }
+        self.finished.store(true, Ordering::Release);
+        self.budget.enforce();
+        result.map_err(LogError::Io)
+    }
+
+    /// The events after `cursor` (see the module's notes on reads).
+    pub fn read(&self, cursor: u64, max_events: usize, max_bytes: usize) -> Result<Page, LogError> {
+        if let Some(ring) = &self.ring {
+            match ring.read(cursor, max_events, max_bytes, false) {
+                Ok(mut page) if !page.cursor_expired => {
+                    // The oldest kept event is the log's, which may be older than the ring's.
+                    page.first_seq = page.first_seq.min(self.disk.lock().first_seq());
+                    return Ok(page);
+                }
+                Ok(page) if self.disk.lock().broken.is_some() => return Ok(page),
+                Ok(_) => {}
+                // The disk may hold a later event than the ring shows yet; it decides.
+                Err(_) => {}
+            }
+        }
+        self.disk.lock().read(cursor, max_events, max_bytes)
+    }
+
+    pub fn last_seq(&self) -> u64 {
+        match &self.ring {
+            Some(ring) => ring.last_seq(),
+            None => self.disk.lock().last_seq(),
+        }
+    }
+
+    /// The oldest event still kept on disk.
+    pub fn first_seq(&self) -> u64 {
+        self.disk.lock().first_seq()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        match &self.ring {
+            Some(ring) => ring.is_closed(),
+            None => self.disk.lock().is_closed(),
+        }
+    }
+
+    /// Bytes this log keeps on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk.lock().file_bytes()
+    }
+
+    /// True when an event after `cursor` exists or the log is closed.
+    pub fn ready(&self, cursor: u64) -> bool {
+        self.last_seq() > cursor || self.is_closed()
+    }
+
+    /// Waits (on a notification) until [`ExecLog::ready`] or `timeout`.
+    pub async fn wait_async(&self, cursor: u64, timeout: Duration) -> bool {
+        match &self.ring {
+            Some(ring) => ring.wait_async(cursor, timeout).await,
+            // A recovered log changes only while the daemon starts.
+            None => self.ready(cursor),
+        }
+    }
+
+    /// `(running, oldest segment's epoch)` when the budget may evict from this log.
+    fn eviction_key(&self) -> Option<(bool, u64)> {
+        let finished = self.finished.load(Ordering::Acquire);
+        let segments = self.segments.load(Ordering::Acquire);
+        let keep = if finished { 0 } else { 1 };
+        (segments > keep).then(|| (!finished, self.oldest_epoch.load(Ordering::Acquire)))
+    }
+
+    /// Deletes this log's oldest segment for the shared budget; false when it may not.
+    fn evict_for_budget(&self) -> bool {
+        let mut disk = self.disk.lock();
+        let keep = if self.finished.load(Ordering::Acquire) {
+            0
+        } else {
+            1
+        };
+        if disk.segment_count() <= keep {
+            return false;
+        }
+        let before = disk.file_bytes();
+        let evicted = disk.evict_oldest().is_ok();
+        self.after_disk_change(&disk);
+        evicted && disk.file_bytes() < before
+    }
+
+    fn after_disk_change(&self, disk: &Disk) {
+        self.oldest_epoch
+            .store(disk.oldest_epoch().unwrap_or(u64::MAX), Ordering::Release);
+        self.segments.store(disk.segment_count(), Ordering::Release);
+        let now = disk.file_bytes();
+        let was = self.charged.swap(now, Ordering::AcqRel);
+        self.budget
+            .charge(i64::try_from(now).unwrap_or(i64::MAX) - i64::try_from(was).unwrap_or(0));
+    }
+}
+
+impl Drop for ExecLog {
+    fn drop(&mut self) {
+        // Its files stay, but no one can evict them any more: stop counting them.
+        let charged = self.charged.load(Ordering::Acquire);
+        self.budget.charge(-i64::try_from(charged).unwrap_or(0));
+    }
+}
+
+/// Replaces `path` with `bytes` atomically (a temporary file renamed over it), so a reader or a
+/// restart sees the old content or the new, never a mix.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}

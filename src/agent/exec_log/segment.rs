@@ -1,0 +1,299 @@
+//! Segment files of an exec log: append-only records `len:u32 BE | seq:u64 BE | event JSON`,
+//! named by their first seq, plus a sparse in-memory index of record offsets for seeking.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use crate::event::MAX_EVENT_JSON;
+
+/// Bytes before each record's JSON: its length (u32) and its seq (u64), both big-endian.
+pub const RECORD_HEADER: u64 = 12;
+
+/// One sparse index entry per this many bytes of records: a disk read seeks to the nearest
+/// entry at or before its seq and skips at most this much.
+const SPARSE_STEP: u64 = 64 * 1024;
+
+/// Reads through segment files in chunks of this size.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// The file name of the segment whose first record has `first_seq`: zero-padded, so names sort
+/// in seq order.
+pub fn file_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.seg")
+}
+
+/// The first seq a segment file name stands for, or `None` for any other file.
+pub fn parse_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Appends one record to `out`.
+pub fn encode_record(out: &mut Vec<u8>, seq: u64, json: &str) {
+    // An event's JSON is bounded by MAX_EVENT_JSON, far below u32::MAX.
+    let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(json.as_bytes());
+}
+
+/// What the log knows of one segment file.
+#[derive(Debug)]
+pub struct Segment {
+    pub first_seq: u64,
+    /// `first_seq - 1` while the segment is empty.
+    pub last_seq: u64,
+    /// Size of the file: records with their headers.
+    pub file_bytes: u64,
+    /// Encoded bytes of its events (what pages and `dropped_bytes` count).
+    pub event_bytes: u64,
+    /// Encoded bytes of every event of the stream before this segment, evicted ones included.
+    pub cum_before: u64,
+    /// Creation order across all logs of the process: the shared budget evicts oldest first.
+    pub epoch: u64,
+    /// `(seq, offset)` of some records, ascending; `None` until built (recovered segments are
+    /// indexed on their first read).
+    pub sparse: Option<Vec<(u64, u64)>>,
+}
+
+impl Segment {
+    pub fn new(first_seq: u64, cum_before: u64, epoch: u64) -> Self {
+        Self {
+            first_seq,
+            last_seq: first_seq - 1,
+            file_bytes: 0,
+            event_bytes: 0,
+            cum_before,
+            epoch,
+            sparse: Some(Vec::new()),
+        }
+    }
+
+    pub fn path(&self, dir: &Path) -> PathBuf {
+        dir.join(file_name(self.first_seq))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.last_seq < self.first_seq
+    }
+
+    /// Accounts for a record appended at the end of the file.
+    pub fn note_record(&mut self, seq: u64, json_len: u64) {
+        let offset = self.file_bytes;
+        if let Some(sparse) = &mut self.sparse {
+            if sparse
+                .last()
+                .is_none_or(|&(_, last)| offset - last >= SPARSE_STEP)
+            {
+                sparse.push((seq, offset));
+            }
+        }
+        self.last_seq = seq;
+        self.file_bytes += RECORD_HEADER + json_len;
+        self.event_bytes += json_len;
+    }
+
+    /// The offset of a record at or before `seq` and that record's seq.
+    pub fn seek_point(&mut self, dir: &Path, seq: u64) -> io::Result<(u64, u64)> {
+        if self.sparse.is_none() {
+            let mut sparse: Vec<(u64, u64)> = Vec::new();
+            let file = File::open(self.path(dir))?;
+            scan(&file, 0, self.first_seq, |record| {
+                if sparse
+                    .last()
+                    .is_none_or(|&(_, last)| record.offset - last >= SPARSE_STEP)
+                {
+                    sparse.push((record.seq, record.offset));
+                }
+                true
+            })?;
+            self.sparse = Some(sparse);
+        }
+        let sparse = self.sparse.as_deref().unwrap_or_default();
+        let at = sparse.partition_point(|&(s, _)| s <= seq);
+        Ok(match at.checked_sub(1).and_then(|i| sparse.get(i)) {
+            Some(&(s, offset)) => (s, offset),
+            None => (self.first_seq, 0),
+        })
+    }
+}
+
+/// One record's place, as a scan meets it.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordAt {
+    pub seq: u64,
+    pub offset: u64,
+    pub json_len: u64,
+}
+
+/// Where a scan stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanEnd {
+    /// The offset after the last whole, well-formed record.
+    pub offset: u64,
+    /// The seq the next record would have.
+    pub next_seq: u64,
+    /// Bytes followed that offset that are not a whole record (a torn write).
+    pub torn: bool,
+}
+
+/// Walks the record headers from `offset` (where a record of `seq` starts), calling `each`
+/// until it returns false. Stops at the end of the file, or at the first record that is cut
+/// short, out of sequence or implausibly long.
+pub fn scan(
+    file: &File,
+    offset: u64,
+    seq: u64,
+    mut each: impl FnMut(RecordAt) -> bool,
+) -> io::Result<ScanEnd> {
+    let size = file.metadata()?.len();
+    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
+    reader.seek(SeekFrom::Start(offset))?;
+    let mut end = ScanEnd {
+        offset,
+        next_seq: seq,
+        torn: false,
+    };
+    while end.offset < size {
+        let mut header = [0u8; RECORD_HEADER as usize];
+        if size - end.offset < RECORD_HEADER {
+            end.torn = true;
+            break;
+        }
+        reader.read_exact(&mut header)?;
+        let (len, record_seq) = parse_header(&header);
+        if record_seq != end.next_seq
+            || len > MAX_EVENT_JSON as u64 * 2
+            || size - end.offset - RECORD_HEADER < len
+        {
+            end.torn = true;
+            break;
+        }
+        let record = RecordAt {
+            seq: record_seq,
+            offset: end.offset,
+            json_len: len,
+        };
+        if !each(record) {
+            break;
+        }
+        reader.seek_relative(i64::try_from(len).unwrap_or(i64::MAX))?;
+        end.offset += RECORD_HEADER + len;
+        end.next_seq += 1;
+    }
+    Ok(end)
+}
+
+fn parse_header(header: &[u8; RECORD_HEADER as usize]) -> (u64, u64) {
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&header[4..]);
+    (u64::from(len), u64::from_be_bytes(seq))
+}
+
+/// Reads the records of `file` from `offset` (a record of `seq_at_offset` starts there),
+/// skipping those before `from_seq`, and hands each later record's JSON to `take` until it
+/// returns false or `last_seq` has been read.
+pub fn read_records(
+    file: &File,
+    offset: u64,
+    seq_at_offset: u64,
+    from_seq: u64,
+    last_seq: u64,
+    mut take: impl FnMut(u64, String) -> bool,
+) -> io::Result<()> {
+    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
+    reader.seek(SeekFrom::Start(offset))?;
+    let mut seq = seq_at_offset;
+    while seq <= last_seq {
+        let mut header = [0u8; RECORD_HEADER as usize];
+        reader.read_exact(&mut header)?;
+        let (len, record_seq) = parse_header(&header);
+        if record_seq != seq || len > MAX_EVENT_JSON as u64 * 2 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("record {seq} of an exec log is damaged"),
+            ));
+        }
+        if seq < from_seq {
+            reader.seek_relative(i64::try_from(len).unwrap_or(i64::MAX))?;
+        } else {
+            let mut json = vec![0u8; usize::try_from(len).unwrap_or(0)];
+            reader.read_exact(&mut json)?;
+            let json = String::from_utf8(json)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "record is not UTF-8"))?;
+            if !take(seq, json) {
+                return Ok(());
+            }
+        }
+        seq += 1;
+    }
+    Ok(())
+}
+
+/// The encoded sizes of every record of a segment, oldest first (for the drop ledger).
+pub fn record_sizes(path: &Path, first_seq: u64) -> io::Result<Vec<u64>> {
+    let file = File::open(path)?;
+    let mut sizes = Vec::new();
+    scan(&file, 0, first_seq, |record| {
+        sizes.push(record.json_len);
+        true
+    })?;
+    Ok(sizes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn names_sort_in_seq_order_and_parse_back() {
+        assert_eq!(file_name(42), "00000000000000000042.seg");
+        assert_eq!(parse_name(&file_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_name("42.seg"), None);
+        assert_eq!(parse_name("index.json"), None);
+        assert!(file_name(9) < file_name(10));
+    }
+
+    #[test]
+    fn a_scan_stops_at_a_torn_record() {
+        let dir = std::env::temp_dir().join(format!("seg-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(file_name(5));
+        let mut bytes = Vec::new();
+        encode_record(&mut bytes, 5, "{\"a\":1}");
+        encode_record(&mut bytes, 6, "{\"b\":22}");
+        let whole = bytes.len() as u64;
+        encode_record(&mut bytes, 7, "{\"c\":333}");
+        bytes.truncate(bytes.len() - 3);
+        File::create(&path).unwrap().write_all(&bytes).unwrap();
+        let mut seen = Vec::new();
+        let end = scan(&File::open(&path).unwrap(), 0, 5, |r| {
+            seen.push((r.seq, r.json_len));
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, vec![(5, 7), (6, 8)]);
+        assert_eq!(
+            end,
+            ScanEnd {
+                offset: whole,
+                next_seq: 7,
+                torn: true
+            }
+        );
+        let mut got = Vec::new();
+        read_records(&File::open(&path).unwrap(), 0, 5, 6, 6, |seq, json| {
+            got.push((seq, json));
+            true
+        })
+        .unwrap();
+        assert_eq!(got, vec![(6, "{\"b\":22}".to_string())]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,211 @@
+//! The connection handler over an in-memory duplex stream with a fake service: Hello and its
+//! mismatch, concurrent requests answered out of order, credit, and round-robin between streams.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use super::frame::{Frame, FrameDecoder, FrameKind};
+use super::message::{frame, ErrorBody, ErrorCode};
+use super::server::{serve, Reply, ReplyFuture, Request, Service};
+use super::subscription::{EventSource, WaitFuture};
+use crate::event::EventType;
+use crate::ring::{EventRing, Page, MAX_PAGE_EVENTS};
+
+struct Fake {
+    streams: Vec<(String, Arc<EventRing>)>,
+}
+
+struct RingStream(Arc<EventRing>);
+
+impl EventSource for RingStream {
+    fn read(&self, cursor: u64, max_bytes: usize) -> Result<Page, String> {
+        self.0
+            .read(cursor, MAX_PAGE_EVENTS, max_bytes, false)
+            .map_err(|e| e.message)
+    }
+    fn ready(&self, cursor: u64) -> bool {
+        self.0.last_seq() > cursor || self.0.is_closed()
+    }
+    fn wait(&self, cursor: u64) -> WaitFuture<'_> {
+        Box::pin(async move { while !self.0.wait_async(cursor, Duration::from_secs(60)).await {} })
+    }
+}
+
+impl Service for Fake {
+    fn handle(&self, request: Request) -> ReplyFuture {
+        Box::pin(async move {
+            if request.op == "slow" {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Reply::ok(Value::Object(request.args))
+        })
+    }
+    fn stream(&self, id: &str) -> Result<Arc<dyn EventSource>, ErrorBody> {
+        self.streams
+            .iter()
+            .find(|(name, _)| name == id)
+            .map(|(_, ring)| Arc::new(RingStream(Arc::clone(ring))) as Arc<dyn EventSource>)
+            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, "no such stream"))
+    }
+}
+
+struct Peer {
+    io: DuplexStream,
+    decoder: FrameDecoder,
+}
+
+impl Peer {
+    async fn send(&mut self, kind: FrameKind, header: Value, payload: &[u8]) {
+        let f = frame(kind, &header, payload.to_vec()).unwrap();
+        self.io.write_all(&f.encode().unwrap()).await.unwrap();
+    }
+
+    async fn next(&mut self) -> Option<Frame> {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            if let Some(f) = self.decoder.next_frame().unwrap() {
+                return Some(f);
+            }
+            let n = tokio::time::timeout(Duration::from_secs(30), self.io.read(&mut buf))
+                .await
+                .expect("a frame in time")
+                .unwrap();
+            if n == 0 {
+                return None;
+            }
+            self.decoder.feed(&buf[..n]);
+        }
+    }
+
+    async fn header(&mut self) -> (FrameKind, Value) {
+        let f = self.next().await.expect("a frame");
+        (f.kind, serde_json::from_slice(&f.header).unwrap())
+    }
+}
+
+async fn connect(streams: Vec<(String, Arc<EventRing>)>, protocol: u32) -> Peer {
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let (reader, writer) = tokio::io::split(theirs);
+    tokio::spawn(serve(reader, writer, Arc::new(Fake { streams })));
+    let mut peer = Peer {
+        io: ours,
+        decoder: FrameDecoder::new(),
+    };
+    let (kind, hello) = peer.header().await;
+    assert_eq!(kind, FrameKind::Hello);
+    assert_eq!(hello["role"], "agent");
+    let hello = json!({"protocol": protocol, "build": "test", "role": "gateway"});
+    peer.send(FrameKind::Hello, hello, b"").await;
+    peer
+}
+
+fn ring_with(events: usize, size: usize) -> Arc<EventRing> {
+    let ring = Arc::new(EventRing::new(64 << 20, None).unwrap());
+    for _ in 0..events {
+        ring.append(EventType::Stdout, Some(&vec![b'x'; size]), &Map::new())
+            .unwrap();
+    }
+    ring
+}
+
+#[tokio::test]
+async fn a_protocol_mismatch_is_answered_then_the_connection_closes() {
+    let mut peer = connect(Vec::new(), 2).await;
+    let (kind, response) = peer.header().await;
+    assert_eq!(kind, FrameKind::Response);
+    assert_eq!(response["id"], 0);
+    assert_eq!(response["error"]["code"], "protocol_mismatch");
+    let message = response["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("protocol 1") && message.contains("protocol 2"),
+        "{message}"
+    );
+    assert!(peer.next().await.is_none());
+}
+
+#[tokio::test]
+async fn requests_are_answered_in_any_order() {
+    let mut peer = connect(Vec::new(), 1).await;
+    peer.send(
+        FrameKind::Request,
+        json!({"id": 1, "op": "slow", "args": {"n": 1}}),
+        b"",
+    )
+    .await;
+    peer.send(
+        FrameKind::Request,
+        json!({"id": 2, "op": "fast", "args": {"n": 2}}),
+        b"",
+    )
+    .await;
+    let (_, first) = peer.header().await;
+    let (_, second) = peer.header().await;
+    assert_eq!(
+        (first["id"].clone(), second["id"].clone()),
+        (json!(2), json!(1))
+    );
+    assert_eq!(second["result"], json!({"n": 1}));
+}
+
+#[tokio::test]
+async fn a_stream_without_credit_gets_no_more_pages() {
+    let ring = ring_with(100, 1000);
+    let mut peer = connect(vec![("a".into(), Arc::clone(&ring))], 1).await;
+    let sub =
+        json!({"id": 1, "op": "subscribe", "args": {"stream": "a", "cursor": 0, "credit": 1}});
+    peer.send(FrameKind::Request, sub, b"").await;
+    let (kind, response) = peer.header().await;
+    assert_eq!(
+        (kind, response["ok"].clone()),
+        (FrameKind::Response, json!(true))
+    );
+    let page = peer.next().await.unwrap();
+    assert_eq!(page.kind, FrameKind::Events);
+    let first: Value = serde_json::from_slice(&page.payload).unwrap();
+    assert!(first["has_more"].as_bool().unwrap());
+    // No credit left: a ping is answered, and nothing else comes first.
+    peer.send(FrameKind::Request, json!({"id": 2, "op": "ping"}), b"")
+        .await;
+    let (kind, response) = peer.header().await;
+    assert_eq!(
+        (kind, response["id"].clone()),
+        (FrameKind::Response, json!(2))
+    );
+    peer.send(FrameKind::Credit, json!({"stream": "a", "bytes": 1}), b"")
+        .await;
+    let next = peer.next().await.unwrap();
+    let second: Value = serde_json::from_slice(&next.payload).unwrap();
+    assert_eq!(
+        second["events"][0]["seq"].as_u64().unwrap(),
+        first["next_cursor"].as_u64().unwrap() + 1
+    );
+}
+
+#[tokio::test]
+async fn streams_with_events_take_turns() {
+    let flood = ring_with(2000, 16 << 10);
+    let quiet = ring_with(1, 10);
+    let streams = vec![("flood".into(), flood), ("quiet".into(), quiet)];
+    let mut peer = connect(streams, 1).await;
+    for (id, stream) in [(1, "flood"), (2, "quiet")] {
+        let args = json!({"stream": stream, "cursor": 0, "credit": 1u64 << 40});
+        peer.send(
+            FrameKind::Request,
+            json!({"id": id, "op": "subscribe", "args": args}),
+            b"",
+        )
+        .await;
+    }
+    let mut order = Vec::new();
+    while order.len() < 6 {
+        let (kind, header) = peer.header().await;
+        if kind == FrameKind::Events {
+            order.push(header["stream"].as_str().unwrap().to_owned());
+        }
+    }
+    let quiet_at = order.iter().position(|s| s == "quiet");
+    assert!(quiet_at.is_some_and(|i| i <= 2), "{order:?}");
+}
