@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -262,22 +263,39 @@ class ModalDriver:
     async def connect(self, workspace_id: str) -> AgentClient:
         """An open agent client over a fresh channel. The channel closes itself after an idle
         period; the next `connect` opens another and resumes every stream the last client of
-        this workspace followed from the last event it held, so nothing is lost or repeated."""
-        from ..agent_client import AgentClient
+        this workspace followed from the last event it held, so nothing is lost or repeated.
 
-        channel = await self.open_channel(workspace_id)
-        previous = self._clients.get(workspace_id)
-        try:
-            client = await AgentClient.connect_stream(
-                channel.reader,
-                channel.writer,  # type: ignore[arg-type]  # the StreamWriter surface it uses
-                resume=previous if previous is not None and previous.closed else None,
-            )
-        except BaseException:
-            await channel.close()
-            raise
-        self._clients[workspace_id] = client
-        return client
+        Right after create the daemon may not be listening yet (`connect` then exits at once):
+        that is retried, with a growing pause, for `agent_start_seconds`.
+        """
+        from ..agent_client import AgentClient, AgentError
+
+        deadline = time.monotonic() + self.settings.agent_start_seconds
+        pause = 0.1
+        while True:
+            channel = await self.open_channel(workspace_id)
+            previous = self._clients.get(workspace_id)
+            try:
+                client = await AgentClient.connect_stream(
+                    channel.reader,
+                    channel.writer,  # type: ignore[arg-type]  # the StreamWriter surface it uses
+                    resume=previous if previous is not None and previous.closed else None,
+                )
+            except AgentError as exc:
+                await channel.close()
+                if time.monotonic() + pause > deadline:
+                    raise UpstreamError(
+                        "upstream",
+                        f"the agent of workspace {workspace_id} does not answer: {exc.message}",
+                    ) from None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            except BaseException:
+                await channel.close()
+                raise
+            self._clients[workspace_id] = client
+            return client
 
     async def destroy(self, workspace_id: str) -> None:
         """Terminate the sandbox; afterwards the workspace is reported as terminated."""

@@ -61,7 +61,11 @@ class FrameCounter:
 
 
 class ExecStdinWriter:
-    """The asyncio `StreamWriter` surface over an exec's stdin: `write` buffers, `drain` sends."""
+    """The asyncio `StreamWriter` surface over an exec's stdin.
+
+    As with a socket, `write` starts sending at once (in a background task) and `drain` waits
+    until everything written so far has been sent; writers that never drain are still sent.
+    """
 
     def __init__(self, process: Any, on_bytes: Callable[[bytes], None]) -> None:
         self._process = process
@@ -70,17 +74,31 @@ class ExecStdinWriter:
         self._lock = asyncio.Lock()
         self._closing = False
         self._closed = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
 
     def write(self, data: bytes) -> None:
         if self._closing:
             raise ConnectionResetError("the agent channel is closed")
+        if self._error is not None:
+            raise ConnectionResetError("the agent channel failed") from self._error
         self._buffer.extend(data)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_quietly())
+
+    async def _send_quietly(self) -> None:
+        try:
+            await self.drain()
+        except Exception as exc:  # remembered; the next write or drain reports it
+            self._error = exc
 
     def writelines(self, chunks: list[bytes]) -> None:
         for chunk in chunks:
             self.write(chunk)
 
     async def drain(self) -> None:
+        if self._error is not None:
+            raise ConnectionResetError("the agent channel failed") from self._error
         async with self._lock:
             while self._buffer:
                 chunk = bytes(self._buffer[:STDIN_CHUNK_BYTES])

@@ -39,6 +39,8 @@ class ModalSettings:
     default_image_name: str | None = None
     # Seconds without traffic after which the agent channel's exec is closed.
     channel_idle_seconds: float = 60.0
+    # How long `connect` keeps trying while a new sandbox's daemon starts listening.
+    agent_start_seconds: float = 30.0
     # The agent's command inside the sandbox (its `daemon` and `connect` modes).
     agent_command: tuple[str, ...] = ("mwc-agent",)
     agent_state_dir: str = "/var/lib/mwc"
