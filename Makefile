@@ -26,7 +26,7 @@ test-rust:
 	cargo test --quiet
 
 test-python: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 lint: $(STAMP)
 	cargo fmt --check

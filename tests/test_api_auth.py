@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from fastapi import FastAPI
 from modal_workspace_core import api
 from modal_workspace_core.api import create_app, token_matches
 from modal_workspace_core.config import ConfigError, load_settings
@@ -16,9 +17,13 @@ from modal_workspace_core.service import Service
 from service_support import OTHER_TOKEN, TOKEN, RecordingDriver
 
 
+@pytest.fixture(scope="module")
+def app() -> FastAPI:
+    return create_app(Service(RecordingDriver(), load_settings({})), [TOKEN, OTHER_TOKEN])
+
+
 @pytest.fixture
-async def client() -> AsyncIterator[httpx2.AsyncClient]:
-    app = create_app(Service(RecordingDriver(), load_settings({})), [TOKEN, OTHER_TOKEN])
+async def client(app: FastAPI) -> AsyncIterator[httpx2.AsyncClient]:
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
         yield c

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from fastapi import FastAPI
 from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.service import Service
@@ -19,16 +20,24 @@ FW = "fw-" + "2" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def driver() -> RecordingDriver:
-    return RecordingDriver()
-
-
-@pytest.fixture
-async def client(driver: RecordingDriver) -> AsyncIterator[httpx2.AsyncClient]:
+@pytest.fixture(scope="module")
+def shared() -> tuple[RecordingDriver, FastAPI]:
+    driver = RecordingDriver()
     settings = load_settings({"MODAL_WORKSPACE_ALLOWED_SECRETS": "github"})
-    app = create_app(Service(driver, settings), [TOKEN])
-    transport = httpx2.ASGITransport(app=app)
+    return driver, create_app(Service(driver, settings), [TOKEN])
+
+
+@pytest.fixture
+def driver(shared: tuple[RecordingDriver, FastAPI]) -> RecordingDriver:
+    shared[0].calls.clear()
+    return shared[0]
+
+
+@pytest.fixture
+async def client(
+    shared: tuple[RecordingDriver, FastAPI], driver: RecordingDriver
+) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=shared[1])
     async with httpx2.AsyncClient(
         transport=transport, base_url="http://127.0.0.1", headers=AUTH
     ) as c:

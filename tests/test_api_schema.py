@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from fastapi import FastAPI
 from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.service import OPERATIONS, Service
@@ -16,9 +17,13 @@ from service_support import TOKEN, RecordingDriver
 METHODS = {"get", "put", "post", "delete", "patch"}
 
 
+@pytest.fixture(scope="module")
+def app() -> FastAPI:
+    return create_app(Service(RecordingDriver(), load_settings({})), [TOKEN])
+
+
 @pytest.fixture
-async def client() -> AsyncIterator[httpx2.AsyncClient]:
-    app = create_app(Service(RecordingDriver(), load_settings({})), [TOKEN])
+async def client(app: FastAPI) -> AsyncIterator[httpx2.AsyncClient]:
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
         yield c

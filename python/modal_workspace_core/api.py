@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import __version__
 from .errors import UnauthenticatedError, WorkspaceError, invalid_from_details
-from .mcp import build_mcp
+from .mcp import McpEndpoint
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .results import ErrorResponse
 from .service import OPERATIONS, Operation, Service, call, parse_input
@@ -152,11 +152,11 @@ def create_app(
     come from (settings, or a token the CLI minted for a loopback-only server)."""
     if not tokens:
         raise ValueError("create_app needs at least one bearer token")
-    mcp_app, session_manager = build_mcp(service, host=host, allowed_hosts=allowed_hosts)
+    mcp_app = McpEndpoint(service, host=host, allowed_hosts=allowed_hosts)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with session_manager.run():
+        async with mcp_app.run():
             try:
                 yield
             finally:

@@ -7,20 +7,24 @@ is declared twice; the FastAPI app mounts the returned ASGI app at `/mcp/`.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .errors import WorkspaceError
 from .service import OPERATIONS, Operation, Service, call, operation, parse_input
+from .service_core import PROGRESS, Reporter
 
-__all__ = ["INSTRUCTIONS", "build_mcp", "build_server", "tools"]
+__all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 
 INSTRUCTIONS = """\
 Remote workspaces: each is a machine whose files live under /workspace.
@@ -70,6 +74,28 @@ def _error_result(err: WorkspaceError) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
+def _progress_reporter(ctx: Any) -> Reporter | None:
+    """Progress notifications for a call whose client asked for them (a progress token)."""
+    meta = getattr(ctx, "meta", None) or {}
+    token = meta.get("progress_token", meta.get("progressToken"))
+    session = getattr(ctx, "session", None)
+    if token is None or session is None:
+        return None
+    request_id = getattr(ctx, "request_id", None)
+
+    async def report(progress: float, message: str) -> None:
+        # Progress is a courtesy: a client that went away must not fail the command.
+        with contextlib.suppress(Exception):
+            await session.send_progress_notification(
+                token,
+                progress,
+                message=message,
+                related_request_id=request_id,
+            )
+
+    return report
+
+
 def build_server(service: Service) -> Server[Any]:
     """The MCP server object (transport-free): tools/list and tools/call over the table."""
     listed = tools()
@@ -78,12 +104,15 @@ def build_server(service: Service) -> Server[Any]:
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        reset = PROGRESS.set(_progress_reporter(ctx))
         try:
             op = operation(params.name)
             inp = parse_input(op, params.arguments or {})
             result = await call(service, op, inp)
         except WorkspaceError as err:
             return _error_result(err)
+        finally:
+            PROGRESS.reset(reset)
         data = result.model_dump(mode="json")
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(data))], structured_content=data
@@ -114,15 +143,34 @@ def transport_security(host: str, allowed_hosts: Sequence[str]) -> TransportSecu
     )
 
 
-def build_mcp(
-    service: Service, *, host: str = "127.0.0.1", allowed_hosts: Sequence[str] = ()
-) -> tuple[StreamableHTTPASGIApp, StreamableHTTPSessionManager]:
-    """The ASGI app to mount and its session manager, whose `run()` the app's lifespan enters.
-    Stateless: any gateway container can answer any request."""
-    manager = StreamableHTTPSessionManager(
-        app=build_server(service),
-        stateless=True,
-        json_response=False,
-        security_settings=transport_security(host, allowed_hosts),
-    )
-    return StreamableHTTPASGIApp(manager), manager
+class McpEndpoint:
+    """The ASGI app mounted at `/mcp/`. Each run of the app's lifespan gets a fresh session
+    manager (the SDK's manager runs only once), so an app can be started more than once."""
+
+    def __init__(
+        self, service: Service, *, host: str = "127.0.0.1", allowed_hosts: Sequence[str] = ()
+    ) -> None:
+        self.server = build_server(service)
+        self.security = transport_security(host, allowed_hosts)
+        self.manager: StreamableHTTPSessionManager | None = None
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        # Stateless: any gateway container can answer any request. SSE responses let progress
+        # notifications flow while a tool runs.
+        manager = StreamableHTTPSessionManager(
+            app=self.server, stateless=True, json_response=False, security_settings=self.security
+        )
+        async with manager.run():
+            self.manager = manager
+            try:
+                yield
+            finally:
+                self.manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.manager is None:
+            body = {"error": {"code": "upstream", "message": "the MCP endpoint is not running"}}
+            await JSONResponse(body, status_code=503)(scope, receive, send)
+            return
+        await self.manager.asgi_app(scope, receive, send)

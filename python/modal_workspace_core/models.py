@@ -311,7 +311,7 @@ class FileEdit(Input):
 class FileList(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath = "."
-    depth: int = Field(1, ge=1, le=32)
+    depth: int = Field(1, ge=1, le=32, description="Levels to list: 1 = the directory's entries.")
     max_entries: int = Field(1000, ge=1, le=10_000)
 
 

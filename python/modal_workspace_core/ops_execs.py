@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import policy
 from .drivers.base import WorkspaceRecord
-from .errors import InvalidArgumentError
+from .errors import ConflictError, InvalidArgumentError
 from .models import (
     MAX_WAIT_SECONDS,
     ExecCancel,
@@ -28,7 +29,7 @@ from .models import (
     RealtimeExecStart,
 )
 from .results import EventPage, ExecListResult, ExecResult, ExecStatus, InputResult
-from .service_core import host_path
+from .service_core import PROGRESS, host_path
 
 if TYPE_CHECKING:
     from .service_core import Service
@@ -160,7 +161,9 @@ async def run_to_end(
     exec_id = policy.new_id("ex")
     args = exec_args(record, exec_id, timeout_seconds=timeout_seconds, **spec)
     await svc.request(ws, "exec.start", args)
-    await svc.request(ws, "exec.input", {"exec_id": exec_id, "eof": True}, stdin)
+    # A command that has already ended has closed its stdin: that is no failure of the run.
+    with contextlib.suppress(ConflictError):
+        await svc.request(ws, "exec.input", {"exec_id": exec_id, "eof": True}, stdin)
     out, err = Capture(cap, head_only), Capture(cap, head_only)
     cursor = 0
     # The agent kills the command at its timeout; this deadline only guards a lost channel.
@@ -170,13 +173,18 @@ async def run_to_end(
         page = await svc.read_events(
             ws, exec_id, cursor, max_events=10_000, max_bytes=_DRAIN_PAGE_BYTES, wait_seconds=wait
         )
+        latest = b""
         for event in page.get("events") or []:
             kind = event.get("type")
-            if kind == "stdout":
-                out.add(event_bytes(event))
-            elif kind == "stderr":
-                err.add(event_bytes(event))
+            if kind in ("stdout", "stderr"):
+                data = event_bytes(event)
+                (out if kind == "stdout" else err).add(data)
+                latest = data or latest
         cursor = int(page.get("next_cursor", cursor))
+        report = PROGRESS.get()
+        if report is not None and latest:
+            line = latest.decode(errors="replace").replace("\r", "\n").strip().split("\n")[-1]
+            await report(float(out.total + err.total), line[-200:])
         if page_out(page, None).done:
             break
         if time.monotonic() > deadline:

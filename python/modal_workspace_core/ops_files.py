@@ -105,7 +105,8 @@ async def file_edit(svc: Service, inp: FileEdit) -> FileEditResult:
 
 
 async def file_list(svc: Service, inp: FileList) -> FileListResult:
-    args = {"path": rel(inp.path), "depth": inp.depth, "max_entries": inp.max_entries}
+    # The agent counts levels below the directory (0 = its own entries); clients count levels.
+    args = {"path": rel(inp.path), "depth": inp.depth - 1, "max_entries": inp.max_entries}
     result, _ = await svc.request(inp.workspace_id, "file.list", args)
     entries = [_with_path(e, inp.path) for e in result.get("entries") or []]
     return FileListResult.model_validate(

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from . import policy
@@ -29,9 +30,14 @@ from .errors import (
 )
 from .models import WORKSPACE_ROOT
 
-__all__ = ["Service", "translate_error"]
+__all__ = ["PROGRESS", "Service", "translate_error"]
 
 log = logging.getLogger("modal_workspace_core.service")
+
+# Set by a transport that can carry progress (MCP over SSE) for the duration of one call:
+# long-running handlers report (bytes of output so far, the latest line) through it.
+Reporter = Callable[[float, str], Awaitable[None]]
+PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 
 
 def _agent_error_fields(exc: BaseException) -> tuple[str, str] | None:

@@ -1,0 +1,150 @@
+"""The local driver's data root: one directory per workspace, its metadata written atomically
+under a lock so that several server processes (or a restarted one) agree on it.
+
+Layout of `<data root>/ws-…/`: `workspace/` (the files, `/workspace` to commands), `home/` (the
+commands' `$HOME`), `state/` (the agent's exec logs), `run/agent.sock` (the agent's socket),
+`meta.json` (the record), `agent.pid`, `agent.log`, `.lock`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA_ROOT_ENV = "MODAL_WORKSPACE_DATA_ROOT"
+
+
+def default_data_root() -> Path:
+    """`$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory (`$XDG_DATA_HOME` or
+    `~/.local/share`) + `modal-workspace`."""
+    if configured := os.environ.get(DATA_ROOT_ENV):
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "modal-workspace"
+
+
+@dataclass(frozen=True)
+class WorkspaceDir:
+    """The paths of one workspace's directory."""
+
+    path: Path
+
+    @property
+    def workspace(self) -> Path:
+        return self.path / "workspace"
+
+    @property
+    def home(self) -> Path:
+        return self.path / "home"
+
+    @property
+    def state(self) -> Path:
+        return self.path / "state"
+
+    @property
+    def run(self) -> Path:
+        return self.path / "run"
+
+    @property
+    def socket(self) -> Path:
+        return self.run / "agent.sock"
+
+    @property
+    def meta(self) -> Path:
+        return self.path / "meta.json"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.path / "agent.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "agent.log"
+
+    def make(self) -> None:
+        """Create the directory (raising FileExistsError if it exists) and its parts."""
+        self.path.mkdir(mode=0o700)
+        for part in (self.workspace, self.home, self.state, self.run):
+            part.mkdir(mode=0o700)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the workspace's lock (blocking): one writer of its metadata and daemon at a
+        time, across processes."""
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def read_meta(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.meta.read_text())
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        write_json_atomic(self.meta, meta)
+
+    def remove(self) -> None:
+        """Remove the directory: renamed aside first, so it leaves listings at once even if
+        removing a large tree takes long or is interrupted."""
+        trash = self.path.with_name(f".trash-{self.path.name}-{secrets.token_hex(4)}")
+        self.path.rename(trash)
+        remove_tree(trash)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Replace `path` with `data` as JSON: readers see the old or the new file, never a part,
+    and a crash leaves one of the two."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with tmp.open("w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_tree(path: Path) -> None:
+    """`rm -rf`, including directories a command made read-only (git objects, caches)."""
+
+    def make_writable_and_retry(func: Callable[..., Any], failed: str, *_: Any) -> None:
+        parent = os.path.dirname(failed)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, 0o700)
+            if os.path.isdir(failed) and not os.path.islink(failed):
+                os.chmod(failed, 0o700)
+        func(failed)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=make_writable_and_retry)
+    else:
+        shutil.rmtree(path, onerror=make_writable_and_retry)
+
+
+def remove_leftovers(data_root: Path) -> None:
+    """Finish removals an earlier process was interrupted in."""
+    for trash in data_root.glob(".trash-ws-*"):
+        with contextlib.suppress(OSError):
+            remove_tree(trash)

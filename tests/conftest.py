@@ -1,0 +1,5 @@
+"""Fixtures shared by the test modules (servers and drivers that clean up after themselves)."""
+
+from support.git_server import git_server, hello_repo_template
+
+__all__ = ["git_server", "hello_repo_template"]

@@ -1,0 +1,325 @@
+"""A git smart-HTTP server for tests: bare repositories on 127.0.0.1 behind HTTP basic auth.
+
+Runs the real `git http-backend` as a CGI, records every Authorization header it is sent (so a
+test can prove a token reached it), and maps `https://github.com/` to itself through git's own
+`url.<base>.insteadOf`, so code under test keeps its strict GitHub URL policy.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+# A clean environment for every git command the fixtures run: no user or system configuration,
+# never a prompt.
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_COMMITTER_NAME": "Test Author",
+    "GIT_COMMITTER_EMAIL": "author@example.com",
+}
+
+
+@dataclass
+class SeenRequest:
+    method: str
+    path: str
+    authorization: str | None
+    status: int
+
+
+@dataclass
+class GitServer:
+    """Serves the bare repositories under `root` (`OWNER/NAME.git`) at `base_url`."""
+
+    root: Path
+    username: str
+    token: str
+    base_url: str = ""
+    requests: list[SeenRequest] = field(default_factory=list)
+    _httpd: ThreadingHTTPServer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> GitServer:
+        self.root.mkdir(parents=True, exist_ok=True)
+        handler = type("Handler", (_Handler,), {"server_state": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        port = self._httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{port}/"
+        threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},  # so that stop() returns promptly
+            name="git-server",
+            daemon=True,
+        ).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def authorizations(self) -> list[str]:
+        """Every Authorization header received, in order (including wrong ones)."""
+        with self._lock:
+            return [r.authorization for r in self.requests if r.authorization is not None]
+
+    @property
+    def passwords(self) -> list[str]:
+        """The passwords of every Basic Authorization received, decoded."""
+        return [cred[1] for a in self.authorizations if (cred := _basic(a)) is not None]
+
+    def repo_url(self, slug: str) -> str:
+        return f"{self.base_url}{slug}.git"
+
+    def create_repo(self, slug: str, commits: Mapping[str, Mapping[str, str]]) -> Path:
+        """A bare repository `slug` (`OWNER/NAME`) whose branches hold the given files.
+
+        `commits` maps a branch name to the files of one commit on top of the default branch
+        `main` (which must come first); every branch therefore shares `main`'s history.
+        """
+        bare = self.root / f"{slug}.git"
+        work = self.root.parent / f"work-{slug.replace('/', '-')}"
+        _git(None, "init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+        _git(None, "clone", "--quiet", str(bare), str(work))
+        _git(work, "symbolic-ref", "HEAD", "refs/heads/main")
+        for branch, files in commits.items():
+            if branch != "main":
+                _git(work, "checkout", "--quiet", "-B", branch, "main")
+            for name, text in files.items():
+                path = work / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            _git(work, "add", "--all")
+            _git(work, "commit", "--quiet", "-m", f"Add {', '.join(files)} on {branch}")
+            _git(work, "push", "--quiet", "origin", f"{branch}:{branch}")
+        shutil.rmtree(work)
+        return bare
+
+    def _record(self, seen: SeenRequest) -> None:
+        with self._lock:
+            self.requests.append(seen)
+
+
+def insteadof_config(base_url: str, *, username: str | None = None) -> str:
+    """A git configuration that sends every `https://github.com/` URL to `base_url`.
+
+    Put it in the workspace's git configuration (its `$HOME/.gitconfig`, or a file named by
+    `GIT_CONFIG_GLOBAL`). With `username`, git asks its askpass only for the password.
+    """
+    text = f'[url "{base_url}"]\n\tinsteadOf = https://github.com/\n'
+    if username is not None:
+        text += f"[credential]\n\tusername = {username}\n"
+    return text
+
+
+def write_insteadof_config(path: Path, base_url: str, *, username: str | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(insteadof_config(base_url, username=username))
+    return path
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_state: GitServer
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def log_message(self, format: str, *args: object) -> None:
+        # Quiet: the recorded requests are the log tests look at.
+        pass
+
+    def _serve(self) -> None:
+        state = self.server_state
+        authorization = self.headers.get("Authorization")
+        path = urlsplit(self.path)
+        credentials = _basic(authorization) if authorization else None
+        if credentials is None or not _matches(credentials, state.username, state.token):
+            status, payload = 401, b"authentication required\n"
+            headers = [
+                ("WWW-Authenticate", 'Basic realm="git test server"'),
+                ("Content-Type", "text/plain"),
+            ]
+        else:
+            status, headers, payload = self._run_backend(path.path, path.query, credentials[0])
+        # Recorded before answering: a client that has its answer finds its request here.
+        state._record(SeenRequest(self.command, path.path, authorization, status))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _run_backend(
+        self, path: str, query: str, user: str
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        body = self._read_body()
+        env = {
+            **os.environ,
+            **_GIT_ENV,
+            "GIT_PROJECT_ROOT": str(self.server_state.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": unquote(path),
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            # An authenticated user: http-backend then allows receive-pack (push).
+            "REMOTE_USER": user,
+            "REMOTE_ADDR": self.client_address[0],
+            "SERVER_PROTOCOL": "HTTP/1.0",
+        }
+        if encoding := self.headers.get("Content-Encoding"):
+            env["HTTP_CONTENT_ENCODING"] = encoding
+        if protocol := self.headers.get("Git-Protocol"):
+            env["GIT_PROTOCOL"] = protocol
+        done = subprocess.run(
+            ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
+        )
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        if not _:
+            head, _, payload = done.stdout.partition(b"\n\n")
+        status = 200
+        headers: list[tuple[str, str]] = []
+        for line in head.decode("latin-1").splitlines():
+            name, _, value = line.partition(":")
+            if name.lower() == "status":
+                status = int(value.strip().split()[0])
+            elif name:
+                headers.append((name, value.strip()))
+        if done.returncode != 0 and status == 200:
+            status, payload, headers = 500, done.stderr, [("Content-Type", "text/plain")]
+        return status, headers, payload
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            # Large pushes arrive chunked; the CGI wants the whole body with its length.
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+
+class ArgvSampler:
+    """Samples every process's argv (`/proc/*/cmdline`) in the background, to prove a secret
+    never appears in one while, say, a clone runs."""
+
+    def __init__(self, secret: str, interval: float = 0.002) -> None:
+        self.secret = secret.encode()
+        self.interval = interval
+        self.samples = 0  # full scans of /proc
+        self.git_seen = 0  # argv of git processes seen (proof the sampling overlapped the work)
+        self.leaks: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="argv-sampler", daemon=True)
+
+    def __enter__(self) -> ArgvSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    argv = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue  # the process ended meanwhile
+                if self.secret in argv:
+                    self.leaks.append(
+                        argv.replace(self.secret, b"<secret>").decode(errors="replace")
+                    )
+                if argv.startswith(b"git") or b"/git" in argv.split(b"\0", 1)[0]:
+                    self.git_seen += 1
+            self.samples += 1
+            self._stop.wait(self.interval)
+
+
+def _basic(authorization: str) -> tuple[str, str] | None:
+    scheme, _, encoded = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = (
+            base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        )
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None
+
+
+def _matches(credentials: tuple[str, str], username: str, token: str) -> bool:
+    user_ok = hmac.compare_digest(credentials[0].encode(), username.encode())
+    token_ok = hmac.compare_digest(credentials[1].encode(), token.encode())
+    return user_ok and token_ok
+
+
+def _git(cwd: Path | None, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, check=True)
+
+
+# The repository every `git_server` test gets: `octo/hello` with `main` and two branches.
+HELLO_REPO = "octo/hello"
+HELLO_BRANCHES: dict[str, dict[str, str]] = {
+    "main": {"README.md": "# hello\n", "src/hello.py": "print('hello')\n"},
+    "feature": {"src/feature.py": "FEATURE = True\n"},
+    "release/1.0": {"VERSION": "1.0\n"},
+}
+
+
+@pytest.fixture(scope="session")
+def hello_repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`octo/hello` built once per session; each server gets a copy it may change."""
+    root = tmp_path_factory.mktemp("git-template") / "repos"
+    GitServer(root=root, username="", token="").create_repo(HELLO_REPO, HELLO_BRANCHES)
+    return root
+
+
+@pytest.fixture
+def git_server(
+    tmp_path_factory: pytest.TempPathFactory, hello_repo_template: Path
+) -> Iterator[GitServer]:
+    """A running git server holding `octo/hello` (branches `main`, `feature`, `release/1.0`);
+    its `base_url` is what `https://github.com/` is mapped to, `username`/`token` the only
+    credentials it accepts."""
+    token = "ghp_" + binascii.hexlify(os.urandom(16)).decode()
+    root = tmp_path_factory.mktemp("git-server") / "repos"
+    shutil.copytree(hello_repo_template, root, symlinks=True)
+    server = GitServer(root=root, username="x-access-token", token=token).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,251 @@
+"""The local driver: workspaces as directories with their own agent daemon, found again by a
+restarted server, isolated with bubblewrap where it works here.
+
+Every test runs the real agent daemon and talks to it over its real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from modal_workspace_core import policy
+from modal_workspace_core.drivers.base import WorkspaceSpec
+from modal_workspace_core.drivers.local import WORKSPACE_ID_ENV, LocalDriver
+from modal_workspace_core.errors import ConflictError, InvalidArgumentError, NotFoundError
+from support.agent_exec import drain, run
+
+
+@pytest.fixture
+async def driver(tmp_path: Path) -> AsyncIterator[LocalDriver]:
+    local = LocalDriver(tmp_path / "data")
+    try:
+        yield local
+    finally:
+        await destroy_all(local)
+
+
+async def destroy_all(local: LocalDriver) -> None:
+    for record in await local.list():
+        await local.destroy(record.workspace_id)
+    await local.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def processes_of(workspace_id: str) -> list[int]:
+    """Host pids of every process carrying the workspace's marker variable."""
+    needle = f"\0{WORKSPACE_ID_ENV}={workspace_id}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in b"\0" + (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+async def test_create_list_get_tag_and_destroy(driver: LocalDriver) -> None:
+    wid = policy.new_id("ws")
+    record = await driver.create(wid, WorkspaceSpec(tags={"owner": "alice"}))
+    assert (record.workspace_id, record.driver, record.state) == (wid, "local", "running")
+    assert record.tags == {"owner": "alice"}
+    assert datetime.fromisoformat(record.created_at).tzinfo is not None
+    assert [r.workspace_id for r in await driver.list()] == [wid]
+    assert await driver.get(wid) == record
+
+    tagged = await driver.set_tags(wid, {"task": "tests", "owner": "bob"})
+    assert tagged.tags == {"owner": "bob", "task": "tests"}
+    on_disk = json.loads((driver.data_root / wid / "meta.json").read_text())
+    assert on_disk["tags"] == tagged.tags
+
+    pid = json.loads((driver.data_root / wid / "agent.pid").read_text())["pid"]
+    assert pid_alive(pid)
+    await driver.destroy(wid)
+    assert not pid_alive(pid)
+    assert not (driver.data_root / wid).exists()
+    assert await driver.list() == []
+    with pytest.raises(NotFoundError) as caught:
+        await driver.get(wid)
+    assert caught.value.field == "workspace_id"
+
+
+async def test_commands_run_in_the_workspace_with_its_environment(driver: LocalDriver) -> None:
+    wid = policy.new_id("ws")
+    spec = WorkspaceSpec(env={"GREETING": "hello"}, secret_env={"API_TOKEN": "s3cret-value"})
+    record = await driver.create(wid, spec)
+    client = await driver.connect(wid)
+    try:
+        out, exit_event = await run(
+            client, 'pwd; echo "$GREETING"; test -n "$API_TOKEN" && echo yes'
+        )
+    finally:
+        await client.close()
+    assert exit_event["returncode"] == 0
+    assert out.splitlines() == [record.root, "hello", "yes"]
+    # Secret values never reach the disk of the data root.
+    for path in (driver.data_root / wid).rglob("*"):
+        if path.is_file():
+            assert b"s3cret-value" not in path.read_bytes(), path
+
+
+async def test_a_second_create_with_the_same_id_conflicts(driver: LocalDriver) -> None:
+    wid = policy.new_id("ws")
+    await driver.create(wid, WorkspaceSpec())
+    with pytest.raises(ConflictError):
+        await driver.create(wid, WorkspaceSpec())
+    assert len(await driver.list()) == 1
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "ws-123", "WS-" + "a" * 32, ""])
+async def test_malformed_ids_are_refused_before_touching_the_disk(
+    driver: LocalDriver, bad: str
+) -> None:
+    for call in (
+        driver.create(bad, WorkspaceSpec()),
+        driver.get(bad),
+        driver.set_tags(bad, {}),
+        driver.destroy(bad),
+    ):
+        with pytest.raises(InvalidArgumentError) as caught:
+            await call
+        assert caught.value.field == "workspace_id"
+    assert list(driver.data_root.iterdir()) == []
+
+
+async def test_bad_env_names_are_refused(driver: LocalDriver) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        await driver.create(policy.new_id("ws"), WorkspaceSpec(env={"BAD NAME": "x"}))
+    assert caught.value.field == "env"
+    assert list(driver.data_root.iterdir()) == []
+
+
+async def test_concurrent_tag_updates_from_two_servers_all_land(
+    driver: LocalDriver, tmp_path: Path
+) -> None:
+    wid = policy.new_id("ws")
+    await driver.create(wid, WorkspaceSpec())
+    other = LocalDriver(driver.data_root)
+    await asyncio.gather(
+        *(d.set_tags(wid, {f"k{i}": str(i)}) for i in range(20) for d in (driver, other))
+    )
+    assert (await other.get(wid)).tags == {f"k{i}": str(i) for i in range(20)}
+
+
+async def test_a_restarted_server_finds_workspaces_and_their_exec_logs(tmp_path: Path) -> None:
+    first = LocalDriver(tmp_path / "data")
+    wid = policy.new_id("ws")
+    await first.create(wid, WorkspaceSpec(tags={"keep": "me"}))
+    client = await first.connect(wid)
+    out, _ = await run(client, "echo before the restart")
+    await client.close()
+    await first.close()
+    del first
+
+    second = LocalDriver(tmp_path / "data")
+    try:
+        [record] = await second.list()
+        assert (record.workspace_id, record.tags, record.state) == (wid, {"keep": "me"}, "running")
+        client = await second.connect(wid)
+        try:
+            listed, _ = await client.request("exec.list")
+            [earlier] = listed["execs"]
+            assert earlier["state"] == "finished"
+            again, _ = await drain(client, earlier["exec_id"])
+            assert again == out == "before the restart\n"
+        finally:
+            await client.close()
+    finally:
+        await destroy_all(second)
+
+
+async def test_connect_restarts_a_dead_daemon_and_its_running_execs_are_lost(
+    driver: LocalDriver,
+) -> None:
+    wid = policy.new_id("ws")
+    await driver.create(wid, WorkspaceSpec())
+    client = await driver.connect(wid)
+    status, _ = await client.request("exec.start", {"command": "sleep 600"})
+    await client.close()
+    pid = json.loads((driver.data_root / wid / "agent.pid").read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (await driver.get(wid)).state != "stopped":
+        assert time.monotonic() < deadline, "the killed daemon still counts as running"
+        await asyncio.sleep(0.05)
+
+    client = await driver.connect(wid)
+    try:
+        assert (await driver.get(wid)).state == "running"
+        after, _ = await client.request("exec.status", {"exec_id": status["exec_id"]})
+        assert after["state"] == "lost"
+    finally:
+        await client.close()
+
+
+async def test_destroy_ends_every_process_of_the_workspace(driver: LocalDriver) -> None:
+    wid = policy.new_id("ws")
+    await driver.create(wid, WorkspaceSpec())
+    client = await driver.connect(wid)
+    try:
+        await client.request("exec.start", {"command": "sleep 600 & sleep 600; wait"})
+        deadline = time.monotonic() + 30
+        while len(processes_of(wid)) < 3:  # the daemon and at least the two sleeps
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+    finally:
+        await client.close()
+    await driver.destroy(wid)
+    assert processes_of(wid) == []
+
+
+async def test_unisolated_workspaces_work_and_are_cleaned_up(tmp_path: Path) -> None:
+    local = LocalDriver(tmp_path / "data", isolation="none")
+    wid = policy.new_id("ws")
+    try:
+        record = await local.create(wid, WorkspaceSpec())
+        assert record.root == str(local.data_root / wid / "workspace")
+        client = await local.connect(wid)
+        try:
+            out, _ = await run(client, "pwd; sleep 600 & echo started")
+        finally:
+            await client.close()
+        assert out.splitlines() == [record.root, "started"]
+        with pytest.raises(InvalidArgumentError) as caught:
+            await local.create(policy.new_id("ws"), WorkspaceSpec(block_network=True))
+        assert caught.value.field == "block_network"
+    finally:
+        await destroy_all(local)
+    assert processes_of(wid) == []
+
+
+async def test_a_deep_data_root_still_reaches_the_socket(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    for isolation in ("auto", "none"):
+        local = LocalDriver(deep / isolation, isolation=isolation)  # type: ignore[arg-type]
+        wid = policy.new_id("ws")
+        try:
+            await local.create(wid, WorkspaceSpec())
+            assert len(str(local.data_root / wid / "run" / "agent.sock")) > 108
+            client = await local.connect(wid)
+            try:
+                out, _ = await run(client, "echo reached")
+            finally:
+                await client.close()
+            assert out == "reached\n"
+        finally:
+            await destroy_all(local)
