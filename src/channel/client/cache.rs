@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::page::ReceivedPage;
 use super::wire::ChannelError;
+use crate::channel::message::ErrorCode;
 use crate::policy::PolicyError;
 use crate::ring::EventRing;
 
@@ -164,7 +165,7 @@ impl StreamCache {
         let close = page.ends_stream();
         if let Err(e) = ring.insert(page.events, close) {
             return Some(Err(ChannelError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("the agent sent a page that does not continue its stream ({e})"),
             )));
         }

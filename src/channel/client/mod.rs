@@ -13,9 +13,10 @@ mod wire;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use crate::channel::message::{ErrorCode, BUILD, PROTOCOL_VERSION};
 pub use cache::{CacheConfig, Consumed};
 pub use page::ReceivedPage;
-pub use wire::{ChannelError, Hello, BUILD, PROTOCOL_VERSION};
+pub use wire::ChannelError;
 
 use crate::channel::{Frame, FrameDecoder};
 use crate::policy::{check_id, PolicyError};
@@ -103,7 +104,7 @@ impl AgentChannel {
             pending: HashMap::new(),
             cache: StreamCache::new(config),
         };
-        channel.push(&Hello::gateway().frame());
+        channel.push(&wire::gateway_hello());
         Ok(channel)
     }
 
@@ -172,7 +173,7 @@ impl AgentChannel {
         let dropped = self
             .cache
             .add(stream, cursor)
-            .map_err(|e| ChannelError::new("invalid_argument", e.message))?;
+            .map_err(|e| ChannelError::new(ErrorCode::InvalidArgument, e.message))?;
         let mut names = Vec::with_capacity(dropped.len());
         for (name, open) in dropped {
             if open {
@@ -214,7 +215,7 @@ impl AgentChannel {
         self.hello = None;
         self.failure = None;
         self.pending.clear();
-        self.push(&Hello::gateway().frame());
+        self.push(&wire::gateway_hello());
         for (stream, cursor) in self.cache.resume_points() {
             self.send_subscribe(&stream, cursor, false);
         }
@@ -232,7 +233,7 @@ impl AgentChannel {
                 Ok(Some(frame)) => self.handle(frame, &mut fed),
                 Ok(None) => break,
                 Err(e) => Err(ChannelError::new(
-                    "unavailable",
+                    ErrorCode::Unavailable,
                     format!("the agent sent a broken frame ({e}); the channel is closed"),
                 )),
             };
@@ -284,7 +285,7 @@ impl AgentChannel {
     fn check_usable(&self) -> Result<(), ChannelError> {
         match &self.failure {
             Some(e) => Err(ChannelError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("the channel has failed ({}); reconnect", e.message),
             )),
             None => Ok(()),
@@ -320,7 +321,7 @@ fn check_stream(stream: &str) -> Result<(), ChannelError> {
         .map(|_| ())
         .map_err(|_| {
             ChannelError::new(
-                "invalid_argument",
+                ErrorCode::InvalidArgument,
                 format!(
                     "stream must be an exec id (ex-…) or a watch id (fw-…) (got {})",
                     crate::policy::echo(stream)

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::wire::ChannelError;
+use crate::channel::message::ErrorCode;
 use crate::event::Event;
 use crate::ring::{Page, PageEvent};
 
@@ -43,7 +44,7 @@ impl ReceivedPage {
     pub fn parse(json: &[u8]) -> Result<Self, ChannelError> {
         let bad = |why: String| {
             ChannelError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("the agent sent a malformed page ({why})"),
             )
         };

@@ -1,8 +1,9 @@
 //! What the channel does with each frame the agent sends: the Hello check, responses matched to
 //! their requests, and pages taken into the stream cache (returning credit as it goes).
 
-use super::wire::{self, parse_header, ChannelError, EventsHeader, Hello, ResponseHeader};
+use super::wire::{self, parse_header, ChannelError, ResponseView};
 use super::{AgentChannel, Fed, Pending, ReceivedPage, Response};
+use crate::channel::message::{ErrorCode, EventsHeader, Hello};
 use crate::channel::{Frame, FrameKind};
 
 impl AgentChannel {
@@ -14,7 +15,7 @@ impl AgentChannel {
             FrameKind::Response => self.handle_response(frame, fed),
             FrameKind::Events => self.handle_events(frame, fed),
             kind => Err(ChannelError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("the agent sent an unexpected {kind:?} frame; the channel is closed"),
             )),
         }
@@ -24,7 +25,7 @@ impl AgentChannel {
         match frame.kind {
             FrameKind::Hello => {
                 let hello: Hello = parse_header(frame.kind, &frame.header)?;
-                hello.check_agent()?;
+                wire::check_agent(&hello)?;
                 let json = String::from_utf8_lossy(&frame.header).into_owned();
                 self.hello = Some(json.clone());
                 fed.hello = Some(json);
@@ -32,23 +33,25 @@ impl AgentChannel {
             }
             // The agent refuses a gateway before its own Hello only to say why.
             FrameKind::Response => self.handle_response(frame, fed).and(Err(ChannelError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 "the agent answered before saying Hello; the channel is closed",
             ))),
             kind => Err(ChannelError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("the peer's first frame was {kind:?}, not Hello: is it an agent?"),
             )),
         }
     }
 
     fn handle_response(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
-        let header: ResponseHeader<'_> = parse_header(frame.kind, &frame.header)?;
+        let header: ResponseView<'_> = parse_header(frame.kind, &frame.header)?;
         let body = match (header.ok, header.result, header.error) {
             (true, Some(result), _) => result.get().to_owned(),
             (true, None, _) => "{}".to_owned(),
             (false, _, Some(error)) => error.get().to_owned(),
-            (false, _, None) => ChannelError::new("internal", "the agent gave no reason").to_json(),
+            (false, _, None) => {
+                ChannelError::new(ErrorCode::Internal, "the agent gave no reason").to_json()
+            }
         };
         if header.id == 0 {
             // Id 0 answers no request: the agent is refusing the whole channel.
@@ -106,28 +109,12 @@ fn wake(fed: &mut Fed, stream: &str) {
 
 /// The agent's refusal of the channel (a response with id 0) as the channel's failure.
 fn channel_refusal(ok: bool, body: &str) -> ChannelError {
-    let parsed: Option<wire::ErrorBody> = serde_json::from_str(body).ok();
-    match (ok, parsed) {
-        (false, Some(error)) => ChannelError::new(known_code(&error.code), error.message),
-        _ => ChannelError::new(
-            "unavailable",
+    if ok {
+        return ChannelError::new(
+            ErrorCode::Unavailable,
             "the agent answered request id 0, which no gateway sends; the channel is closed",
-        ),
+        );
     }
-}
-
-/// The protocol's error codes, as static names; anything else is `internal`.
-pub fn known_code(code: &str) -> &'static str {
-    const CODES: [&str; 9] = [
-        "invalid_argument",
-        "not_found",
-        "conflict",
-        "permission",
-        "limit",
-        "timeout",
-        "unavailable",
-        "internal",
-        "protocol_mismatch",
-    ];
-    CODES.into_iter().find(|c| *c == code).unwrap_or("internal")
+    let (code, message) = wire::error_code(body);
+    ChannelError::new(code, message)
 }

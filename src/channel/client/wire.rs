@@ -1,18 +1,15 @@
-//! The headers the gateway writes and reads (docs/protocol.md), and the error a channel reports:
-//! JSON in and out of frames, checked here so the channel logic handles typed values only.
+//! The gateway's reading and writing of the headers in `channel::message`: zero-copy views where
+//! the client only passes JSON on (request args, response results), and the channel's error.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::channel::message::{
+    self, CreditHeader, ErrorCode, Hello, Role, BUILD, PROTOCOL_VERSION,
+};
 use crate::channel::{Frame, FrameKind, MAX_FRAME_BYTES};
-
-/// The protocol this build speaks; peers with another number cannot talk to it.
-pub const PROTOCOL_VERSION: u32 = 1;
-
-/// This build, as announced in `Hello`.
-pub const BUILD: &str = env!("CARGO_PKG_VERSION");
 
 /// The longest operation name accepted (`exec.start`, `file.read`, …).
 const MAX_OP_LEN: usize = 64;
@@ -26,9 +23,9 @@ pub struct ChannelError {
 }
 
 impl ChannelError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            code,
+            code: code.as_str(),
             message: message.into(),
         }
     }
@@ -47,54 +44,34 @@ impl fmt::Display for ChannelError {
 
 impl std::error::Error for ChannelError {}
 
-/// A peer's `Hello`. Unknown members are ignored, so later builds may announce more.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct Hello {
-    pub protocol: u32,
-    pub build: String,
-    pub role: String,
+pub fn gateway_hello() -> Frame {
+    // A Hello of known strings always serializes.
+    message::frame(FrameKind::Hello, &Hello::ours(Role::Gateway), Vec::new())
+        .unwrap_or_else(|_| Frame::new(FrameKind::Hello, Vec::new(), Vec::new()))
 }
 
-impl Hello {
-    pub fn gateway() -> Self {
-        Self {
-            protocol: PROTOCOL_VERSION,
-            build: BUILD.to_owned(),
-            role: "gateway".to_owned(),
-        }
+/// Checks that the peer is an agent speaking our protocol.
+pub fn check_agent(hello: &Hello) -> Result<(), ChannelError> {
+    if hello.protocol != PROTOCOL_VERSION {
+        return Err(ChannelError::new(
+            ErrorCode::ProtocolMismatch,
+            format!(
+                "protocol mismatch: this gateway speaks protocol {PROTOCOL_VERSION} (build \
+                 {BUILD}) but the agent speaks protocol {} (build {}); install the same version \
+                 of modal-workspace-core on both sides",
+                hello.protocol,
+                crate::policy::echo(&hello.build),
+            ),
+        ));
     }
-
-    pub fn frame(&self) -> Frame {
-        let header = serde_json::to_vec(self).unwrap_or_default();
-        Frame::new(FrameKind::Hello, header, Vec::new())
+    if hello.role != Role::Agent {
+        return Err(ChannelError::new(
+            ErrorCode::Unavailable,
+            "the peer announced itself as a gateway instead of an agent; connect to the agent's \
+             socket or `mwc-agent connect`",
+        ));
     }
-
-    /// Checks that the peer is an agent speaking our protocol.
-    pub fn check_agent(&self) -> Result<(), ChannelError> {
-        if self.protocol != PROTOCOL_VERSION {
-            return Err(ChannelError::new(
-                "protocol_mismatch",
-                format!(
-                    "protocol mismatch: this gateway speaks protocol {PROTOCOL_VERSION} (build \
-                     {BUILD}) but the agent speaks protocol {} (build {}); install the same \
-                     version of modal-workspace-core on both sides",
-                    self.protocol,
-                    crate::policy::echo(&self.build),
-                ),
-            ));
-        }
-        if self.role != "agent" {
-            return Err(ChannelError::new(
-                "unavailable",
-                format!(
-                    "the peer announced itself as {} instead of an agent; connect to the \
-                     agent's socket or `mwc-agent connect`",
-                    crate::policy::echo(&self.role)
-                ),
-            ));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// Builds a `Request` frame. `args_json` must be a JSON object; it is copied into the header as
@@ -105,41 +82,42 @@ pub fn request_frame(
     args_json: &str,
     payload: Vec<u8>,
 ) -> Result<Frame, ChannelError> {
-    if op.is_empty()
-        || op.len() > MAX_OP_LEN
-        || !op
+    let op_ok = !op.is_empty()
+        && op.len() <= MAX_OP_LEN
+        && op
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'_')
-    {
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'_');
+    if !op_ok {
         return Err(ChannelError::new(
-            "invalid_argument",
+            ErrorCode::InvalidArgument,
             format!(
                 "op must be 1-{MAX_OP_LEN} of a-z, 0-9, '.' and '_' (got {})",
                 crate::policy::echo(op)
             ),
         ));
     }
-    let args: &RawValue = serde_json::from_str(args_json).map_err(|_| {
-        ChannelError::new("invalid_argument", "args must be valid JSON (an object)")
-    })?;
+    let args: &RawValue = serde_json::from_str(args_json)
+        .map_err(|_| ChannelError::new(ErrorCode::InvalidArgument, "args must be a JSON object"))?;
     if !args.get().starts_with('{') {
         return Err(ChannelError::new(
-            "invalid_argument",
+            ErrorCode::InvalidArgument,
             "args must be a JSON object",
         ));
     }
+    /// `message::RequestHeader` with its args borrowed as they were encoded.
     #[derive(Serialize)]
-    struct Header<'a> {
+    struct RequestView<'a> {
         id: u64,
         op: &'a str,
         args: &'a RawValue,
     }
-    let header = serde_json::to_vec(&Header { id, op, args })
-        .map_err(|e| ChannelError::new("internal", format!("cannot encode a request: {e}")))?;
+    let header = serde_json::to_vec(&RequestView { id, op, args }).map_err(|e| {
+        ChannelError::new(ErrorCode::Internal, format!("cannot encode a request: {e}"))
+    })?;
     let size = 4 + header.len() + payload.len();
     if size > MAX_FRAME_BYTES {
         return Err(ChannelError::new(
-            "limit",
+            ErrorCode::Limit,
             format!(
                 "a request of {size} bytes (header and payload) exceeds the frame limit of \
                  {MAX_FRAME_BYTES}; send large stdin or files in several requests"
@@ -151,13 +129,18 @@ pub fn request_frame(
 
 /// Builds a `Credit` frame granting `stream` more bytes.
 pub fn credit_frame(stream: &str, bytes: usize) -> Frame {
-    let header = serde_json::json!({"stream": stream, "bytes": bytes}).to_string();
-    Frame::new(FrameKind::Credit, header.into_bytes(), Vec::new())
+    let header = CreditHeader {
+        stream: stream.to_owned(),
+        bytes: bytes as u64,
+    };
+    message::frame(FrameKind::Credit, &header, Vec::new())
+        .unwrap_or_else(|_| Frame::new(FrameKind::Credit, Vec::new(), Vec::new()))
 }
 
-/// A `Response` header: `result` on success, `error` on failure (raw JSON, handed on as is).
+/// `message::ResponseHeader` read without parsing `result` and `error`: they go on to the
+/// caller as the JSON text they arrived as.
 #[derive(Debug, Deserialize)]
-pub struct ResponseHeader<'a> {
+pub struct ResponseView<'a> {
     pub id: u64,
     pub ok: bool,
     #[serde(borrow, default)]
@@ -166,18 +149,21 @@ pub struct ResponseHeader<'a> {
     pub error: Option<&'a RawValue>,
 }
 
-/// The error of a failed response, read for its code (the channel reacts to some codes).
-#[derive(Debug, Deserialize)]
-pub struct ErrorBody {
-    pub code: String,
-    #[serde(default)]
-    pub message: String,
-}
-
-/// An `Events` header: which stream the page belongs to.
-#[derive(Debug, Deserialize)]
-pub struct EventsHeader {
-    pub stream: String,
+/// A protocol error code read leniently: a code this build does not know is `internal`.
+pub fn error_code(error_json: &str) -> (ErrorCode, String) {
+    #[derive(Deserialize)]
+    struct Lenient {
+        code: serde_json::Value,
+        #[serde(default)]
+        message: String,
+    }
+    match serde_json::from_str::<Lenient>(error_json) {
+        Ok(e) => (
+            serde_json::from_value(e.code).unwrap_or(ErrorCode::Internal),
+            e.message,
+        ),
+        Err(_) => (ErrorCode::Internal, String::new()),
+    }
 }
 
 /// Parses a header, turning a malformed one into the channel's failure.
@@ -187,7 +173,7 @@ pub fn parse_header<'a, T: Deserialize<'a>>(
 ) -> Result<T, ChannelError> {
     serde_json::from_slice(header).map_err(|e| {
         ChannelError::new(
-            "unavailable",
+            ErrorCode::Unavailable,
             format!("the agent sent a malformed {kind:?} header ({e}); the channel is closed"),
         )
     })
@@ -197,46 +183,32 @@ pub fn parse_header<'a, T: Deserialize<'a>>(
 mod tests {
     use super::*;
 
+    fn refused(op: &str, args: &str, payload: Vec<u8>) -> &'static str {
+        request_frame(1, op, args, payload).unwrap_err().code
+    }
+
     #[test]
     fn a_request_header_carries_the_args_unchanged() {
-        let frame = request_frame(
-            7,
-            "exec.start",
-            r#"{"command":"echo hi","env":{}}"#,
-            b"in".to_vec(),
-        )
-        .unwrap();
+        let args = r#"{"command":"echo hi","env":{}}"#;
+        let frame = request_frame(7, "exec.start", args, b"in".to_vec()).unwrap();
         assert_eq!(frame.kind, FrameKind::Request);
         assert_eq!(
             std::str::from_utf8(&frame.header).unwrap(),
             r#"{"id":7,"op":"exec.start","args":{"command":"echo hi","env":{}}}"#
         );
         assert_eq!(frame.payload, b"in");
+        let parsed: message::RequestHeader = serde_json::from_slice(&frame.header).unwrap();
+        assert_eq!(parsed.op, "exec.start");
     }
 
     #[test]
     fn bad_ops_args_and_sizes_are_refused() {
+        assert_eq!(refused("", "{}", vec![]), "invalid_argument");
+        assert_eq!(refused("Exec Start", "{}", vec![]), "invalid_argument");
+        assert_eq!(refused("ping", "[1]", vec![]), "invalid_argument");
+        assert_eq!(refused("ping", "{", vec![]), "invalid_argument");
         assert_eq!(
-            request_frame(1, "", "{}", vec![]).unwrap_err().code,
-            "invalid_argument"
-        );
-        assert_eq!(
-            request_frame(1, "Exec Start", "{}", vec![])
-                .unwrap_err()
-                .code,
-            "invalid_argument"
-        );
-        assert_eq!(
-            request_frame(1, "ping", "[1]", vec![]).unwrap_err().code,
-            "invalid_argument"
-        );
-        assert_eq!(
-            request_frame(1, "ping", "{", vec![]).unwrap_err().code,
-            "invalid_argument"
-        );
-        let big = vec![0; MAX_FRAME_BYTES];
-        assert_eq!(
-            request_frame(1, "exec.input", "{}", big).unwrap_err().code,
+            refused("exec.input", "{}", vec![0; MAX_FRAME_BYTES]),
             "limit"
         );
     }
@@ -246,14 +218,21 @@ mod tests {
         let theirs = Hello {
             protocol: 2,
             build: "9.9.9".into(),
-            role: "agent".into(),
+            role: Role::Agent,
         };
-        let err = theirs.check_agent().unwrap_err();
+        let err = check_agent(&theirs).unwrap_err();
         assert_eq!(err.code, "protocol_mismatch");
         assert!(err.message.contains("protocol 1"), "{}", err.message);
         assert!(err.message.contains("protocol 2"), "{}", err.message);
         assert!(err.message.contains(BUILD) && err.message.contains("9.9.9"));
-        let gateway = Hello::gateway();
-        assert!(gateway.check_agent().is_err());
+        assert!(check_agent(&Hello::ours(Role::Gateway)).is_err());
+        assert!(check_agent(&Hello::ours(Role::Agent)).is_ok());
+    }
+
+    #[test]
+    fn unknown_error_codes_read_as_internal() {
+        let (code, message) = error_code(r#"{"code":"not_found","message":"gone"}"#);
+        assert_eq!((code, message.as_str()), (ErrorCode::NotFound, "gone"));
+        assert_eq!(error_code(r#"{"code":"novel"}"#).0, ErrorCode::Internal);
     }
 }
