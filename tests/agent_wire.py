@@ -183,7 +183,9 @@ class Wire:
         self.send(encode(CREDIT, {"stream": stream, "bytes": nbytes}))
 
     def read_page(self, exec_id: str, cursor: int, **kw: Any) -> dict[str, Any]:
-        _, payload = self.response(self.submit("exec.read", {"exec_id": exec_id, "cursor": cursor, **kw}))
+        _, payload = self.response(
+            self.submit("exec.read", {"exec_id": exec_id, "cursor": cursor, **kw})
+        )
         page: dict[str, Any] = json.loads(payload)
         return page
 
@@ -261,11 +263,19 @@ def start_daemon(base: Path, *extra: str) -> Daemon:
     log = open(base / "daemon.log", "ab")  # noqa: SIM115 - the process owns it
     proc = subprocess.Popen([*AGENT, *args], stderr=log, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not os.path.exists(sock):
+    while True:
         if proc.poll() is not None:
             raise AssertionError((base / "daemon.log").read_text())
         assert time.monotonic() < deadline, "the daemon did not start listening"
-        time.sleep(0.02)
+        # A socket file left by a killed daemon exists before the new one listens: connect.
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(sock)
+            break
+        except OSError:
+            time.sleep(0.02)
+        finally:
+            probe.close()
     return Daemon(base, root, state, sock, proc, args)
 
 

@@ -4,7 +4,6 @@ logs across reconnects and restarts, redaction, flow control, files and watches.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 from agent_wire import AGENT, AgentError, Daemon, Wire, output, start_daemon, temp_base
+
 
 @pytest.fixture
 def base() -> Iterator[Path]:
@@ -40,20 +40,6 @@ def run(w: Wire, command: str, **args: Any) -> tuple[dict[str, Any], list[dict[s
     exec_id = start(w, command, **args)
     status = w.wait_done(exec_id)
     return status, w.read_all(exec_id)
-
-
-def subscribe_and_drain(w: Wire, stream: str, cursor: int = 0, credit: int = 1 << 20) -> None:
-    """Subscribes and consumes pages (granting credit back) until the final page."""
-    w.call("subscribe", {"stream": stream, "cursor": cursor, "credit": credit})
-    seen = 0
-    while True:
-        pages = w.pages.get(stream, [])
-        for page in pages[seen:]:
-            w.credit(stream, len(json.dumps(page)) + 64)
-            if page["closed"] and not page["has_more"]:
-                return
-        seen = len(pages)
-        w.frame()
 
 
 def events_of(w: Wire, stream: str) -> list[dict[str, Any]]:
@@ -144,9 +130,9 @@ def test_200_concurrent_execs_deliver_every_byte_in_order_with_their_exit_codes(
     for exec_id, n in ids.items():
         events = events_of(w, exec_id)
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-        expected = lambda kind: "".join(f"{kind} {n} {i}\n" for i in range(1, 201)).encode()  # noqa: E731
-        assert output(events, "stdout") == expected("out")
-        assert output(events, "stderr") == expected("err")
+        for kind, prefix in [("stdout", "out"), ("stderr", "err")]:
+            expected = "".join(f"{prefix} {n} {i}\n" for i in range(1, 201)).encode()
+            assert output(events, kind) == expected
         exits = [e for e in events if e["type"] == "exit"]
         assert len(exits) == 1 and exits[0]["returncode"] == n % 7
         assert exits[0]["state"] == "finished"
@@ -175,7 +161,9 @@ def test_cancel_kills_the_whole_process_tree(daemon: Daemon) -> None:
     w = daemon.wire()
     exec_id = start(w, "sleep 1000 & sleep 1000 & echo started; wait")
     while b"started" not in output(w.read_all(exec_id)):
-        w.read_page(exec_id, w.call("exec.status", {"exec_id": exec_id})["last_seq"], wait_seconds=1)
+        w.read_page(
+            exec_id, w.call("exec.status", {"exec_id": exec_id})["last_seq"], wait_seconds=1
+        )
     pid = w.call("exec.status", {"exec_id": exec_id})["pid"]
     assert len(group_members(pid)) >= 3
     w.call("exec.cancel", {"exec_id": exec_id, "grace_seconds": 5})
@@ -218,7 +206,7 @@ def test_a_timeout_ends_the_command_as_timed_out(daemon: Daemon) -> None:
     w = daemon.wire()
     status, events = run(w, "sleep 1000", timeout_seconds=0.5, kill_grace_seconds=1)
     assert status["state"] == "timed_out"
-    assert [e for e in events if e["type"] == "exit"][0]["state"] == "timed_out"
+    assert next(e for e in events if e["type"] == "exit")["state"] == "timed_out"
 
 
 def test_a_secret_split_across_two_writes_is_redacted_everywhere(daemon: Daemon) -> None:
@@ -246,3 +234,37 @@ def test_bad_arguments_are_refused_naming_the_field(daemon: Daemon) -> None:
         with pytest.raises(AgentError) as err:
             w.call("exec.start", args)
         assert err.value.code == "invalid_argument" and err.value.field == field
+
+
+def test_a_pty_exec_is_resized_and_reads_its_input(daemon: Daemon) -> None:
+    w = daemon.wire()
+    exec_id = start(
+        w, "stty size; read line; stty size; echo got-$line", pty={"rows": 24, "cols": 80}
+    )
+    while b"24 80" not in output(w.read_all(exec_id)):
+        time.sleep(0.05)
+    w.call("exec.resize", {"exec_id": exec_id, "rows": 30, "cols": 100})
+    w.call("exec.input", {"exec_id": exec_id}, b"hello\n")
+    status = w.wait_done(exec_id)
+    assert status["state"] == "finished" and status["pty"] == {"rows": 24, "cols": 80}
+    text = output(w.read_all(exec_id)).replace(b"\r\n", b"\n")
+    assert b"30 100\n" in text and b"got-hello\n" in text
+
+
+def test_sigterm_stops_the_daemon_and_records_the_end_of_running_execs(base: Path) -> None:
+    d = start_daemon(base)
+    w = d.wire()
+    exec_id = start(w, "echo up; sleep 1000")
+    while b"up" not in output(w.read_all(exec_id)):
+        time.sleep(0.05)
+    pid = w.call("exec.status", {"exec_id": exec_id})["pid"]
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(30) == 0
+    assert group_members(pid) == []
+    assert not os.path.exists(d.socket)
+    d2 = start_daemon(base)
+    try:
+        status = d2.wire().call("exec.status", {"exec_id": exec_id})
+        assert status["state"] == "cancelled", "its end was recorded: not lost"
+    finally:
+        d2.stop()

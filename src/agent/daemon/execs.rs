@@ -5,33 +5,25 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::args::{internal, log_error, policy, Args};
+use super::args::{internal, policy, Args};
+use super::exec_io::InputJob;
 use super::meta::{ExecMeta, PtyMeta};
 use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
-use crate::agent::process::{ExecSpec, Redactor, StdinError, Supervisor, DEFAULT_KILL_GRACE};
+use crate::agent::process::{ExecSpec, Redactor, Supervisor, DEFAULT_KILL_GRACE};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::event::timestamp;
 use crate::policy;
-use crate::ring::{Page, MAX_PAGE_EVENTS};
 
-/// One `exec.input` request, queued in arrival order.
-struct InputJob {
-    data: Vec<u8>,
-    eof: bool,
-    reply: oneshot::Sender<Result<usize, ErrorBody>>,
-}
-
-struct Entry {
-    record: Arc<ExecRecord>,
+pub(super) struct Entry {
+    pub(super) record: Arc<ExecRecord>,
     /// Stdin jobs of this exec, written by one task in order; `None` when it never ran here.
-    input: Option<mpsc::UnboundedSender<InputJob>>,
+    pub(super) input: Option<mpsc::UnboundedSender<InputJob>>,
 }
 
 pub(crate) struct ExecRegistry {
@@ -40,7 +32,7 @@ pub(crate) struct ExecRegistry {
     supervisor: Supervisor,
     config: LogConfig,
     budget: Arc<LogBudget>,
-    entries: Mutex<HashMap<String, Entry>>,
+    pub(super) entries: Mutex<HashMap<String, Entry>>,
 }
 
 fn redact_text(redactor: &Redactor, text: &str) -> String {
@@ -216,22 +208,22 @@ impl ExecRegistry {
             started_at: None,
             ended_at: None,
         };
+        // Checked again and created under the lock, so a racing start of the same id (from
+        // another connection) answers this exec instead of starting a second one.
+        let mut entries = self.entries.lock();
+        if let Some(existing) = entries.get(&id) {
+            return Ok(existing.record.status());
+        }
         let record = self.new_record(&id, meta)?;
         let sink = Arc::new(LogSink {
             record: Arc::clone(&record),
             stdout: Mutex::new(redactor.clone()),
             stderr: Mutex::new(redactor),
         });
-        // Registered before the spawn, under the lock, so a racing start of the same id
-        // answers this exec instead of starting a second one.
-        let mut entries = self.entries.lock();
-        if let Some(existing) = entries.get(&id) {
-            return Ok(existing.record.status());
-        }
         let exec = self.supervisor.spawn(spec, sink);
         let _ = record.exec.set(exec.clone());
         let (input_tx, input_rx) = mpsc::unbounded_channel();
-        tokio::spawn(pump_input(exec.clone(), input_rx));
+        tokio::spawn(super::exec_io::pump_input(exec.clone(), input_rx));
         let announcer = Arc::clone(&record);
         tokio::spawn(async move {
             exec.started().await;
@@ -257,33 +249,6 @@ impl ExecRegistry {
         let log = ExecLog::create(&dir.join("log"), &self.config, &self.budget)
             .map_err(|e| internal("cannot create an exec log", e))?;
         Ok(Arc::new(ExecRecord::new(id.to_owned(), dir, log, meta)))
-    }
-
-    /// Queues stdin for `exec_id` in request order; the future resolves once it is written.
-    pub(crate) fn input(
-        &self,
-        args: &Map<String, Value>,
-        data: Vec<u8>,
-    ) -> Result<oneshot::Receiver<Result<usize, ErrorBody>>, ErrorBody> {
-        let a = Args(args);
-        let id =
-            policy::check_id("ex", a.required_str("exec_id")?).map_err(|e| policy("exec_id", e))?;
-        let eof = a.bool("eof")?;
-        let entries = self.entries.lock();
-        let entry = entries
-            .get(&id)
-            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("no exec '{id}'")))?;
-        let closed = || {
-            ErrorBody::new(
-                ErrorCode::Conflict,
-                "this exec does not take input: it has ended or was run by an earlier agent",
-            )
-        };
-        let tx = entry.input.as_ref().ok_or_else(closed)?;
-        let (reply, rx) = oneshot::channel();
-        tx.send(InputJob { data, eof, reply })
-            .map_err(|_| closed())?;
-        Ok(rx)
     }
 
     /// Cancels `exec_id`. An id never started is recorded as cancelled, so a later `exec.start`
@@ -339,25 +304,6 @@ impl ExecRegistry {
         Ok(status)
     }
 
-    pub(crate) fn resize(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
-        let a = Args(args);
-        let record = self.record(a.required_str("exec_id")?)?;
-        let size = |name: &str| -> Result<u16, ErrorBody> {
-            a.u64(name)?
-                .and_then(|n| u16::try_from(n).ok())
-                .filter(|&n| n > 0)
-                .ok_or_else(|| ErrorBody::invalid(name, format!("'{name}' must be 1 to 65535")))
-        };
-        let (rows, cols) = (size("rows")?, size("cols")?);
-        let exec = record
-            .exec
-            .get()
-            .ok_or_else(|| ErrorBody::new(ErrorCode::Conflict, "this exec is not running here"))?;
-        exec.resize(rows, cols)
-            .map_err(|e| ErrorBody::new(ErrorCode::Conflict, e.to_string()))?;
-        Ok(record.status())
-    }
-
     pub(crate) fn list(&self) -> Value {
         let mut records: Vec<Arc<ExecRecord>> = self
             .entries
@@ -369,21 +315,6 @@ impl ExecRegistry {
         Value::Array(records.iter().map(|r| r.status()).collect())
     }
 
-    pub(crate) fn read(
-        &self,
-        args: &Map<String, Value>,
-    ) -> Result<(Arc<ExecRecord>, u64, usize, usize, Option<Duration>), ErrorBody> {
-        let a = Args(args);
-        let record = self.record(a.required_str("exec_id")?)?;
-        let cursor = a.u64("cursor")?.unwrap_or(0);
-        let max_events = a.usize("max_events", MAX_PAGE_EVENTS)?.max(1);
-        let max_bytes = a.usize("max_bytes", 64 * 1024)?;
-        let wait = a
-            .seconds("wait_seconds")?
-            .map(|w| w.min(Duration::from_secs(25)));
-        Ok((record, cursor, max_events, max_bytes, wait))
-    }
-
     /// Every running exec, for shutdown.
     pub(crate) fn running(&self) -> Vec<Arc<ExecRecord>> {
         self.entries
@@ -392,48 +323,5 @@ impl ExecRegistry {
             .filter(|e| !super::meta::is_final(&e.record.state()))
             .map(|e| Arc::clone(&e.record))
             .collect()
-    }
-}
-
-pub(crate) fn read_page(
-    record: &ExecRecord,
-    cursor: u64,
-    max_events: usize,
-    max_bytes: usize,
-) -> Result<Page, ErrorBody> {
-    record
-        .log
-        .read(cursor, max_events, max_bytes)
-        .map_err(log_error)
-}
-
-/// Writes one exec's stdin jobs in order; ends with the exec (later jobs are refused).
-async fn pump_input(
-    exec: crate::agent::process::Exec,
-    mut jobs: mpsc::UnboundedReceiver<InputJob>,
-) {
-    let ended = exec.clone();
-    let mut done = Box::pin(async move { ended.wait().await });
-    loop {
-        let job = tokio::select! {
-            job = jobs.recv() => match job {
-                Some(job) => job,
-                None => return,
-            },
-            _ = &mut done => return,
-        };
-        let len = job.data.len();
-        let mut result = Ok(len);
-        if len > 0 {
-            result = exec.write_stdin(&job.data).await.map(|()| len);
-        }
-        if job.eof && result.is_ok() {
-            result = exec.close_stdin().await.map(|()| len);
-        }
-        let _ = job.reply.send(result.map_err(|e| match e {
-            StdinError::Closed | StdinError::Full => {
-                ErrorBody::new(ErrorCode::Conflict, e.to_string())
-            }
-        }));
     }
 }

@@ -2,6 +2,7 @@
 //! exec registry with its durable logs, and serves the channel protocol on a unix socket.
 
 mod args;
+mod exec_io;
 mod execs;
 mod file_ops;
 mod lock;
@@ -157,3 +158,6 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
         .create(dir)
         .map_err(|e| format!("cannot create --state-dir {}: {e}", dir.display()))
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::execs::{read_page, ExecRegistry};
+use super::execs::ExecRegistry;
 use super::file_ops;
 use super::watches::WatchStreams;
 use crate::agent::exec_log::ExecLog;
@@ -74,21 +74,13 @@ impl Service for Daemon {
                 Err(e) => ready(Err(e)),
             },
             "exec.read" => match self.execs.read(&args) {
-                Ok((record, cursor, max_events, max_bytes, wait)) => Box::pin(async move {
-                    if let Some(wait) = wait {
-                        record.log.wait_async(cursor, wait).await;
-                    }
-                    let page = tokio::task::spawn_blocking(move || {
-                        read_page(&record, cursor, max_events, max_bytes)
-                    })
-                    .await;
-                    match page {
-                        Ok(Ok(page)) => Reply {
+                Ok(read) => Box::pin(async move {
+                    match read.page().await {
+                        Ok(page) => Reply {
                             result: Ok(json!({})),
                             payload: page.to_json().into_bytes(),
                         },
-                        Ok(Err(e)) => Reply::err(e),
-                        Err(e) => Reply::err(super::args::internal("a read failed", e)),
+                        Err(e) => Reply::err(e),
                     }
                 }),
                 Err(e) => ready(Err(e)),

@@ -1,0 +1,169 @@
+//! The exec registry with real processes and a real state directory: the order of the end
+//! records, recovery of earlier execs as `lost`, cancel before start and idempotent starts.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::execs::ExecRegistry;
+use super::meta::{is_final, ExecMeta};
+use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
+use crate::agent::process::{Supervisor, SupervisorConfig};
+use crate::event::EventType;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "daemon-test-{}",
+            crate::policy::new_id("ex").unwrap()
+        ));
+        std::fs::create_dir_all(path.join("ws")).unwrap();
+        Self(std::fs::canonicalize(path).unwrap())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn registry(dir: &Path) -> ExecRegistry {
+    let supervisor = Supervisor::new(SupervisorConfig {
+        adopt_orphans: false,
+        ..SupervisorConfig::default()
+    })
+    .unwrap();
+    let registry = ExecRegistry::new(
+        dir.join("execs"),
+        dir.join("ws").to_str().unwrap().to_owned(),
+        supervisor,
+        LogConfig::default(),
+        LogBudget::new(1 << 30),
+    );
+    registry.load().unwrap();
+    registry
+}
+
+fn args(value: Value) -> Map<String, Value> {
+    value.as_object().unwrap().clone()
+}
+
+/// Every segment file of an exec's log, concatenated.
+fn log_bytes(dir: &Path, id: &str) -> Vec<u8> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("execs").join(id).join("log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| std::fs::read(f).unwrap())
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exit_event_is_on_disk_before_the_meta_says_the_exec_ended() {
+    let dir = TempDir::new();
+    let registry = registry(&dir.0);
+    for _ in 0..20 {
+        let status = registry
+            .start(&args(json!({"argv": ["sh", "-c", "echo hi; exit 3"]})))
+            .unwrap();
+        let id = status["exec_id"].as_str().unwrap().to_owned();
+        let exec_dir = dir.0.join("execs").join(&id);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let meta = ExecMeta::load(&exec_dir).unwrap();
+            if is_final(&meta.state) {
+                assert_eq!(meta.state, "finished");
+                assert_eq!(meta.returncode, Some(3));
+                let log = log_bytes(&dir.0, &id);
+                assert!(contains(&log, "\"type\":\"exit\""), "exit must come first");
+                assert!(contains(&log, "\"returncode\":3"));
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline);
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execs_an_earlier_daemon_did_not_finish_are_loaded_as_lost() {
+    let dir = TempDir::new();
+    let id = crate::policy::new_id("ex").unwrap();
+    let exec_dir = dir.0.join("execs").join(&id);
+    std::fs::create_dir_all(&exec_dir).unwrap();
+    let meta: ExecMeta = serde_json::from_value(json!({
+        "exec_id": id, "state": "running", "pid": 12345, "created_at": "2026-01-01T00:00:00.000Z",
+    }))
+    .unwrap();
+    meta.save(&exec_dir).unwrap();
+    {
+        let log = ExecLog::create(
+            &exec_dir.join("log"),
+            &LogConfig::default(),
+            &LogBudget::new(1 << 30),
+        )
+        .unwrap();
+        log.append(EventType::Stdout, Some(b"partial"), &Map::new())
+            .unwrap();
+    }
+    let registry = registry(&dir.0);
+    let status = registry.record(&id).unwrap().status();
+    assert_eq!(status["state"], "lost");
+    assert_eq!(status["returncode"], Value::Null);
+    assert_eq!(ExecMeta::load(&exec_dir).unwrap().state, "lost");
+    let record = registry.record(&id).unwrap();
+    let page = record.log.read(0, 100, 1 << 20).unwrap();
+    let page: Value = serde_json::from_str(&page.to_json()).unwrap();
+    let events = page["events"].as_array().unwrap();
+    assert_eq!(events[0]["data"], "partial");
+    assert_eq!(events[1]["type"], "status");
+    assert_eq!(events[1]["state"], "lost");
+    assert_eq!(page["closed"], true);
+    assert!(!events.iter().any(|e| e["type"] == "exit"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_before_start_records_a_cancelled_exec_that_never_runs() {
+    let dir = TempDir::new();
+    let registry = registry(&dir.0);
+    let id = crate::policy::new_id("ex").unwrap();
+    let cancelled = registry.cancel(&args(json!({"exec_id": id}))).unwrap();
+    assert_eq!(cancelled["state"], "cancelled");
+    let marker = dir.0.join("ws").join("ran");
+    let start = json!({"exec_id": id, "argv": ["touch", marker.to_str().unwrap()]});
+    let again = registry.start(&args(start.clone())).unwrap();
+    assert_eq!(again["state"], "cancelled");
+    assert_eq!(again["pid"], Value::Null);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!marker.exists());
+
+    // A started exec answered again by id is the same exec, not a second run.
+    let id = crate::policy::new_id("ex").unwrap();
+    let counter = dir.0.join("ws").join("count");
+    let command = format!("echo x >> {}", counter.display());
+    let first = registry
+        .start(&args(json!({"exec_id": id, "argv": ["sh", "-c", command]})))
+        .unwrap();
+    let second = registry
+        .start(&args(json!({"exec_id": id, "argv": ["sh", "-c", command]})))
+        .unwrap();
+    assert_eq!(first["exec_id"], second["exec_id"]);
+    let record = registry.record(&id).unwrap();
+    let exec = record.exec.get().unwrap().clone();
+    exec.wait().await;
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n");
+}
