@@ -12,6 +12,7 @@ import modal
 import modal.exception
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane, use_control_plane
+from modal_control_plane.isolation import usable_bwrap
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
 
@@ -73,12 +74,12 @@ def test_exec_reports_stderr_and_a_failing_exit_code(modal_control_plane: Contro
     assert process.wait() == 3
 
 
-def test_exec_of_a_missing_program_exits_127(modal_control_plane: ControlPlane) -> None:
+def test_exec_of_a_missing_program_fails_and_says_why(modal_control_plane: ControlPlane) -> None:
     sandbox = modal.Sandbox.create(app=_app())
 
     process = sandbox.exec("no-such-program-anywhere")
 
-    assert process.wait() == 127
+    assert process.wait() != 0
     assert "no-such-program-anywhere" in process.stderr.read()
 
 
@@ -128,9 +129,40 @@ def test_entrypoint_runs_in_the_workspace_directory(modal_control_plane: Control
 
     # `started` is written last, relative to the working directory.
     assert _eventually((record.directory / "workspace" / "started").exists)
-    assert Path(where.read_text().strip()) == record.directory / "workspace"
+    # In bubblewrap the path is the container's; without it, the directory standing in for it.
+    expected = "/workspace" if modal_control_plane.isolated else str(record.directory / "workspace")
+    assert where.read_text().strip() == expected
     # Execs see the same files at the same container path.
     assert sandbox.exec("cat", "/workspace/where").stdout.read() == where.read_text()
+
+
+def test_without_bubblewrap_container_paths_are_translated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ControlPlane(tmp_path, isolate=False) as plane, use_control_plane(plane, monkeypatch):
+        sandbox = modal.Sandbox.create(app=_app(), workdir="/workspace")
+        record = plane.sandbox(sandbox.object_id)
+
+        script = sandbox.exec("sh", "-c", "pwd; echo hi > /workspace/made; echo $HOME")
+
+        assert script.stdout.read().split() == [
+            str(record.directory / "workspace"),
+            str(record.directory / "root"),
+        ]
+        assert (record.directory / "workspace" / "made").read_text() == "hi\n"
+
+
+@pytest.mark.skipif(not usable_bwrap(), reason="bubblewrap does not work on this machine")
+def test_in_bubblewrap_processes_see_container_paths_and_a_private_tmp(
+    modal_control_plane: ControlPlane,
+) -> None:
+    sandbox = modal.Sandbox.create(app=_app(), workdir="/workspace")
+    record = modal_control_plane.sandbox(sandbox.object_id)
+
+    script = sandbox.exec("sh", "-c", "pwd; echo $HOME; ls -A /tmp | wc -l; echo x > /run/mwc/f")
+
+    assert script.stdout.read().split() == ["/workspace", "/run/home", "0"]
+    assert (record.directory / "run" / "mwc" / "f").read_text() == "x\n"
 
 
 def test_from_name_finds_the_running_sandbox_and_not_a_terminated_one(

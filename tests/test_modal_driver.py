@@ -73,7 +73,7 @@ async def test_create_starts_a_named_sandbox_running_the_agent_daemon(
         "--root",
         "/workspace",
         "--state-dir",
-        "/var/lib/mwc",
+        "/run/mwc/state",
         "--socket",
         "/run/mwc/agent.sock",
     ]

@@ -99,6 +99,7 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
             directory=self.state.root / sandbox_id[-12:],
             mapped_prefixes=self.state.mapped_prefixes,
             sandbox_token=secrets.token_hex(16) if version == 2 else "",
+            bwrap=self.state.bwrap,
         )
         record.prepare(image.snapshot if image else None)
         self.state.sandboxes[sandbox_id] = record

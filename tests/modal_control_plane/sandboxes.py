@@ -1,9 +1,10 @@
 """Sandboxes of the test control plane: a directory and local processes per sandbox.
 
-A sandbox's container paths (`/workspace`, and any other mapped prefix) live under its own
-directory; argv, working directories and environment values are translated on the way in, which
-stands in for the container's mount namespace. Termination kills every process the sandbox started,
-including those that left its process groups.
+A sandbox's container directories (`/workspace`, and any other mapped prefix) live under its own
+directory. Its processes see them at their container paths through bubblewrap (`isolation`) when
+that works here; otherwise argv, working directories and environment values are translated on
+the way in. Termination kills every process the sandbox started, including those that left its
+process groups.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from modal_proto import api_pb2
 
+from . import isolation
 from .processes import LocalProcess
 
 _ALNUM = string.ascii_letters + string.digits
@@ -82,6 +84,8 @@ class SandboxRecord:
     directory: Path
     mapped_prefixes: tuple[str, ...]
     sandbox_token: str = ""
+    # bubblewrap, when it works here: processes then see real container paths.
+    bwrap: str | None = None
     created_at: float = field(default_factory=time.time)
     entrypoint: LocalProcess | None = None
     execs: dict[str, ExecRecord] = field(default_factory=dict)
@@ -109,18 +113,40 @@ class SandboxRecord:
         return value
 
     @property
+    def container_workdir(self) -> str:
+        return self.definition.workdir or "/workspace"
+
+    @property
     def workdir(self) -> Path:
-        return Path(self.host_path(self.definition.workdir or "/workspace"))
+        return Path(self.host_path(self.container_workdir))
 
     def process_env(self, extra: Mapping[str, str] = {}) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
         # The image's PATH carries this project's console scripts.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env["HOME"] = str(self.directory / "root")
-        env.update({k: self.translate(v) for k, v in {**self.env, **extra}.items()})
+        env["HOME"] = isolation.HOME if self.bwrap else str(self.directory / "root")
+        given = {**self.env, **extra}
+        env.update(given if self.bwrap else {k: self.translate(v) for k, v in given.items()})
         env[MARKER_ENV] = self.sandbox_id
         env["MODAL_TASK_ID"] = self.task_id
         return env
+
+    async def _spawn(
+        self, argv: Iterable[str], workdir: str | None, env: Mapping[str, str] = {}
+    ) -> LocalProcess:
+        """Start a process of this sandbox at container path `workdir` (default: the
+        sandbox's), in bubblewrap when it works, else with container paths translated."""
+        cwd = workdir or self.container_workdir
+        if self.bwrap:
+            binds = {p: self.directory / p.lstrip("/") for p in self.mapped_prefixes}
+            binds[isolation.HOME] = self.directory / "root"
+            wrapped = isolation.bwrap_argv(self.bwrap, binds, cwd, list(argv))
+            return await LocalProcess.spawn(wrapped, cwd=self.directory, env=self.process_env(env))
+        return await LocalProcess.spawn(
+            [self.translate(a) for a in argv],
+            cwd=Path(self.host_path(cwd)),
+            env=self.process_env(env),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -137,8 +163,8 @@ class SandboxRecord:
         self.workdir.mkdir(parents=True, exist_ok=True)
 
     async def start(self) -> None:
-        argv = [self.translate(a) for a in self.definition.entrypoint_args] or list(IDLE_ENTRYPOINT)
-        self.entrypoint = await LocalProcess.spawn(argv, cwd=self.workdir, env=self.process_env())
+        argv = list(self.definition.entrypoint_args) or list(IDLE_ENTRYPOINT)
+        self.entrypoint = await self._spawn(argv, None)
         self._watchers.append(asyncio.create_task(self._watch_entrypoint()))
         if self.definition.timeout_secs:
             self._watchers.append(asyncio.create_task(self._watch_timeout()))
@@ -218,10 +244,7 @@ class SandboxRecord:
         env: Mapping[str, str],
         timeout_secs: int | None,
     ) -> ExecRecord:
-        cwd = Path(self.host_path(workdir)) if workdir else self.workdir
-        process = await LocalProcess.spawn(
-            [self.translate(a) for a in argv], cwd=cwd, env=self.process_env(env)
-        )
+        process = await self._spawn(argv, workdir, env)
         record = ExecRecord(exec_id, process)
         self.execs[exec_id] = record
         self.touch()

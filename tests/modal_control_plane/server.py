@@ -19,6 +19,7 @@ from grpclib.server import Server
 from modal_proto import api_pb2
 
 from .api import ModalClientServicer
+from .isolation import usable_bwrap
 from .router import TaskCommandRouterServicer
 from .sandboxes import SandboxRecord
 from .state import ImageRecord, State
@@ -33,9 +34,10 @@ class ControlPlane:
         self,
         root: Path,
         *,
-        mapped_prefixes: tuple[str, ...] = ("/workspace", "/var/lib/mwc", "/run/mwc"),
+        mapped_prefixes: tuple[str, ...] = ("/workspace", "/run/mwc"),
         token_id: str = "ak-test-token-id",
         token_secret: str = "as-test-token-secret",
+        isolate: bool = True,
     ) -> None:
         self.root = root
         self.state = State(
@@ -43,6 +45,7 @@ class ControlPlane:
             token_id=token_id,
             token_secret=token_secret,
             mapped_prefixes=mapped_prefixes,
+            bwrap=usable_bwrap() if isolate else None,
         )
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,6 +123,11 @@ class ControlPlane:
         self.stop()
 
     # -- the SDK's view ----------------------------------------------------------------------
+
+    @property
+    def isolated(self) -> bool:
+        """Whether sandbox processes run in bubblewrap and see real container paths."""
+        return self.state.bwrap is not None
 
     @property
     def url(self) -> str:

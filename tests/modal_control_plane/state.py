@@ -38,6 +38,8 @@ class State:
     token_secret: str
     mapped_prefixes: tuple[str, ...]
     router_url: str = ""
+    # bubblewrap for sandbox processes when it works here (real container paths), else None.
+    bwrap: str | None = None
     calls: Counter[str] = field(default_factory=Counter)
     unimplemented: list[str] = field(default_factory=list)
     apps: dict[tuple[str, str], str] = field(default_factory=dict)

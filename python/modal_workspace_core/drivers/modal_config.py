@@ -43,7 +43,8 @@ class ModalSettings:
     agent_start_seconds: float = 30.0
     # The agent's command inside the sandbox (its `daemon` and `connect` modes).
     agent_command: tuple[str, ...] = ("mwc-agent",)
-    agent_state_dir: str = "/var/lib/mwc"
+    # Outside /workspace, so file listings and `git status` never show them.
+    agent_state_dir: str = "/run/mwc/state"
     agent_socket: str = "/run/mwc/agent.sock"
 
     @classmethod
