@@ -1,11 +1,12 @@
 """The gateway on Modal: `modal deploy modal_app.py` deploys one web function that serves the
 FastAPI app (REST, `/action-openapi.json`, `/mcp/`) on the Modal driver.
 
-Before deploying, build this project's wheel (`maturin build --release`, or set
-`MODAL_WORKSPACE_WHEEL`): the gateway image installs it, and it is also what every workspace image
-carries (it holds the workspace agent). The bearer token comes from a Modal Secret (by default
-`modal-workspace-mcp`, holding `MODAL_WORKSPACE_MCP_TOKEN`); everything else is configured with
-environment variables, read once when a container starts (`modal_workspace_core.config`).
+The gateway image installs this project's wheel, which is also what every workspace image
+carries (it holds the workspace agent): the newest one in the checkout's `target/wheels`, or the
+one `MODAL_WORKSPACE_WHEEL` names; a deploy from a checkout without one builds it first
+(maturin). The bearer token comes from a Modal Secret (by default `modal-workspace-mcp`, holding
+`MODAL_WORKSPACE_MCP_TOKEN`); everything else is configured with environment variables, read
+once when a container starts (`modal_workspace_core.config`).
 """
 
 from __future__ import annotations
@@ -45,9 +46,20 @@ def gateway_image(wheel: Path | None = None) -> modal.Image:
         # Inside a running container the image is already built; only its definition is needed.
         return image.env(env)
     if wheel is None:
-        from modal_workspace_core.images import find_wheel
+        from modal_workspace_core.images import (
+            WHEEL_ENV,
+            WheelNotFoundError,
+            build_wheel,
+            find_wheel,
+        )
 
-        wheel = find_wheel()
+        try:
+            wheel = find_wheel()
+        except WheelNotFoundError:
+            if os.environ.get(WHEEL_ENV):
+                raise
+            # A deploy from a fresh checkout builds the wheel itself.
+            wheel = build_wheel()
     remote = f"{WHEEL_DIR}/{wheel.name}"
     return (
         image.add_local_file(wheel, remote, copy=True)

@@ -17,6 +17,7 @@ from modal_workspace_core.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    UpstreamError,
 )
 from modal_workspace_core.policy import new_id
 
@@ -366,4 +367,17 @@ async def test_the_default_image_is_built_from_the_projects_wheel(
     commands = [c for image in images.values() for c in image.dockerfile_commands]
     assert any("uv pip install --system" in c and wheel.name in c for c in commands)
     assert any("ripgrep" in c and "git-lfs" in c for c in commands)
+    await driver.close()
+
+
+async def test_without_a_wheel_or_a_named_image_create_says_what_to_do(
+    modal_control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODAL_WORKSPACE_WHEEL", str(tmp_path / "missing.whl"))
+    driver = ModalDriver(_settings(default_image_name=None))
+
+    with pytest.raises(UpstreamError, match="MODAL_WORKSPACE_DEFAULT_IMAGE_NAME"):
+        await driver.create(new_id("ws"), WorkspaceSpec())
+
+    assert modal_control_plane.sandboxes() == []
     await driver.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_IMAGE_NAME",
     "PYTHON_VERSION",
     "WHEEL_ENV",
+    "build_wheel",
     "find_wheel",
     "publish_workspace_image",
     "workspace_image",
@@ -70,6 +72,22 @@ def find_wheel(environ: Mapping[str, str] | None = None) -> Path:
             f"`maturin build --release` in the checkout, or set {WHEEL_ENV} to a wheel's path"
         )
     return wheels[-1]
+
+
+def build_wheel() -> Path:
+    """Build this checkout's wheel with maturin (release mode) into `target/wheels`, for a deploy
+    from a checkout that has none yet; returns it."""
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / "pyproject.toml").is_file():
+        raise WheelNotFoundError(
+            f"not in a checkout of modal-workspace-core: set {WHEEL_ENV} to a wheel's path"
+        )
+    out = checkout / "target" / "wheels"
+    command = [sys.executable, "-m", "maturin", "build", "--release", "--out", str(out)]
+    done = subprocess.run(command, cwd=checkout, check=False)
+    if done.returncode != 0:
+        raise WheelNotFoundError(f"`maturin build --release` failed (exit {done.returncode})")
+    return find_wheel({})
 
 
 def workspace_image(wheel: Path | None = None) -> modal.Image:

@@ -211,9 +211,16 @@ class ModalDriver:
             return modal.Image.from_id(options.image_id)
         if options.image_name:
             return modal.Image.from_name(options.image_name)
-        from ..images import workspace_image
+        from ..images import WheelNotFoundError, workspace_image
 
-        return workspace_image()
+        try:
+            return workspace_image()
+        except WheelNotFoundError as exc:
+            raise UpstreamError(
+                "upstream",
+                f"the default workspace image cannot be built: {exc}; or publish one and set "
+                "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME",
+            ) from None
 
     async def get(self, workspace_id: str) -> WorkspaceRecord:
         workspace_id = _workspace_id(workspace_id)
