@@ -193,3 +193,25 @@ async def test_a_new_gateway_process_finds_the_workspace_and_resumes_a_running_e
     assert [e["type"] for e in rest].count("exit") == 1
     # Found by name: the new process never listed sandboxes.
     assert modal_control_plane.calls()["SandboxListV2"] == 0
+
+
+async def test_a_long_poll_keeps_the_channel_open_past_the_idle_period(
+    modal_control_plane: ControlPlane,
+) -> None:
+    modal_control_plane.publish_image(IMAGE, "im-channeltestimage0000")
+    driver = ModalDriver(
+        ModalSettings(app_name=APP, default_image_name=IMAGE, channel_idle_seconds=1)
+    )
+    workspace_id = await _workspace(driver)
+    client = await driver.connect(workspace_id)
+    started, _ = await client.request("exec.start", {"command": "sleep 3; echo late"})
+    cursor = 0
+    # A waiting reader sends no bytes for three idle periods, and still gets its answer.
+    page = await client.read_events(started["exec_id"], cursor, wait_seconds=20)
+    while "late" not in _stdout(page.events):
+        cursor = page.next_cursor
+        page = await client.read_events(started["exec_id"], cursor, wait_seconds=20)
+
+    assert not client.closed
+    assert len(driver._channels) == 1
+    await driver.close()

@@ -4,6 +4,7 @@ agent daemon in each sandbox, real git over the local smart-HTTP server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,8 +29,13 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
+def idle_seconds() -> float:
+    return 60.0
+
+
+@pytest.fixture
 async def workspaces(
-    modal_control_plane: ControlPlane, git_server: GitServer, tmp_path: Path
+    modal_control_plane: ControlPlane, git_server: GitServer, tmp_path: Path, idle_seconds: float
 ) -> AsyncIterator[Workspaces]:
     modal_control_plane.publish_image(IMAGE, "im-servicetestimage0000")
     secrets = tmp_path / "secrets.json"
@@ -42,7 +48,11 @@ async def workspaces(
             "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data"),
         }
     )
-    driver = ModalDriver(ModalSettings(app_name="service-tests", default_image_name=IMAGE))
+    driver = ModalDriver(
+        ModalSettings(
+            app_name="service-tests", default_image_name=IMAGE, channel_idle_seconds=idle_seconds
+        )
+    )
     async with Workspaces(driver, settings=settings) as wss:
         yield wss
     await driver.close()
@@ -116,3 +126,25 @@ async def test_terminate_makes_the_workspace_not_found(workspaces: Workspaces) -
     with pytest.raises(NotFoundError):
         await workspaces.get(ws.id)
     assert ws.id not in [w.workspace_id for w in await workspaces.list()]
+
+
+@pytest.mark.parametrize("idle_seconds", [1.0])
+async def test_after_the_channel_idles_out_the_next_request_reconnects(
+    workspaces: Workspaces, modal_control_plane: ControlPlane
+) -> None:
+    ws = await workspaces.create()
+    started = await ws.realtime_exec_start("echo before; sleep 3; echo after")
+    client = await workspaces.service.agent(ws.id)
+    before = modal_control_plane.calls()["TaskExecStart"]
+
+    for _ in range(300):
+        if client.closed:
+            break
+        await asyncio.sleep(0.05)
+    assert client.closed
+
+    # The reader of the exec resumes on a new channel: one new exec, nothing lost.
+    events = [e async for e in ws.follow(started.exec_id)]
+    assert "".join(e.data or "" for e in events if e.type == "stdout") == "before\nafter\n"
+    assert (await ws.exec("echo again")).stdout == "again\n"
+    assert modal_control_plane.calls()["TaskExecStart"] - before == 1

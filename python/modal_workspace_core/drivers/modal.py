@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import modal
 import modal.exception
@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..policy import check_id
 from .base import WorkspaceRecord, WorkspaceSpec
-from .modal_channel import ExecChannel
+from .modal_channel import ChannelClient, ExecChannel
 from .modal_config import WORKSPACE_ROOT, ModalSettings, SandboxOptions, check_env, sandbox_options
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ class ModalDriver:
                 name=workspace_id,
                 tags=tags,
                 image=self._image(options),
-                env=env or None,
+                env=dict[str, str | None](env) or None,
                 secrets=secrets,
                 volumes={p: modal.Volume.from_name(n) for p, n in options.volumes.items()},
                 workdir=WORKSPACE_ROOT,
@@ -302,7 +302,9 @@ class ModalDriver:
                 await channel.close()
                 raise
             self._clients[workspace_id] = client
-            return client
+            # An idle channel is closed through its client, which then reads as closed at once.
+            channel.on_idle = client.close
+            return cast("AgentClient", ChannelClient(client, channel))
 
     async def destroy(self, workspace_id: str) -> None:
         """Terminate the sandbox; afterwards the workspace is reported as terminated."""

@@ -14,10 +14,10 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-__all__ = ["ExecChannel", "FrameCounter"]
+__all__ = ["ChannelClient", "ExecChannel", "FrameCounter"]
 
 log = logging.getLogger(__name__)
 
@@ -153,17 +153,32 @@ class ExecChannel:
     ) -> None:
         self.process = process
         self._on_closed = on_closed
+        # Called instead of closing stdin directly when the channel has sat idle (the agent
+        # client's `close`, so its owner sees it closed before the exec has even ended).
+        self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.idle_seconds = idle_seconds
         self.reader = asyncio.StreamReader(limit=2**26)
         self.writer = ExecStdinWriter(process, self._sent)
         self.closed = asyncio.Event()
         self.last_activity = time.monotonic()
+        self._busy = 0
         self._sent_frames = FrameCounter()
         self._received_frames = FrameCounter()
         self._tasks = [
             asyncio.get_running_loop().create_task(self._pump()),
             asyncio.get_running_loop().create_task(self._watch_idle()),
         ]
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Marks a call of the channel's client in flight: a long-poll that waits on the
+        client's cache sends no bytes, yet the channel must not idle out under it."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            self.last_activity = time.monotonic()
 
     @property
     def waiting_for_responses(self) -> int:
@@ -191,9 +206,15 @@ class ExecChannel:
 
     async def _watch_idle(self) -> None:
         while not self.closed.is_set():
-            idle_for = time.monotonic() - self.last_activity
-            if idle_for >= self.idle_seconds and self.waiting_for_responses <= 0:
+            now = time.monotonic()
+            if self._busy or self.waiting_for_responses > 0:
+                self.last_activity = now
+            idle_for = now - self.last_activity
+            if idle_for >= self.idle_seconds:
                 log.debug("closing the agent channel after %.0f s idle", idle_for)
+                if self.on_idle is not None:
+                    with contextlib.suppress(Exception):
+                        await self.on_idle()
                 self.writer.close()
                 return
             remaining = max(self.idle_seconds - idle_for, 0.05)
@@ -208,3 +229,23 @@ class ExecChannel:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class ChannelClient:
+    """The agent client of one channel as the service sees it: every call is marked in use on
+    the channel, and everything else is the client's own."""
+
+    def __init__(self, client: Any, channel: ExecChannel) -> None:
+        self._client = client
+        self._channel = channel
+
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
+        with self._channel.in_use():
+            return await self._client.request(*args, **kwargs)
+
+    async def read_events(self, *args: Any, **kwargs: Any) -> Any:
+        with self._channel.in_use():
+            return await self._client.read_events(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
