@@ -1,0 +1,256 @@
+"""What the Modal driver reads from its environment, and how a workspace's requested resources
+become `Sandbox.create` arguments: defaults, bounds and the secret and volume allowlists, all
+checked before any call to Modal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core import PolicyError
+from ..errors import InvalidArgumentError, PermissionDeniedError
+from ..policy import allowed, env_name, workspace_path
+
+__all__ = ["ModalSettings", "SandboxOptions", "sandbox_options"]
+
+WORKSPACE_ROOT = "/workspace"
+# The predecessor's defaults: (request, limit).
+DEFAULT_CPU = (2.0, 4.0)
+DEFAULT_MEMORY_MIB = (4096, 8192)
+DEFAULT_TIMEOUT_SECONDS = 3600
+MAX_TIMEOUT_SECONDS = 24 * 3600
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class ModalSettings:
+    """The Modal driver's configuration; `from_env` reads it once."""
+
+    app_name: str = "modal-workspace-sandboxes"
+    allowed_secrets: tuple[str, ...] = ()
+    allowed_volumes: tuple[str, ...] = ()
+    # A published image (`modal-workspace image publish`) used instead of building the default.
+    default_image_name: str | None = None
+    # Seconds without traffic after which the agent channel's exec is closed.
+    channel_idle_seconds: float = 60.0
+    # How long `connect` keeps trying while a new sandbox's daemon starts listening.
+    agent_start_seconds: float = 30.0
+    # The agent's command inside the sandbox (its `daemon` and `connect` modes).
+    agent_command: tuple[str, ...] = ("mwc-agent",)
+    # Outside /workspace, so file listings and `git status` never show them.
+    agent_state_dir: str = "/run/mwc/state"
+    agent_socket: str = "/run/mwc/agent.sock"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ModalSettings:
+        env = os.environ if environ is None else environ
+        idle = env.get("MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS")
+        try:
+            idle_seconds = float(idle) if idle else cls.channel_idle_seconds
+        except ValueError:
+            raise InvalidArgumentError(
+                "invalid_argument",
+                "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS must be a number of seconds",
+            ) from None
+        return cls(
+            app_name=env.get("MODAL_WORKSPACE_SANDBOX_APP") or cls.app_name,
+            allowed_secrets=_split(env.get("MODAL_WORKSPACE_ALLOWED_SECRETS")),
+            allowed_volumes=_split(env.get("MODAL_WORKSPACE_ALLOWED_VOLUMES")),
+            default_image_name=env.get("MODAL_WORKSPACE_DEFAULT_IMAGE_NAME") or None,
+            channel_idle_seconds=idle_seconds,
+        )
+
+    def daemon_argv(self) -> tuple[str, ...]:
+        return (
+            *self.agent_command,
+            "daemon",
+            "--root",
+            WORKSPACE_ROOT,
+            "--state-dir",
+            self.agent_state_dir,
+            "--socket",
+            self.agent_socket,
+        )
+
+    def connect_argv(self) -> tuple[str, ...]:
+        return (*self.agent_command, "connect", "--socket", self.agent_socket)
+
+
+@dataclass
+class SandboxOptions:
+    """The checked `Sandbox.create` keyword arguments of one workspace, and what it records."""
+
+    cpu: tuple[float, float] = DEFAULT_CPU
+    memory: tuple[int, int] = DEFAULT_MEMORY_MIB
+    timeout: int = DEFAULT_TIMEOUT_SECONDS
+    idle_timeout: int | None = None
+    gpu: str | None = None
+    region: str | list[str] | None = None
+    cloud: str | None = None
+    outbound_cidr_allowlist: list[str] | None = None
+    outbound_domain_allowlist: list[str] | None = None
+    inbound_cidr_allowlist: list[str] | None = None
+    secret_names: list[str] = field(default_factory=list)
+    volumes: dict[str, str] = field(default_factory=dict)
+    image_name: str | None = None
+    image_id: str | None = None
+
+    def recorded(self) -> dict[str, Any]:
+        """The resources as the workspace record reports them."""
+        out: dict[str, Any] = {
+            "cpu": list(self.cpu),
+            "memory_mb": list(self.memory),
+            "timeout_seconds": self.timeout,
+        }
+        for key in ("idle_timeout", "gpu", "region", "cloud", "image_name", "image_id"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key if key != "idle_timeout" else "idle_timeout_seconds"] = value
+        if self.secret_names:
+            out["secret_names"] = list(self.secret_names)
+        if self.volumes:
+            out["volumes"] = dict(self.volumes)
+        return out
+
+
+def _pair(value: Any, default: tuple[float, float], field_name: str) -> tuple[float, float]:
+    """A `request` or a `[request, limit]`; a lone request keeps the default ratio's limit."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InvalidArgumentError("invalid_argument", f"{field_name} must be a number", field_name)
+    if isinstance(value, int | float):
+        request = float(value)
+        limit = max(request, default[1])
+    elif isinstance(value, list | tuple) and len(value) == 2:
+        request, limit = (float(v) for v in value)
+    else:
+        raise InvalidArgumentError(
+            "invalid_argument", f"{field_name} must be a number or [request, limit]", field_name
+        )
+    if not 0 < request <= limit:
+        raise InvalidArgumentError(
+            "invalid_argument", f"{field_name}: need 0 < request <= limit", field_name
+        )
+    return request, limit
+
+
+def _seconds(value: Any, field_name: str, default: int | None, maximum: int) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidArgumentError(
+            "invalid_argument",
+            f"{field_name} must be whole seconds from 1 to {maximum}",
+            field_name,
+        )
+    return value
+
+
+def _strings(value: Any, field_name: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise InvalidArgumentError(
+            "invalid_argument", f"{field_name} must be a list of strings", field_name
+        )
+    return list(value)
+
+
+def _text(value: Any, field_name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 128 or not value.isprintable():
+        raise InvalidArgumentError(
+            "invalid_argument", f"{field_name} must be a short name", field_name
+        )
+    return value
+
+
+def sandbox_options(resources: Mapping[str, Any], settings: ModalSettings) -> SandboxOptions:
+    """Check a workspace's requested resources and turn them into sandbox options.
+
+    Secrets and volumes must be on their allowlists (deny by default): a name that is not is
+    refused here, before the driver makes any call to Modal.
+    """
+    r = dict(resources)
+    options = SandboxOptions(
+        cpu=_pair(r.get("cpu"), DEFAULT_CPU, "cpu"),
+        timeout=_seconds(
+            r.get("timeout_seconds"),
+            "timeout_seconds",
+            DEFAULT_TIMEOUT_SECONDS,
+            MAX_TIMEOUT_SECONDS,
+        )
+        or DEFAULT_TIMEOUT_SECONDS,
+        idle_timeout=_seconds(
+            r.get("idle_timeout_seconds"), "idle_timeout_seconds", None, MAX_TIMEOUT_SECONDS
+        ),
+        gpu=_text(r.get("gpu"), "gpu"),
+        cloud=_text(r.get("cloud"), "cloud"),
+        outbound_cidr_allowlist=_strings(
+            r.get("outbound_cidr_allowlist"), "outbound_cidr_allowlist"
+        ),
+        outbound_domain_allowlist=_strings(
+            r.get("outbound_domain_allowlist"), "outbound_domain_allowlist"
+        ),
+        inbound_cidr_allowlist=_strings(r.get("inbound_cidr_allowlist"), "inbound_cidr_allowlist"),
+        image_name=_text(r.get("image_name") or settings.default_image_name, "image_name"),
+        image_id=_text(r.get("image_id"), "image_id"),
+    )
+    memory = _pair(r.get("memory_mb"), DEFAULT_MEMORY_MIB, "memory_mb")
+    options.memory = (int(memory[0]), int(memory[1]))
+    region = r.get("region")
+    options.region = (
+        _strings(region, "region") if isinstance(region, list) else _text(region, "region")
+    )
+    if options.image_id is not None and not options.image_id.startswith("im-"):
+        raise InvalidArgumentError("invalid_argument", "image_id must start with 'im-'", "image_id")
+    for i, name in enumerate(_strings(r.get("secret_names"), "secret_names") or []):
+        options.secret_names.append(
+            _allowed(name, settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS", i, "secret")
+        )
+    volumes = r.get("volumes") or {}
+    if not isinstance(volumes, Mapping):
+        raise InvalidArgumentError("invalid_argument", "volumes must map paths to names", "volumes")
+    for i, (mount, name) in enumerate(volumes.items()):
+        checked = _allowed(
+            str(name), settings.allowed_volumes, "MODAL_WORKSPACE_ALLOWED_VOLUMES", i, "volume"
+        )
+        try:
+            path = workspace_path("/", str(mount))
+        except PolicyError as exc:
+            raise InvalidArgumentError("invalid_argument", f"volumes: {exc}", "volumes") from None
+        if path in ("/", WORKSPACE_ROOT):
+            raise InvalidArgumentError(
+                "invalid_argument", f"volumes: cannot mount a volume over {path}", "volumes"
+            )
+        options.volumes[path] = checked
+    return options
+
+
+def _allowed(name: str, allowlist: tuple[str, ...], setting: str, index: int, kind: str) -> str:
+    field_name = f"{kind}_names[{index}]" if kind == "secret" else f"volumes[{index}]"
+    try:
+        return allowed(name, allowlist, setting)
+    except PolicyError as exc:
+        raise PermissionDeniedError("permission", f"{field_name}: {exc}", field_name) from None
+
+
+def check_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment names follow the env policy; values travel in the create request, not argv."""
+    checked: dict[str, str] = {}
+    for key, value in env.items():
+        try:
+            checked[env_name(key)] = str(value)
+        except PolicyError as exc:
+            raise InvalidArgumentError(
+                "invalid_argument", f"env: {exc}", f"env.{key[:32]}"
+            ) from None
+    return checked

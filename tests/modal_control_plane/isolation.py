@@ -1,0 +1,58 @@
+"""Real container paths for sandbox processes, with bubblewrap when it works here.
+
+Each process of a sandbox runs in its own mount namespace that shows the host's directories
+read-only, a private `/tmp` and `/run`, and the sandbox's own directories read-write at their
+container paths (`/workspace`, `/run/mwc`, …), so paths that travel inside data (the agent's
+protocol, shell scripts) mean the same as on Modal. All processes of a sandbox see the same
+directories, so the agent's unix socket is reachable from every exec.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# Where a sandbox's processes find their home: a private directory, like a container's.
+HOME = "/run/home"
+# Top-level host directories not shown inside (replaced by private ones, or by the kernel's).
+_PRIVATE = {"proc", "dev", "sys", "tmp", "run"}
+
+
+def bwrap_argv(bwrap: str, binds: Mapping[str, Path], cwd: str, argv: Sequence[str]) -> list[str]:
+    """`argv` run by bwrap with `binds` (container path -> host directory) read-write."""
+    out = [bwrap, "--die-with-parent"]
+    tops = {p.strip("/").split("/")[0] for p in binds}
+    for name in sorted(os.listdir("/")):
+        path = f"/{name}"
+        if name in _PRIVATE or name in tops:
+            continue
+        if os.path.islink(path):
+            out += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            out += ["--ro-bind", path, path]
+    out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for container, host in sorted(binds.items()):
+        out += ["--bind", str(host), container]
+    out += ["--chdir", cwd, "--", *argv]
+    return out
+
+
+@functools.cache
+def usable_bwrap() -> str | None:
+    """The bwrap binary, if it can build the namespace above on this machine; None otherwise."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="mcp-probe-") as tmp:
+        binds = {"/workspace": Path(tmp), "/run/mwc": Path(tmp)}
+        argv = bwrap_argv(bwrap, binds, "/workspace", ["/bin/sh", "-c", "test -d /run/mwc"])
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    return bwrap if done.returncode == 0 else None

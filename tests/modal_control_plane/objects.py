@@ -1,0 +1,138 @@
+"""The objects a sandbox is made from, as the test control plane keeps them: the environment,
+images (built at once, content-addressed, publishable by name), uploaded files and mounts,
+secrets and volumes. A mixin of the `ModalClient` servicer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from grpclib import GRPCError, Status
+from modal_proto import api_pb2
+
+from .sandboxes import v1_id
+from .state import ImageRecord, State
+
+# Image builder version reported for every environment: one this SDK supports.
+IMAGE_BUILDER_VERSION = "2025.06"
+_CREATE_IF_MISSING = api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING
+_EPHEMERAL = api_pb2.OBJECT_CREATION_TYPE_EPHEMERAL
+
+
+async def request_of(state: State, stream: Any, *, auth_token: bool = False) -> Any:
+    """The call's request, once its credentials (and, for V2 calls, its auth token) check out."""
+    request = await stream.recv_message()
+    state.check_credentials(stream.metadata)
+    if auth_token:
+        state.check_auth_token(stream.metadata)
+    return request
+
+
+class ObjectsServicer:
+    state: State
+
+    async def EnvironmentGetOrCreate(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        name = request.deployment_name or "main"
+        await stream.send_message(
+            api_pb2.EnvironmentGetOrCreateResponse(
+                environment_id="en-" + name,
+                metadata=api_pb2.EnvironmentMetadata(
+                    name=name,
+                    settings=api_pb2.EnvironmentSettings(
+                        image_builder_version=IMAGE_BUILDER_VERSION, webhook_suffix="test"
+                    ),
+                ),
+            )
+        )
+
+    # -- images, mounts, secrets, volumes ----------------------------------------------
+
+    async def ImageGetOrCreate(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        image_id = self.state.image_id_for(request.image.SerializeToString(deterministic=True))
+        self.state.images.setdefault(
+            image_id,
+            ImageRecord(image_id, dockerfile_commands=list(request.image.dockerfile_commands)),
+        )
+        await stream.send_message(
+            api_pb2.ImageGetOrCreateResponse(
+                image_id=image_id,
+                result=api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_SUCCESS),
+                metadata=api_pb2.ImageMetadata(image_builder_version=IMAGE_BUILDER_VERSION),
+            )
+        )
+
+    async def ImageFromId(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        if self.state.image(request.image_id) is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image {request.image_id} not found")
+        await stream.send_message(api_pb2.ImageFromIdResponse(image_id=request.image_id))
+
+    async def ImageGetByTag(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        # Names arrive as `[environment/]name[:tag]`; environments are not modelled here.
+        tag = request.tag.rsplit("/", 1)[-1]
+        image_id = self.state.image_tags.get(tag if ":" in tag else f"{tag}:latest")
+        if image_id is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image '{request.tag}' not found")
+        await stream.send_message(api_pb2.ImageGetByTagResponse(image_id=image_id))
+
+    async def ImagePublish(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        if self.state.image(request.image_id) is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image {request.image_id} not found")
+        tag = request.tag.rsplit("/", 1)[-1]
+        self.state.image_tags[tag if ":" in tag else f"{tag}:latest"] = request.image_id
+        await stream.send_message(api_pb2.ImagePublishResponse(image_id=request.image_id))
+
+    async def MountBatchedCheckExistence(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        missing = [h for h in request.sha256_hex_hashes if h not in self.state.files]
+        await stream.send_message(
+            api_pb2.MountBatchedCheckExistenceResponse(missing_sha256_hex_hashes=missing)
+        )
+
+    async def MountPutFile(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        if request.data_blob_id:
+            raise GRPCError(Status.UNIMPLEMENTED, "blob uploads (files of 4 MiB and more)")
+        if hashlib.sha256(request.data).hexdigest() != request.sha256_hex:
+            raise GRPCError(Status.INVALID_ARGUMENT, "data does not match sha256_hex")
+        self.state.files[request.sha256_hex] = request.data
+        await stream.send_message(api_pb2.MountPutFileResponse(exists=True))
+
+    async def MountGetOrCreate(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        missing = [f.filename for f in request.files if f.sha256_hex not in self.state.files]
+        if missing:
+            raise GRPCError(Status.FAILED_PRECONDITION, f"files were never uploaded: {missing}")
+        mount_id = "mo-" + secrets.token_hex(11)
+        self.state.mounts[mount_id] = {f.filename: f.sha256_hex for f in request.files}
+        await stream.send_message(api_pb2.MountGetOrCreateResponse(mount_id=mount_id))
+
+    async def SecretGetOrCreate(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        if request.object_creation_type == _EPHEMERAL or not request.deployment_name:
+            secret_id = self.state.new_secret(dict(request.env_dict))
+        else:
+            env = self.state.secrets.get(request.deployment_name)
+            if env is None:
+                raise GRPCError(Status.NOT_FOUND, f"Secret '{request.deployment_name}' not found")
+            secret_id = self.state.new_secret(env)
+        await stream.send_message(api_pb2.SecretGetOrCreateResponse(secret_id=secret_id))
+
+    async def VolumeGetOrCreate(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        name = request.deployment_name
+        if name not in self.state.volumes:
+            if request.object_creation_type != _CREATE_IF_MISSING:
+                raise GRPCError(Status.NOT_FOUND, f"Volume '{name}' not found")
+            self.state.volumes[name] = v1_id("vo")
+        await stream.send_message(
+            api_pb2.VolumeGetOrCreateResponse(
+                volume_id=self.state.volumes[name], version=api_pb2.VOLUME_FS_VERSION_V2
+            )
+        )
