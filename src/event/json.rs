@@ -32,63 +32,112 @@ pub fn escaped_cost(byte: u8) -> usize {
 
 /// Appends `text` escaped for the inside of a JSON string (no surrounding quotes).
 pub fn escape_into(out: &mut String, text: &str) {
+    escape_prefix_into(out, text, usize::MAX, usize::MAX);
+}
+
+/// Escapes into `out` the longest prefix of `text` that is at most `max_raw` bytes long, takes
+/// at most `max_escaped` bytes once escaped, and ends on a character boundary; returns its
+/// length. Runs of bytes that need no escaping (almost all output) are found eight bytes at a
+/// time and copied whole. Both bounds must allow one character (≥ 4 and ≥ 6), so that a
+/// non-empty `text` always makes progress.
+pub fn escape_prefix_into(
+    out: &mut String,
+    text: &str,
+    max_raw: usize,
+    max_escaped: usize,
+) -> usize {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
-    let mut copied = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
-        let escape = match ESCAPE.get(usize::from(byte)) {
-            None | Some(0) => continue,
-            Some(&e) => e,
-        };
-        // `i` is at an ASCII byte, hence at a character boundary.
-        out.push_str(&text[copied..i]);
-        out.push('\\');
-        if escape == b'u' {
-            out.push_str("u00");
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0xF)]));
-        } else {
-            out.push(char::from(escape));
+    let limit = bytes.len().min(max_raw);
+    let mut room = max_escaped;
+    // `copied..at` is plain text scanned but not yet written.
+    let (mut copied, mut at) = (0, 0);
+    let end = loop {
+        let plain = find_escape(&bytes[at..limit]);
+        if plain > room {
+            break at + room;
         }
-        copied = i + 1;
+        room -= plain;
+        at += plain;
+        if at == limit {
+            break at;
+        }
+        let byte = bytes[at];
+        let cost = escaped_cost(byte);
+        if cost > room {
+            break at;
+        }
+        // `at` is at an ASCII byte, hence at a character boundary.
+        out.push_str(&text[copied..at]);
+        out.push('\\');
+        match ESCAPE.get(usize::from(byte)) {
+            Some(b'u') => {
+                out.push_str("u00");
+                out.push(char::from(HEX[usize::from(byte >> 4)]));
+                out.push(char::from(HEX[usize::from(byte & 0xF)]));
+            }
+            Some(&e) => out.push(char::from(e)),
+            None => {}
+        }
+        room -= cost;
+        at += 1;
+        copied = at;
+    };
+    // A bound may fall inside a character of a plain run: end before that character instead.
+    let mut end = end;
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
-    out.push_str(&text[copied..]);
+    if end == 0 && !text.is_empty() {
+        // Unreachable with the documented bounds; take one character to stay finite.
+        let first = text.chars().next().map_or(1, char::len_utf8);
+        return escape_prefix_into(out, &text[..first], usize::MAX, usize::MAX);
+    }
+    out.push_str(&text[copied..end]);
+    end
+}
+
+/// How many leading bytes of `bytes` need no escaping (`bytes.len()` when none does).
+///
+/// Eight bytes are tested at once as a `u64`: `(w - 0x01..01 * n) & !w & 0x80..80` sets the top
+/// bit of each byte below `n` (and `n` ≤ 0x80), and XOR with a repeated byte turns equality into
+/// a zero byte. Borrows can only set bits above a byte that really matched, so the lowest set
+/// bit always marks the first byte that needs escaping.
+pub fn find_escape(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    let below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w;
+    let mut words = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        let hits = (below(w, 0x20) | below(quote, 1) | below(backslash, 1)) & TOPS;
+        if hits != 0 {
+            return offset + (hits.trailing_zeros() / 8) as usize;
+        }
+        offset += 8;
+    }
+    let tail = words.remainder();
+    offset
+        + tail
+            .iter()
+            .position(|&b| escaped_cost(b) != 1)
+            .unwrap_or(tail.len())
 }
 
 /// Splits `text` at character boundaries into pieces of at most `max_raw` bytes whose escaped
 /// form is at most `max_escaped` bytes. Both bounds must allow one character (≥ 4 and ≥ 6).
 pub fn split_text(text: &str, max_raw: usize, max_escaped: usize) -> Vec<&str> {
-    debug_assert!(max_raw >= 4 && max_escaped >= 6);
-    if text.is_empty() {
-        return Vec::new();
-    }
-    // Fast path: short enough that even all-control-character text would fit.
-    if text.len() <= max_raw && text.len().saturating_mul(6) <= max_escaped {
-        return vec![text];
-    }
-    let bytes = text.as_bytes();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    while start < bytes.len() {
-        let mut end = start;
-        let mut escaped = 0;
-        while end < bytes.len() && end - start < max_raw {
-            let cost = escaped_cost(bytes[end]);
-            if escaped + cost > max_escaped {
-                break;
-            }
-            escaped += cost;
-            end += 1;
-        }
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        if end == start {
-            // Unreachable with the documented bounds; take one character to stay finite.
-            end = start + text[start..].chars().next().map_or(1, char::len_utf8);
-        }
-        pieces.push(&text[start..end]);
-        start = end;
+    let (mut rest, mut pieces, mut scratch) = (text, Vec::new(), String::new());
+    while !rest.is_empty() {
+        scratch.clear();
+        let taken = escape_prefix_into(&mut scratch, rest, max_raw, max_escaped);
+        pieces.push(&rest[..taken]);
+        rest = &rest[taken..];
     }
     pieces
 }
@@ -100,6 +149,38 @@ mod tests {
     fn escaped(text: &str) -> String {
         let mut out = String::new();
         escape_into(&mut out, text);
+        out
+    }
+
+    /// The prefix length a byte-by-byte greedy cut takes: the specification of
+    /// [`escape_prefix_into`], written the slow and obvious way.
+    fn greedy_prefix(text: &str, max_raw: usize, max_escaped: usize) -> usize {
+        let bytes = text.as_bytes();
+        let (mut end, mut escaped) = (0, 0);
+        while end < bytes.len()
+            && end < max_raw
+            && escaped + escaped_cost(bytes[end]) <= max_escaped
+        {
+            escaped += escaped_cost(bytes[end]);
+            end += 1;
+        }
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        end
+    }
+
+    /// Cuts `text` into pieces with [`escape_prefix_into`], checking each piece's escaping.
+    fn pieces(text: &str, max_raw: usize, max_escaped: usize) -> Vec<&str> {
+        let (mut rest, mut out) = (text, Vec::new());
+        while !rest.is_empty() {
+            let mut escaped_piece = String::new();
+            let taken = escape_prefix_into(&mut escaped_piece, rest, max_raw, max_escaped);
+            assert_eq!(taken, greedy_prefix(rest, max_raw, max_escaped));
+            assert_eq!(escaped_piece, escaped(&rest[..taken]));
+            out.push(&rest[..taken]);
+            rest = &rest[taken..];
+        }
         out
     }
 
@@ -123,9 +204,32 @@ mod tests {
     }
 
     #[test]
+    fn the_word_scan_finds_every_byte_that_needs_escaping_at_every_offset() {
+        let specials = (0u8..0x20).chain([b'"', b'\\']);
+        for special in specials {
+            for at in 0..40 {
+                // Plain bytes around it include UTF-8 lead and continuation bytes (≥ 0x80).
+                let mut bytes = b"abc\xC3\xA9xyz\xE2\x82\xAC0123456789~!@#$%^&*()".repeat(2);
+                bytes.truncate(40);
+                assert_eq!(find_escape(&bytes), bytes.len());
+                bytes[at] = special;
+                assert_eq!(find_escape(&bytes), at, "byte {special:#x} at {at}");
+                if at + 1 < bytes.len() {
+                    bytes[at + 1] = b'"';
+                    assert_eq!(
+                        find_escape(&bytes),
+                        at,
+                        "a second hit does not hide the first"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn control_characters_are_split_by_their_escaped_size() {
         let text = "\u{1}".repeat(10_000);
-        let pieces = split_text(&text, 16_384, 6_000);
+        let pieces = pieces(&text, 16_384, 6_000);
         assert_eq!(pieces.concat(), text);
         assert!(pieces.iter().all(|p| escaped(p).len() <= 6_000));
         assert_eq!(pieces[0].len(), 1_000);
@@ -134,25 +238,42 @@ mod tests {
     #[test]
     fn splits_never_cut_a_character() {
         let text = "€".repeat(10_000);
-        let pieces = split_text(&text, 1_000, 100_000);
+        let pieces = pieces(&text, 1_000, 100_000);
         assert_eq!(pieces.concat(), text);
         assert!(pieces.iter().all(|p| p.len() <= 1_000 && p.len() % 3 == 0));
+    }
+
+    #[test]
+    fn unbounded_escaping_takes_everything() {
+        let mut out = String::new();
+        let text = "plain \"quoted\" \u{1}€ and more plain text";
+        assert_eq!(
+            escape_prefix_into(&mut out, text, usize::MAX, usize::MAX),
+            text.len()
+        );
+        assert_eq!(format!("\"{out}\""), serde_json::to_string(text).unwrap());
     }
 
     proptest::proptest! {
         #[test]
         fn pieces_rebuild_the_text_within_both_bounds(
-            text in "\\PC*|[\\x00-\\x1f\"\\\\a€𝄞]*",
+            text in "\\PC*|[\\x00-\\x1f\"\\\\a€𝄞]*|[a-z\"\\\\\\x01é]{0,80}",
             max_raw in 4usize..64,
             max_escaped in 6usize..64,
         ) {
-            let pieces = split_text(&text, max_raw, max_escaped);
+            let pieces = pieces(&text, max_raw, max_escaped);
             proptest::prop_assert_eq!(pieces.concat(), text.clone());
             for piece in pieces {
                 proptest::prop_assert!(!piece.is_empty());
                 proptest::prop_assert!(piece.len() <= max_raw);
                 proptest::prop_assert!(escaped(piece).len() <= max_escaped);
             }
+        }
+
+        #[test]
+        fn escaping_matches_serde_json_for_any_text(text in "\\PC*|[\\x00-\\x7f]*") {
+            let ours = format!("\"{}\"", escaped(&text));
+            proptest::prop_assert_eq!(ours, serde_json::to_string(&text).unwrap());
         }
     }
 }
