@@ -129,19 +129,6 @@ pub fn find_escape(bytes: &[u8]) -> usize {
             .unwrap_or(tail.len())
 }
 
-/// Splits `text` at character boundaries into pieces of at most `max_raw` bytes whose escaped
-/// form is at most `max_escaped` bytes. Both bounds must allow one character (≥ 4 and ≥ 6).
-pub fn split_text(text: &str, max_raw: usize, max_escaped: usize) -> Vec<&str> {
-    let (mut rest, mut pieces, mut scratch) = (text, Vec::new(), String::new());
-    while !rest.is_empty() {
-        scratch.clear();
-        let taken = escape_prefix_into(&mut scratch, rest, max_raw, max_escaped);
-        pieces.push(&rest[..taken]);
-        rest = &rest[taken..];
-    }
-    pieces
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

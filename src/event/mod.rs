@@ -9,6 +9,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::policy::PolicyError;
+pub use timestamp::Timestamp;
 pub use utf8::{Segment, StreamDecoder};
 
 /// Raw data carried by one event; a larger append becomes consecutive events.
@@ -189,28 +190,55 @@ fn data_budget(kind: EventType, fields: &Fields) -> usize {
     MAX_EVENT_JSON - framing
 }
 
-/// Turns the data of one append into payloads, each within the bounds of one event: text is
-/// split at character boundaries by raw and escaped size, bytes by their base64 size.
-pub fn payloads<'a>(segments: &'a [Segment], kind: EventType, fields: &Fields) -> Vec<Payload<'a>> {
-    let budget = data_budget(kind, fields);
-    let bytes_per_event = MAX_EVENT_DATA.min(budget / 4 * 3);
-    let mut out = Vec::new();
-    for segment in segments {
-        match segment {
-            Segment::Text(text) => out.extend(
-                json::split_text(text, MAX_EVENT_DATA, budget)
-                    .into_iter()
-                    .map(Payload::Text),
-            ),
-            Segment::Bytes(bytes) => {
-                out.extend(bytes.chunks(bytes_per_event).map(Payload::Bytes));
-            }
-        }
-    }
-    out
+/// Encodes the events of a stream into one buffer that lives as long as the stream's writer,
+/// then copies each event into an allocation of its exact size: one allocation per event, and
+/// no intermediate strings or growth on the append path.
+#[derive(Debug, Default)]
+pub struct Encoder {
+    buf: String,
 }
 
-/// Encodes one event: `{"seq":…,"timestamp":…,"type":…[,"data"|"data_b64":…][,fields…]}`.
+impl Encoder {
+    /// Encodes as much of `payload` as one event may carry (see [`MAX_EVENT_DATA`] and
+    /// [`MAX_EVENT_JSON`]): text is cut at a character boundary by its raw and escaped size,
+    /// bytes by their base64 size. Returns the event and how many bytes of the payload's text or
+    /// bytes it holds; call again with the rest until all is taken.
+    pub fn next(
+        &mut self,
+        seq: u64,
+        timestamp: &str,
+        kind: EventType,
+        payload: Payload<'_>,
+        fields: &Fields,
+    ) -> (Event, usize) {
+        let budget = data_budget(kind, fields);
+        let bytes_per_event = MAX_EVENT_DATA.min(budget / 4 * 3);
+        self.buf.clear();
+        let (text_start, taken) = write_event(
+            &mut self.buf,
+            seq,
+            timestamp,
+            kind,
+            payload,
+            fields,
+            (MAX_EVENT_DATA, budget, bytes_per_event),
+        );
+        let event = Event {
+            seq,
+            kind,
+            json: Box::from(self.buf.as_str()),
+            text_start,
+        };
+        // A buffer grown by one oversized event is not kept for the life of the stream.
+        if self.buf.capacity() > 2 * MAX_EVENT_JSON {
+            self.buf = String::new();
+        }
+        (event, taken)
+    }
+}
+
+/// Encodes one event with all of its data: `{"seq":…,"timestamp":…,"type":…[,"data"|"data_b64":…]
+/// [,fields…]}`. The ring goes through [`Encoder::next`], which also bounds the event's size.
 pub fn encode(
     seq: u64,
     timestamp: &str,
@@ -218,14 +246,37 @@ pub fn encode(
     payload: Payload<'_>,
     fields: &Fields,
 ) -> Event {
-    let capacity = 64
-        + fields.0.len()
-        + match payload {
-            Payload::None => 0,
-            Payload::Text(t) => t.len() + t.len() / 8,
-            Payload::Bytes(b) => b.len() / 3 * 4 + 4,
-        };
-    let mut out = String::with_capacity(capacity);
+    let mut out = String::new();
+    let unbounded = (usize::MAX, usize::MAX, usize::MAX);
+    let (text_start, _) = write_event(&mut out, seq, timestamp, kind, payload, fields, unbounded);
+    Event {
+        seq,
+        kind,
+        json: out.into_boxed_str(),
+        text_start,
+    }
+}
+
+/// Writes one event's JSON into `out`, taking at most `max_raw` bytes of text escaped to at most
+/// `max_escaped`, or at most `max_bytes` of bytes. Returns where the escaped text of a
+/// coalescable event starts (0 if it is not one) and how much of the payload was taken.
+fn write_event(
+    out: &mut String,
+    seq: u64,
+    timestamp: &str,
+    kind: EventType,
+    payload: Payload<'_>,
+    fields: &Fields,
+    (max_raw, max_escaped, max_bytes): (usize, usize, usize),
+) -> (u32, usize) {
+    out.reserve(
+        64 + fields.0.len()
+            + match payload {
+                Payload::None => 0,
+                Payload::Text(t) => t.len().min(max_escaped) + 8,
+                Payload::Bytes(b) => b.len().min(max_bytes) / 3 * 4 + 4,
+            },
+    );
     out.push_str("{\"seq\":");
     out.push_str(itoa(seq).as_str());
     out.push_str(",\"timestamp\":\"");
@@ -233,7 +284,7 @@ pub fn encode(
     out.push_str("\",\"type\":\"");
     out.push_str(kind.as_str());
     out.push('"');
-    let mut text_start = 0;
+    let (mut text_start, mut taken) = (0, 0);
     match payload {
         Payload::None => {}
         Payload::Text(text) => {
@@ -241,12 +292,13 @@ pub fn encode(
             if kind.is_output() && fields.is_empty() {
                 text_start = u32::try_from(out.len()).unwrap_or(0);
             }
-            json::escape_into(&mut out, text);
+            taken = json::escape_prefix_into(out, text, max_raw, max_escaped);
             out.push('"');
         }
         Payload::Bytes(bytes) => {
+            taken = bytes.len().min(max_bytes);
             out.push_str(",\"data_b64\":\"");
-            base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut out);
+            base64::engine::general_purpose::STANDARD.encode_string(&bytes[..taken], out);
             out.push('"');
         }
     }
@@ -255,12 +307,7 @@ pub fn encode(
         out.push_str(&fields.0);
     }
     out.push('}');
-    Event {
-        seq,
-        kind,
-        json: out.into_boxed_str(),
-        text_start,
-    }
+    (text_start, taken)
 }
 
 /// Number of decimal digits of `n`.

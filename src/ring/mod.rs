@@ -16,7 +16,9 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use crate::event::{self, Event, EventType, Fields, Payload, StreamDecoder};
+use crate::event::{
+    self, Encoder, Event, EventType, Fields, Payload, Segment, StreamDecoder, Timestamp,
+};
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use page::{Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
@@ -46,7 +48,9 @@ struct Writer {
     closed: bool,
     /// The last timestamp formatted, by its millisecond: appends within one millisecond share
     /// it instead of formatting it again.
-    clock: (u64, String),
+    clock: (u64, Timestamp),
+    /// The buffer events are encoded in, reused under this lock from append to append.
+    encoder: Encoder,
 }
 
 #[derive(Debug, Default)]
@@ -94,7 +98,8 @@ impl EventRing {
                 stdout: StreamDecoder::default(),
                 stderr: StreamDecoder::default(),
                 closed: false,
-                clock: (u64::MAX, String::new()),
+                clock: (u64::MAX, Timestamp::from_millis(0)),
+                encoder: Encoder::default(),
             }),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
@@ -246,12 +251,12 @@ impl EventRing {
 }
 
 impl Writer {
-    fn timestamp(&mut self) -> String {
+    fn timestamp(&mut self) -> Timestamp {
         let now = event::timestamp::now_millis();
         if self.clock.0 != now {
-            self.clock = (now, event::timestamp::format_millis(now));
+            self.clock = (now, Timestamp::from_millis(now));
         }
-        self.clock.1.clone()
+        self.clock.1
     }
 
     fn check_open(&self) -> Result<(), PolicyError> {
@@ -270,57 +275,86 @@ impl Writer {
         kind: EventType,
         data: Option<&[u8]>,
         fields: &Fields,
-        timestamp: &str,
+        timestamp: &Timestamp,
         batch: &mut Vec<Event>,
     ) {
-        let mut segments = Vec::new();
         match (kind, data) {
-            (EventType::Stdout, Some(data)) => self.stdout.decode(data, &mut segments),
-            (EventType::Stderr, Some(data)) => self.stderr.decode(data, &mut segments),
+            (EventType::Stdout | EventType::Stderr, Some(data)) => {
+                // Taken out for the call, so the callback may encode through `self`.
+                let mut decoder = std::mem::take(self.decoder(kind));
+                decoder.decode(data, &mut |segment| {
+                    self.push_segment(batch, timestamp, kind, segment, fields)
+                });
+                *self.decoder(kind) = decoder;
+            }
             (EventType::Exit, _) => self.flush_outputs(timestamp, batch),
             _ => {}
         }
         if !kind.is_output() {
             match data {
-                Some([]) => return self.push(batch, timestamp, kind, Payload::Text(""), fields),
-                Some(data) => event::utf8::decode_whole(data, &mut segments),
-                None => return self.push(batch, timestamp, kind, Payload::None, fields),
+                Some([]) => self.push(batch, timestamp, kind, Payload::Text(""), fields),
+                Some(data) => event::utf8::decode_whole(data, &mut |segment| {
+                    self.push_segment(batch, timestamp, kind, segment, fields)
+                }),
+                None => self.push(batch, timestamp, kind, Payload::None, fields),
             }
-        }
-        for payload in event::payloads(&segments, kind, fields) {
-            self.push(batch, timestamp, kind, payload, fields);
         }
     }
 
     /// Emits what the output decoders hold back: it can no longer be completed.
-    fn flush_outputs(&mut self, timestamp: &str, batch: &mut Vec<Event>) {
+    fn flush_outputs(&mut self, timestamp: &Timestamp, batch: &mut Vec<Event>) {
         for kind in [EventType::Stdout, EventType::Stderr] {
-            let mut segments = Vec::new();
-            match kind {
-                EventType::Stdout => self.stdout.flush(&mut segments),
-                _ => self.stderr.flush(&mut segments),
-            }
-            for payload in event::payloads(&segments, kind, &Fields::default()) {
-                self.push(batch, timestamp, kind, payload, &Fields::default());
-            }
+            let mut decoder = std::mem::take(self.decoder(kind));
+            decoder.flush(&mut |segment| {
+                self.push_segment(batch, timestamp, kind, segment, &Fields::default())
+            });
+            *self.decoder(kind) = decoder;
         }
     }
 
+    fn decoder(&mut self, kind: EventType) -> &mut StreamDecoder {
+        match kind {
+            EventType::Stderr => &mut self.stderr,
+            _ => &mut self.stdout,
+        }
+    }
+
+    fn push_segment(
+        &mut self,
+        batch: &mut Vec<Event>,
+        timestamp: &Timestamp,
+        kind: EventType,
+        segment: Segment<'_>,
+        fields: &Fields,
+    ) {
+        let payload = match segment {
+            Segment::Text(text) => Payload::Text(text),
+            Segment::Bytes(bytes) => Payload::Bytes(bytes),
+        };
+        self.push(batch, timestamp, kind, payload, fields);
+    }
+
+    /// Encodes `payload` as one event, or as consecutive events when it is larger than one
+    /// event may carry.
     fn push(
         &mut self,
         batch: &mut Vec<Event>,
-        timestamp: &str,
+        timestamp: &Timestamp,
         kind: EventType,
-        payload: Payload<'_>,
+        mut payload: Payload<'_>,
         fields: &Fields,
     ) {
-        batch.push(event::encode(
-            self.next_seq,
-            timestamp,
-            kind,
-            payload,
-            fields,
-        ));
-        self.next_seq += 1;
+        loop {
+            let (event, taken) =
+                self.encoder
+                    .next(self.next_seq, timestamp.as_str(), kind, payload, fields);
+            batch.push(event);
+            self.next_seq += 1;
+            payload = match payload {
+                Payload::Text(text) if taken < text.len() => Payload::Text(&text[taken..]),
+                Payload::Bytes(bytes) if taken < bytes.len() => Payload::Bytes(&bytes[taken..]),
+                _ => return,
+            };
+        }
     }
 }
