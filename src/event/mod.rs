@@ -278,7 +278,7 @@ fn write_event(
             },
     );
     out.push_str("{\"seq\":");
-    out.push_str(itoa(seq).as_str());
+    push_decimal(out, seq);
     out.push_str(",\"timestamp\":\"");
     out.push_str(timestamp);
     out.push_str("\",\"type\":\"");
@@ -315,32 +315,10 @@ pub fn decimal_len(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
-/// Formats an integer without going through `fmt` machinery on the hot path.
-fn itoa(mut n: u64) -> ItoaBuf {
-    let mut buf = ItoaBuf {
-        bytes: [0; 20],
-        start: 20,
-    };
-    loop {
-        buf.start -= 1;
-        buf.bytes[buf.start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return buf;
-        }
-    }
-}
-
-struct ItoaBuf {
-    bytes: [u8; 20],
-    start: usize,
-}
-
-impl ItoaBuf {
-    fn as_str(&self) -> &str {
-        // Only ASCII digits were written, so this never fails.
-        std::str::from_utf8(&self.bytes[self.start..]).unwrap_or("0")
-    }
+/// Appends the decimal digits of `n`: `itoa` formats without `fmt` machinery or a UTF-8
+/// check, which matters when it runs once per event.
+pub fn push_decimal(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 #[cfg(test)]

@@ -201,7 +201,11 @@ fn decimal_len_counts_digits() {
     assert_eq!(decimal_len(9), 1);
     assert_eq!(decimal_len(10), 2);
     assert_eq!(decimal_len(u64::MAX), 20);
-    assert_eq!(itoa(u64::MAX).as_str(), u64::MAX.to_string());
+    for n in [0, 7, 10, 99, 12_345, u64::MAX] {
+        let mut out = String::from("x");
+        push_decimal(&mut out, n);
+        assert_eq!(out, format!("x{n}"));
+    }
 }
 
 proptest::proptest! {

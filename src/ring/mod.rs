@@ -61,6 +61,9 @@ struct State {
     last_seq: u64,
     closed: bool,
     ledger: Ledger,
+    /// The emptied vector of the last batch published: the next append collects into it, so a
+    /// one-event append allocates nothing but the event.
+    spare: Vec<Event>,
 }
 
 impl State {
@@ -137,7 +140,7 @@ impl EventRing {
         let mut writer = self.writer.lock();
         writer.check_open()?;
         let timestamp = writer.timestamp();
-        let mut batch = Vec::new();
+        let mut batch = self.spare_batch();
         writer.collect(kind, data, &fields, &timestamp, &mut batch);
         self.publish(batch, false);
         Ok(writer.next_seq - 1)
@@ -222,17 +225,26 @@ impl EventRing {
         }
     }
 
+    /// An empty vector to collect a batch in, with the capacity the last batch left.
+    fn spare_batch(&self) -> Vec<Event> {
+        std::mem::take(&mut self.state.lock().spare)
+    }
+
     /// Makes a batch of encoded events visible, evicts the oldest over budget, wakes waiters.
     /// Called with the writer lock held, so batches land in seq order.
-    fn publish(&self, batch: Vec<Event>, close: bool) {
+    fn publish(&self, mut batch: Vec<Event>, close: bool) {
         if batch.is_empty() && !close {
             return;
         }
         let mut state = self.state.lock();
-        for event in batch {
+        for event in batch.drain(..) {
             state.bytes += event.encoded_len();
             state.last_seq = event.seq();
             state.events.push_back(Arc::new(event));
+        }
+        // Small batches come back for the next append; a huge one is not kept for ever.
+        if batch.capacity() <= 64 {
+            state.spare = batch;
         }
         let max_events = self.max_events.unwrap_or(usize::MAX);
         while state.events.len() > 1

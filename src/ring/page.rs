@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::EventRing;
-use crate::event::{decimal_len, timestamp::TIMESTAMP_LEN, Event, EventType};
+use crate::event::{decimal_len, push_decimal, timestamp::TIMESTAMP_LEN, Event, EventType};
 use crate::policy::PolicyError;
 
 /// The smallest page budget: smaller `max_bytes` are raised to it, so that the largest event
@@ -60,9 +60,9 @@ impl PageEvent {
             return;
         };
         out.push_str("{\"seq\":");
-        out.push_str(&last.seq().to_string());
+        push_decimal(out, last.seq());
         out.push_str(",\"seq_start\":");
-        out.push_str(&first.seq().to_string());
+        push_decimal(out, first.seq());
         out.push_str(",\"timestamp\":\"");
         out.push_str(last.timestamp());
         out.push_str("\",\"type\":\"");
@@ -119,19 +119,21 @@ impl Page {
         let mut out = String::with_capacity(self.events_capacity() + envelope_max_len());
         out.push_str("{\"events\":");
         self.write_events(&mut out);
-        let fields = [
-            (",\"next_cursor\":", self.next_cursor.to_string()),
-            (",\"has_more\":", self.has_more.to_string()),
-            (",\"first_seq\":", self.first_seq.to_string()),
-            (",\"cursor_expired\":", self.cursor_expired.to_string()),
-            (",\"dropped_events\":", self.dropped_events.to_string()),
-            (",\"dropped_bytes\":", self.dropped_bytes.to_string()),
-            (",\"closed\":", self.closed.to_string()),
-        ];
-        for (key, value) in fields {
-            out.push_str(key);
-            out.push_str(&value);
-        }
+        let flag = |f: bool| if f { "true" } else { "false" };
+        out.push_str(",\"next_cursor\":");
+        push_decimal(&mut out, self.next_cursor);
+        out.push_str(",\"has_more\":");
+        out.push_str(flag(self.has_more));
+        out.push_str(",\"first_seq\":");
+        push_decimal(&mut out, self.first_seq);
+        out.push_str(",\"cursor_expired\":");
+        out.push_str(flag(self.cursor_expired));
+        out.push_str(",\"dropped_events\":");
+        push_decimal(&mut out, self.dropped_events);
+        out.push_str(",\"dropped_bytes\":");
+        push_decimal(&mut out, self.dropped_bytes);
+        out.push_str(",\"closed\":");
+        out.push_str(flag(self.closed));
         out.push('}');
         out
     }
