@@ -3,12 +3,14 @@
 
 pub mod ledger;
 mod page;
+mod ready;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_wait;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +24,7 @@ use crate::event::{
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use page::{Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
+pub use ready::{ReadyCallback, WaiterId};
 
 /// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:
 /// any number of threads may append, read and wait at once.
@@ -38,6 +41,8 @@ pub struct EventRing {
     changed: Condvar,
     /// Wakes async waiters.
     notify: Notify,
+    /// `publish` made callbacks ready (see [`EventRing::on_ready`]) that no one has run yet.
+    wakes_pending: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -64,6 +69,7 @@ struct State {
     /// The emptied vector of the last batch published: the next append collects into it, so a
     /// one-event append allocates nothing but the event.
     spare: Vec<Event>,
+    waiters: ready::Waiters,
 }
 
 impl State {
@@ -107,6 +113,7 @@ impl EventRing {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             notify: Notify::new(),
+            wakes_pending: AtomicBool::new(false),
         })
     }
 
@@ -143,7 +150,10 @@ impl EventRing {
         let mut batch = self.spare_batch();
         writer.collect(kind, data, &fields, &timestamp, &mut batch);
         self.publish(batch, false);
-        Ok(writer.next_seq - 1)
+        let last = writer.next_seq - 1;
+        drop(writer);
+        self.run_ready_callbacks();
+        Ok(last)
     }
 
     /// Appends several chunks of one type as [`EventRing::append`] would one by one, under one
@@ -158,7 +168,10 @@ impl EventRing {
             writer.collect(kind, Some(chunk), &fields, &timestamp, &mut batch);
         }
         self.publish(batch, false);
-        Ok(writer.next_seq - 1)
+        let last = writer.next_seq - 1;
+        drop(writer);
+        self.run_ready_callbacks();
+        Ok(last)
     }
 
     /// Marks the end of the stream: flushes held-back partial characters (as `data_b64`) and
@@ -173,6 +186,8 @@ impl EventRing {
         let mut batch = Vec::new();
         writer.flush_outputs(&timestamp, &mut batch);
         self.publish(batch, true);
+        drop(writer);
+        self.run_ready_callbacks();
     }
 
     pub fn is_closed(&self) -> bool {
@@ -230,8 +245,9 @@ impl EventRing {
         std::mem::take(&mut self.state.lock().spare)
     }
 
-    /// Makes a batch of encoded events visible, evicts the oldest over budget, wakes waiters.
-    /// Called with the writer lock held, so batches land in seq order.
+    /// Makes a batch of encoded events visible, evicts the oldest over budget, wakes waiters
+    /// (callbacks are only made ready here: the caller runs them once it has released the
+    /// writer lock). Called with the writer lock held, so batches land in seq order.
     fn publish(&self, mut batch: Vec<Event>, close: bool) {
         if batch.is_empty() && !close {
             return;
@@ -256,6 +272,13 @@ impl EventRing {
             }
         }
         state.closed |= close;
+        let (last_seq, closed) = (state.last_seq, state.closed);
+        if state
+            .waiters
+            .collect_ready(|cursor| last_seq > cursor || closed)
+        {
+            self.wakes_pending.store(true, Ordering::Release);
+        }
         drop(state);
         self.changed.notify_all();
         self.notify.notify_waiters();
