@@ -5,6 +5,8 @@ pub mod json;
 pub mod timestamp;
 pub mod utf8;
 
+use std::sync::Arc;
+
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
@@ -83,12 +85,13 @@ impl EventType {
     }
 }
 
-/// One encoded event. The JSON is built once, at append time, and shared by every reader.
-#[derive(Debug)]
+/// One encoded event. The JSON is built once, at append time, and shared by every reader: the
+/// event is cheap to clone (the JSON is reference-counted in the one allocation that holds it).
+#[derive(Debug, Clone)]
 pub struct Event {
     seq: u64,
     kind: EventType,
-    json: Box<str>,
+    json: Arc<str>,
     /// Where the escaped `data` string starts, for text output without fields (0 otherwise):
     /// such events can be coalesced by concatenating their escaped data.
     text_start: u32,
@@ -191,8 +194,8 @@ fn data_budget(kind: EventType, fields: &Fields) -> usize {
 }
 
 /// Encodes the events of a stream into one buffer that lives as long as the stream's writer,
-/// then copies each event into an allocation of its exact size: one allocation per event, and
-/// no intermediate strings or growth on the append path.
+/// then copies each event into an allocation of its exact size: one allocation per event (the
+/// reference-counted JSON), and no intermediate strings or growth on the append path.
 #[derive(Debug, Default)]
 pub struct Encoder {
     buf: String,
@@ -226,7 +229,7 @@ impl Encoder {
         let event = Event {
             seq,
             kind,
-            json: Box::from(self.buf.as_str()),
+            json: Arc::from(self.buf.as_str()),
             text_start,
         };
         // A buffer grown by one oversized event is not kept for the life of the stream.
@@ -252,7 +255,7 @@ pub fn encode(
     Event {
         seq,
         kind,
-        json: out.into_boxed_str(),
+        json: Arc::from(out),
         text_start,
     }
 }

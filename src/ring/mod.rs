@@ -11,7 +11,6 @@ mod tests_wait;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -30,7 +29,8 @@ pub use ready::{ReadyCallback, WaiterId};
 /// any number of threads may append, read and wait at once.
 ///
 /// Two locks keep readers off the writers' path: `writer` orders appends (decoding, numbering
-/// and encoding happen under it), `state` is held only to push or copy `Arc`s.
+/// and encoding happen under it), `state` is held only to push or clone events (a clone is a
+/// reference count).
 #[derive(Debug)]
 pub struct EventRing {
     max_bytes: usize,
@@ -60,7 +60,7 @@ struct Writer {
 
 #[derive(Debug, Default)]
 struct State {
-    events: VecDeque<Arc<Event>>,
+    events: VecDeque<Event>,
     /// Encoded bytes of the kept events.
     bytes: usize,
     last_seq: u64,
@@ -256,7 +256,7 @@ impl EventRing {
         for event in batch.drain(..) {
             state.bytes += event.encoded_len();
             state.last_seq = event.seq();
-            state.events.push_back(Arc::new(event));
+            state.events.push_back(event);
         }
         // Small batches come back for the next append; a huge one is not kept for ever.
         if batch.capacity() <= 64 {

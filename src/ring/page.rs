@@ -1,8 +1,6 @@
 //! Reading the ring: a page of events after a cursor, within a count and an encoded-byte budget,
 //! optionally coalescing adjacent text output of one stream, and saying exactly what was lost.
 
-use std::sync::Arc;
-
 use super::EventRing;
 use crate::event::{decimal_len, push_decimal, timestamp::TIMESTAMP_LEN, Event, EventType};
 use crate::policy::PolicyError;
@@ -12,7 +10,7 @@ use crate::policy::PolicyError;
 pub const MIN_PAGE_BYTES: usize = 32 * 1024;
 
 /// The most events one page holds (a larger `max_events` is lowered to it). It bounds how many
-/// `Arc`s a reader copies while holding the ring's lock, coalesced or not.
+/// events a reader clones while holding the ring's lock, coalesced or not.
 pub const MAX_PAGE_EVENTS: usize = 10_000;
 
 /// The page envelope around the events at its largest (20-digit numbers, `false` flags).
@@ -36,10 +34,10 @@ fn envelope_len(next: u64, first: u64, dropped: u64, bytes: u64, flags: [bool; 3
 /// One event of a page: as stored, or adjacent text output of one stream merged into one.
 #[derive(Debug, Clone)]
 pub enum PageEvent {
-    One(Arc<Event>),
+    One(Event),
     /// Two or more consecutive text events of one stream, oldest first; shown as one event with
     /// `seq` = the last one, `seq_start` = the first one, and the last one's timestamp.
-    Coalesced(Vec<Arc<Event>>),
+    Coalesced(Vec<Event>),
 }
 
 impl PageEvent {
@@ -161,7 +159,7 @@ impl Page {
 /// A run of text events being merged while a page is selected.
 struct Run {
     kind: EventType,
-    parts: Vec<Arc<Event>>,
+    parts: Vec<Event>,
     escaped_data: usize,
     /// Encoded length of the run as the page will show it.
     len: usize,
@@ -216,7 +214,7 @@ impl EventRing {
         };
         let skip = usize::try_from(cursor.max(first_seq - 1) - (first_seq - 1)).unwrap_or(0);
 
-        // Only arithmetic and `Arc` copies under the lock; the JSON is built by the caller.
+        // Only arithmetic and reference counts under the lock; the JSON is built by the caller.
         let mut events = Vec::new();
         let mut run: Option<Run> = None;
         let mut used = 0;
@@ -242,7 +240,7 @@ impl EventRing {
                     used += len - open.len;
                     open.len = len;
                     open.escaped_data = escaped_data;
-                    open.parts.push(Arc::clone(event));
+                    open.parts.push(event.clone());
                     raw += 1;
                     last_taken = event.seq();
                     continue;
@@ -261,12 +259,12 @@ impl EventRing {
                 Some(text) => {
                     run = Some(Run {
                         kind: event.kind(),
-                        parts: vec![Arc::clone(event)],
+                        parts: vec![event.clone()],
                         escaped_data: text.len(),
                         len: event.encoded_len(),
                     })
                 }
-                None => events.push(PageEvent::One(Arc::clone(event))),
+                None => events.push(PageEvent::One(event.clone())),
             }
         }
         events.extend(run.map(Run::into_page_event));

@@ -1,5 +1,6 @@
 //! Tests of the ring under concurrent writers, readers and waiters.
 
+use std::sync::Arc;
 use std::thread;
 
 use super::tests::{out, seqs};
