@@ -150,7 +150,10 @@ impl Fields {
                 key,
             ));
         }
-        let object = Value::Object(map.clone()).to_string();
+        // Serialized in place: wrapping the map in a `Value` would clone it first.
+        let object = serde_json::to_string(map).map_err(|e| {
+            PolicyError::without_echo("event.fields", format!("fields cannot be encoded: {e}"))
+        })?;
         let members = &object[1..object.len() - 1];
         if members.len() > MAX_FIELDS_JSON {
             return Err(PolicyError::without_echo(
