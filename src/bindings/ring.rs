@@ -4,14 +4,14 @@
 mod fields;
 mod wait;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use serde_json::Map;
+use serde_json::{Map, Value};
 
 use super::errors::policy_error;
 use crate::event::EventType;
@@ -77,16 +77,19 @@ impl PyEventRing {
         fields: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
         let kind = EventType::parse(r#type).map_err(policy_error)?;
-        let fields = match fields {
-            Some(dict) => fields::dict_to_map(dict, 0)?,
-            None => Map::new(),
-        };
+        // Output appends carry no fields: they share one empty map rather than build and drop
+        // one per call.
+        static NO_FIELDS: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
+        let map = fields
+            .map(|dict| fields::dict_to_map(dict, 0))
+            .transpose()?;
+        let fields = map.as_ref().unwrap_or(&NO_FIELDS);
         let ring = &self.ring;
         let result = match data {
             Some(bytes) if bytes.len() > DETACH_APPEND_BYTES => {
-                py.detach(|| ring.append(kind, Some(bytes), &fields))
+                py.detach(|| ring.append(kind, Some(bytes), fields))
             }
-            _ => ring.append(kind, data, &fields),
+            _ => ring.append(kind, data, fields),
         };
         result.map_err(policy_error)
     }
