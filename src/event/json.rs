@@ -120,6 +120,60 @@ pub fn find_escape(bytes: &[u8]) -> usize {
             .unwrap_or(tail.len())
 }
 
+/// Appends the text that `escaped` (the inside of a JSON string, as [`escape_into`] writes it)
+/// stands for. Returns false, leaving `out` in an unspecified state, for content this function
+/// does not take: anything but the short escapes and `\\uXXXX` outside the surrogate range.
+pub fn unescape_into(out: &mut String, escaped: &str) -> bool {
+    let mut rest = escaped;
+    while let Some(at) = find_byte(rest.as_bytes(), b'\\') {
+        out.push_str(&rest[..at]);
+        let (ch, len) = match rest.as_bytes().get(at + 1) {
+            Some(b'"') => ('"', 2),
+            Some(b'\\') => ('\\', 2),
+            Some(b'/') => ('/', 2),
+            Some(b'b') => ('\u{8}', 2),
+            Some(b'f') => ('\u{c}', 2),
+            Some(b'n') => ('\n', 2),
+            Some(b'r') => ('\r', 2),
+            Some(b't') => ('\t', 2),
+            Some(b'u') => {
+                let hex = rest.get(at + 2..at + 6).unwrap_or_default();
+                let unit = match hex.bytes().all(|b| b.is_ascii_hexdigit()) && hex.len() == 4 {
+                    true => u32::from_str_radix(hex, 16).ok(),
+                    false => None,
+                };
+                match unit.and_then(char::from_u32) {
+                    Some(ch) => (ch, 6),
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
+        out.push(ch);
+        rest = &rest[at + len..];
+    }
+    out.push_str(rest);
+    true
+}
+
+/// Where `needle` first occurs in `bytes`, sixteen bytes at a time like [`find_escape`]: a
+/// `str::find` sets up a searcher per call, which costs more than it saves when escapes are a
+/// few bytes apart (every line of output ends with one).
+fn find_byte(bytes: &[u8], needle: u8) -> Option<usize> {
+    let (chunks, tail) = bytes.as_chunks::<16>();
+    let mut offset = 0;
+    for chunk in chunks {
+        if chunk.iter().fold(false, |hit, &b| hit | (b == needle)) {
+            return chunk
+                .iter()
+                .position(|&b| b == needle)
+                .map(|at| offset + at);
+        }
+        offset += 16;
+    }
+    tail.iter().position(|&b| b == needle).map(|at| offset + at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +276,35 @@ mod tests {
     }
 
     #[test]
+    fn unescaping_gives_back_what_was_escaped() {
+        let mut all = String::new();
+        for c in (0u32..0x300).filter_map(char::from_u32) {
+            all.push(c);
+        }
+        all.push_str("\"\\/€𝄞 end");
+        let mut back = String::new();
+        assert!(unescape_into(&mut back, &escaped(&all)));
+        assert_eq!(back, all);
+        let mut solidus = String::new();
+        assert!(unescape_into(&mut solidus, "a\\/b\\u00e9"));
+        assert_eq!(solidus, "a/bé");
+    }
+
+    #[test]
+    fn unescaping_refuses_what_it_does_not_take() {
+        for bad in [
+            "\\",
+            "a\\x",
+            "\\u12",
+            "\\u+123",
+            "\\ud834\\udd1e",
+            "\\uzzzz",
+        ] {
+            assert!(!unescape_into(&mut String::new(), bad), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn unbounded_escaping_takes_everything() {
         let mut out = String::new();
         let text = "plain \"quoted\" \u{1}€ and more plain text";
@@ -252,6 +335,9 @@ mod tests {
         fn escaping_matches_serde_json_for_any_text(text in "\\PC*|[\\x00-\\x7f]*") {
             let ours = format!("\"{}\"", escaped(&text));
             proptest::prop_assert_eq!(ours, serde_json::to_string(&text).unwrap());
+            let mut back = String::new();
+            proptest::prop_assert!(unescape_into(&mut back, &escaped(&text)));
+            proptest::prop_assert_eq!(back, text);
         }
     }
 }
