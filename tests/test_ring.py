@@ -227,6 +227,21 @@ def test_coalescing_merges_adjacent_text_of_one_stream() -> None:
     assert "seq_start" not in events[1]
 
 
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_events_as_dicts_equal_the_json_of_the_page(coalesce: bool) -> None:
+    ring = EventRing(1 << 20)
+    ring.append_many("stdout", [b'a "quoted"\ttab\n', b"\\ back\x01slash\n", "é€𝄞\n".encode()])
+    ring.append("stderr", b"\xff\xfe not utf-8")
+    ring.append("stderr", b"err\r\n")
+    ring.append("status", b"with data", state="running", nested={"a": [1, 2.5, None]})
+    ring.append("stdout", b"x" * 40_000)
+    ring.append("exit", returncode=0)
+    page = ring.read(0, max_bytes=1 << 20, coalesce=coalesce)
+    assert page.events == json.loads(page.to_json())["events"]
+    first_keys = list(page.events[0])[:2]
+    assert first_keys == (["seq", "seq_start"] if coalesce else ["seq", "timestamp"])
+
+
 def test_a_reader_that_falls_behind_gets_exact_drop_counts() -> None:
     ring = EventRing(2_000)
     everything = EventRing(1 << 20)

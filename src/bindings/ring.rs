@@ -1,6 +1,7 @@
 //! Python bindings for the event ring: `EventRing` and `Page`; the asyncio wait and the
 //! conversion of event fields live in the submodules.
 
+mod dicts;
 mod fields;
 mod wait;
 
@@ -174,23 +175,13 @@ pub struct PyPage {
 
 #[pymethods]
 impl PyPage {
-    /// The events as JSON-ready dicts, parsed once from their encoded form.
+    /// The events as JSON-ready dicts, built once: directly for text output, through
+    /// `json.loads` for the rest.
     #[getter]
     fn events(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
-        static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let list = self
             .events
-            .get_or_try_init(py, || -> PyResult<Py<PyList>> {
-                let loads = LOADS.get_or_try_init(py, || {
-                    Ok::<_, PyErr>(py.import("json")?.getattr("loads")?.unbind())
-                })?;
-                let text = self.page.events_json();
-                Ok(loads
-                    .bind(py)
-                    .call1((text,))?
-                    .cast_into::<PyList>()?
-                    .unbind())
-            })?;
+            .get_or_try_init(py, || dicts::event_dicts(py, &self.page).map(Bound::unbind))?;
         Ok(list.clone_ref(py))
     }
 
