@@ -45,9 +45,14 @@ def timed(fn: Callable[[], int]) -> tuple[int, float]:
     return count, time.perf_counter() - started
 
 
+def fastest(runs: list[tuple[int, float]]) -> tuple[int, float]:
+    """The run (count, seconds) with the highest rate."""
+    return min(runs, key=lambda run: run[1] / run[0])
+
+
 def best(measure: Callable[..., tuple[int, float]], *args: Any) -> tuple[int, float]:
     """The fastest of `REPEATS` runs of `measure(*args)`."""
-    return min((measure(*args) for _ in range(REPEATS)), key=lambda run: run[1] / run[0])
+    return fastest([measure(*args) for _ in range(REPEATS)])
 
 
 # --- throughput ------------------------------------------------------------------------------
@@ -149,13 +154,17 @@ def throughput_table() -> None:
         )
 
     for size, count in ((100, 100_000), (16 * 1024, 5_000)):
-        o_runs = [ours_append(size, count) for _ in range(REPEATS)]
-        b_runs = [base_append(size, count) for _ in range(REPEATS)]
-        o_ring, b_ring = o_runs[-1][2], b_runs[-1][2]
-        ours = min(((c, s) for c, s, _ in o_runs), key=lambda run: run[1])
-        base = min(((c, s) for c, s, _ in b_runs), key=lambda run: run[1])
-        del o_runs, b_runs
-        row("append (one call per event)", size, ours, base)
+        # Each run's ring is dropped before the next run starts; the last one is read below.
+        o_times, b_times = [], []
+        for _ in range(REPEATS):
+            o_ring = None
+            o_count, o_secs, o_ring = ours_append(size, count)
+            o_times.append((o_count, o_secs))
+        for _ in range(REPEATS):
+            b_ring = None
+            b_count, b_secs, b_ring = base_append(size, count)
+            b_times.append((b_count, b_secs))
+        row("append (one call per event)", size, fastest(o_times), fastest(b_times))
         many = (best(ours_append_many, size, count), best(base_append_many, size, count))
         row("append_many (batches of 1000)", size, *many)
         pages = (best(ours_read, o_ring, False), best(base_read, b_ring, False))

@@ -8,6 +8,7 @@ mod ready;
 mod tests;
 #[cfg(test)]
 mod tests_wait;
+mod writer;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,13 +18,12 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use crate::event::{
-    self, Encoder, Event, EventType, Fields, Payload, Segment, StreamDecoder, Timestamp,
-};
+use crate::event::{Event, EventType, Fields};
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use page::{Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 pub use ready::{ReadyCallback, WaiterId};
+use writer::Writer;
 
 /// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:
 /// any number of threads may append, read and wait at once.
@@ -43,19 +43,6 @@ pub struct EventRing {
     notify: Notify,
     /// `publish` made callbacks ready (see [`EventRing::on_ready`]) that no one has run yet.
     wakes_pending: AtomicBool,
-}
-
-#[derive(Debug)]
-struct Writer {
-    next_seq: u64,
-    stdout: StreamDecoder,
-    stderr: StreamDecoder,
-    closed: bool,
-    /// The last timestamp formatted, by its millisecond: appends within one millisecond share
-    /// it instead of formatting it again.
-    clock: (u64, Timestamp),
-    /// The buffer events are encoded in, reused under this lock from append to append.
-    encoder: Encoder,
 }
 
 #[derive(Debug, Default)]
@@ -102,14 +89,7 @@ impl EventRing {
         Ok(Self {
             max_bytes,
             max_events,
-            writer: Mutex::new(Writer {
-                next_seq: 1,
-                stdout: StreamDecoder::default(),
-                stderr: StreamDecoder::default(),
-                closed: false,
-                clock: (u64::MAX, Timestamp::from_millis(0)),
-                encoder: Encoder::default(),
-            }),
+            writer: Mutex::new(Writer::new()),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             notify: Notify::new(),
@@ -282,114 +262,5 @@ impl EventRing {
         drop(state);
         self.changed.notify_all();
         self.notify.notify_waiters();
-    }
-}
-
-impl Writer {
-    fn timestamp(&mut self) -> Timestamp {
-        let now = event::timestamp::now_millis();
-        if self.clock.0 != now {
-            self.clock = (now, Timestamp::from_millis(now));
-        }
-        self.clock.1
-    }
-
-    fn check_open(&self) -> Result<(), PolicyError> {
-        if self.closed {
-            return Err(PolicyError::without_echo(
-                "ring.closed",
-                "the stream is closed: no more events can be appended",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Decodes, splits and encodes the data of one append into `batch`, numbering as it goes.
-    fn collect(
-        &mut self,
-        kind: EventType,
-        data: Option<&[u8]>,
-        fields: &Fields,
-        timestamp: &Timestamp,
-        batch: &mut Vec<Event>,
-    ) {
-        match (kind, data) {
-            (EventType::Stdout | EventType::Stderr, Some(data)) => {
-                // Taken out for the call, so the callback may encode through `self`.
-                let mut decoder = std::mem::take(self.decoder(kind));
-                decoder.decode(data, &mut |segment| {
-                    self.push_segment(batch, timestamp, kind, segment, fields)
-                });
-                *self.decoder(kind) = decoder;
-            }
-            (EventType::Exit, _) => self.flush_outputs(timestamp, batch),
-            _ => {}
-        }
-        if !kind.is_output() {
-            match data {
-                Some([]) => self.push(batch, timestamp, kind, Payload::Text(""), fields),
-                Some(data) => event::utf8::decode_whole(data, &mut |segment| {
-                    self.push_segment(batch, timestamp, kind, segment, fields)
-                }),
-                None => self.push(batch, timestamp, kind, Payload::None, fields),
-            }
-        }
-    }
-
-    /// Emits what the output decoders hold back: it can no longer be completed.
-    fn flush_outputs(&mut self, timestamp: &Timestamp, batch: &mut Vec<Event>) {
-        for kind in [EventType::Stdout, EventType::Stderr] {
-            let mut decoder = std::mem::take(self.decoder(kind));
-            decoder.flush(&mut |segment| {
-                self.push_segment(batch, timestamp, kind, segment, &Fields::default())
-            });
-            *self.decoder(kind) = decoder;
-        }
-    }
-
-    fn decoder(&mut self, kind: EventType) -> &mut StreamDecoder {
-        match kind {
-            EventType::Stderr => &mut self.stderr,
-            _ => &mut self.stdout,
-        }
-    }
-
-    fn push_segment(
-        &mut self,
-        batch: &mut Vec<Event>,
-        timestamp: &Timestamp,
-        kind: EventType,
-        segment: Segment<'_>,
-        fields: &Fields,
-    ) {
-        let payload = match segment {
-            Segment::Text(text) => Payload::Text(text),
-            Segment::Bytes(bytes) => Payload::Bytes(bytes),
-        };
-        self.push(batch, timestamp, kind, payload, fields);
-    }
-
-    /// Encodes `payload` as one event, or as consecutive events when it is larger than one
-    /// event may carry.
-    fn push(
-        &mut self,
-        batch: &mut Vec<Event>,
-        timestamp: &Timestamp,
-        kind: EventType,
-        mut payload: Payload<'_>,
-        fields: &Fields,
-    ) {
-        loop {
-            let (event, taken) =
-                self.encoder
-                    .next(self.next_seq, timestamp.as_str(), kind, payload, fields);
-            batch.push(event);
-            self.next_seq += 1;
-            payload = match payload {
-                Payload::Text(text) if taken < text.len() => Payload::Text(&text[taken..]),
-                Payload::Bytes(bytes) if taken < bytes.len() => Payload::Bytes(&bytes[taken..]),
-                _ => return,
-            };
-        }
     }
 }
