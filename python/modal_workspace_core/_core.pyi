@@ -180,5 +180,4 @@ class EventRing:
         or with the ring's readiness at `timeout`. Cancelling it leaves nothing behind."""
 
 def _drain_async_runtime(timeout: float) -> None:
-    """Stops `wait_async` wake-ups from other threads from entering the interpreter and lets
-    those in flight finish, before the interpreter exits (atexit hook)."""
+    """Lets in-flight `wait_async` calls finish before the interpreter exits (atexit hook)."""

@@ -18,12 +18,13 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+pub use ready::{ReadyCallback, WaiterId};
+use writer::Writer;
+
 use crate::event::{Event, EventType, Fields};
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use page::{Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
-pub use ready::{ReadyCallback, WaiterId};
-use writer::Writer;
 
 /// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:
 /// any number of threads may append, read and wait at once.
