@@ -497,3 +497,51 @@ def test_short_processes_awaiting_wait_async_never_abort_at_exit() -> None:
     ]
     assert len(results) == 30
     assert failed == []
+
+
+EXIT_WHILE_WAKING = """
+import asyncio, threading, time
+from modal_workspace_core import EventRing
+
+ring = EventRing(1 << 20)
+
+def append_forever() -> None:
+    data = b"y" * 70_000  # over 64 KiB: the append gives up the GIL and its wake-up takes it back
+    while True:
+        ring.append("stdout", data)
+
+def wait_forever() -> None:
+    async def main() -> None:
+        while True:
+            await ring.wait_async(ring.last_seq, 5.0)
+    asyncio.run(main())
+
+threading.Thread(target=wait_forever, daemon=True).start()
+threading.Thread(target=append_forever, daemon=True).start()
+time.sleep(0.05)
+print("ok")
+"""
+
+
+def test_processes_that_exit_while_other_threads_wake_waiters_never_abort() -> None:
+    # Daemon threads keep appending (and so waking the other thread's loop) while the interpreter
+    # finalizes; a wake-up that took the GIL then would abort the process. Without the exit hook
+    # about half of these processes abort.
+    results: list[subprocess.CompletedProcess[str]] = []
+    for _ in range(4):  # 4 rounds of 5 processes side by side
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", EXIT_WHILE_WAKING],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(5)
+        ]
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    failed = [
+        (r.returncode, r.stderr[-500:]) for r in results if r.returncode or r.stdout != "ok\n"
+    ]
+    assert failed == []
