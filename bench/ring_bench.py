@@ -13,6 +13,7 @@ import statistics
 import sys
 import threading
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -276,6 +277,25 @@ def latency_table(rounds: int = 1000) -> None:
         print(f"| {name:<29} | {om:>14.1f} | {op:>11.1f} | {bm:>14.1f} | {bp:>11.1f} |")
 
 
+def call_floor_table() -> None:
+    """What one call through the Python API costs before any event is stored: the floor under
+    the one-call-per-event rows."""
+    ring, full, data = EventRing(1 << 20), EventRing(1 << 20), b"x" * 100
+    for _ in range(20_000):
+        full.append("stdout", data)  # full: each append below evicts, memory is recycled
+    names = {"ring": ring, "full": full, "data": data}
+    calls = [
+        ("attribute read (ring.max_bytes)", "ring.max_bytes"),
+        ('append("stdout", b"") (no event)', 'ring.append("stdout", b"")'),
+        ("append 100 B into a full ring", 'full.append("stdout", data)'),
+    ]
+    print(f"| {'one call':<33} | ns per call |")
+    print("|" + "-" * 35 + "|------------:|")
+    for name, statement in calls:
+        runs = timeit.repeat(statement, number=100_000, repeat=5, globals=names)
+        print(f"| {name:<33} | {min(runs) / 100_000 * 1e9:>11.0f} |")
+
+
 def main() -> None:
     print(
         f"\n## Python API vs pure-Python baseline — {os.cpu_count()} cores, {cpu_model()}, "
@@ -284,6 +304,8 @@ def main() -> None:
     throughput_table()
     print()
     latency_table()
+    print()
+    call_floor_table()
 
 
 if __name__ == "__main__":
