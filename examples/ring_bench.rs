@@ -55,6 +55,25 @@ fn append_batched(size: usize, count: usize) -> Duration {
     started.elapsed()
 }
 
+/// Appends `count` events of `size` bytes one call each into a ring that is already full, so
+/// each append evicts: the steady state of a long-running stream, whose memory is recycled
+/// (the rows above grow the heap, and so also time the kernel handing out fresh pages).
+fn append_evicting(size: usize, count: usize) -> Duration {
+    let ring = EventRing::new(16 << 20, None).expect("valid ring");
+    let data = vec![b'x'; size];
+    let fields = Map::new();
+    for _ in 0..(16 << 20) / size + 1000 {
+        ring.append(EventType::Stdout, Some(&data), &fields)
+            .expect("open ring");
+    }
+    let started = Instant::now();
+    for _ in 0..count {
+        ring.append(EventType::Stdout, Some(&data), &fields)
+            .expect("open ring");
+    }
+    started.elapsed()
+}
+
 /// Reads everything from the start in pages of `max_bytes`, building each page's JSON.
 fn read_pages(ring: &EventRing, max_bytes: usize) -> (usize, Duration) {
     let started = Instant::now();
@@ -183,6 +202,8 @@ fn main() {
             count,
             append_batched(size, count),
         );
+        let name = "append into a full ring (evicting)";
+        row(name, size, count, append_evicting(size, count));
         for budget in [64 * 1024, 1 << 20] {
             let (events, elapsed) = read_pages(&ring, budget);
             let name = format!("read + to_json, {} KiB pages", budget / 1024);

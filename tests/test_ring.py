@@ -227,6 +227,21 @@ def test_coalescing_merges_adjacent_text_of_one_stream() -> None:
     assert "seq_start" not in events[1]
 
 
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_events_as_dicts_equal_the_json_of_the_page(coalesce: bool) -> None:
+    ring = EventRing(1 << 20)
+    ring.append_many("stdout", [b'a "quoted"\ttab\n', b"\\ back\x01slash\n", "é€𝄞\n".encode()])
+    ring.append("stderr", b"\xff\xfe not utf-8")
+    ring.append("stderr", b"err\r\n")
+    ring.append("status", b"with data", state="running", nested={"a": [1, 2.5, None]})
+    ring.append("stdout", b"x" * 40_000)
+    ring.append("exit", returncode=0)
+    page = ring.read(0, max_bytes=1 << 20, coalesce=coalesce)
+    assert page.events == json.loads(page.to_json())["events"]
+    first_keys = list(page.events[0])[:2]
+    assert first_keys == (["seq", "seq_start"] if coalesce else ["seq", "timestamp"])
+
+
 def test_a_reader_that_falls_behind_gets_exact_drop_counts() -> None:
     ring = EventRing(2_000)
     everything = EventRing(1 << 20)
@@ -347,6 +362,106 @@ async def test_many_async_waiters_wake_on_one_append() -> None:
     assert await asyncio.wait_for(asyncio.gather(*waiters), 10.0) == [True] * 20
 
 
+def record_loop_errors() -> list[dict[str, Any]]:
+    """Collects what the running loop would report as errors in callbacks."""
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    return errors
+
+
+async def test_wait_async_is_woken_by_an_append_from_another_thread() -> None:
+    ring = EventRing(1 << 16)
+    errors = record_loop_errors()
+    # A small append keeps the GIL; one over 64 KiB gives it up while it encodes, so its
+    # wake-up takes the GIL back like a Rust thread's would.
+    for data in (b"x", b"y" * 100_000):
+        cursor = ring.last_seq
+        threading.Timer(0.05, ring.append, ("stdout", data)).start()
+        started = time.monotonic()
+        assert await ring.wait_async(cursor, 30.0) is True
+        assert time.monotonic() - started < 5.0
+    assert errors == []
+
+
+async def test_wait_async_is_woken_by_a_large_append_on_its_own_loop() -> None:
+    ring = EventRing(1 << 20)
+    asyncio.get_running_loop().call_later(0.02, ring.append, "stdout", b"z" * 100_000)
+    assert await asyncio.wait_for(ring.wait_async(0, 30.0), 10.0) is True
+
+
+async def test_wait_async_returns_when_the_ring_closes() -> None:
+    ring = EventRing(1 << 16)
+    asyncio.get_running_loop().call_later(0.02, ring.close)
+    assert await asyncio.wait_for(ring.wait_async(0, 30.0), 10.0) is True
+
+
+async def test_wait_async_is_ready_at_once_when_an_event_is_past_the_cursor() -> None:
+    ring = EventRing(1 << 16)
+    ring.append("stdout", b"x")
+    assert await ring.wait_async(0, 30.0) is True
+    assert await ring.wait_async(0, 0.0) is True
+    assert await ring.wait_async(1, 0.0) is False
+
+
+async def test_a_cancelled_wait_async_lets_go_of_its_future_and_later_appends_are_quiet() -> None:
+    ring = EventRing(1 << 16)
+    errors = record_loop_errors()
+    waiter = ring.wait_async(0, 30.0)
+    task = asyncio.ensure_future(waiter)
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert waiter.cancelled()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(ring.wait_async(0, 30.0), 0.01)
+    ring.append("stdout", b"x")
+    await asyncio.sleep(0.01)
+    assert errors == []
+    # The ring kept no reference to the cancelled futures: nothing is left to wake.
+    import gc
+    import weakref
+
+    gone = weakref.ref(waiter)
+    del waiter, task
+    gc.collect()
+    assert gone() is None
+
+
+async def test_a_timed_out_wait_async_is_not_woken_later() -> None:
+    ring = EventRing(1 << 16)
+    errors = record_loop_errors()
+    waiter = ring.wait_async(0, 0.05)
+    assert await waiter is False
+    ring.append("stdout", b"x")
+    await asyncio.sleep(0.01)
+    assert waiter.result() is False
+    assert errors == []
+
+
+def test_waiters_on_two_event_loops_in_two_threads_wake_on_one_append() -> None:
+    ring = EventRing(1 << 16)
+    results: list[bool] = []
+    parked = threading.Barrier(3)
+
+    def run_loop() -> None:
+        async def wait() -> bool:
+            waiter = ring.wait_async(0, 30.0)
+            parked.wait(timeout=10)
+            return await waiter
+
+        results.append(asyncio.run(wait()))
+
+    threads = [threading.Thread(target=run_loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    parked.wait(timeout=10)
+    ring.append("stdout", b"x")
+    for t in threads:
+        t.join(timeout=30)
+    assert results == [True, True]
+
+
 SHORT_PROCESS = """
 import asyncio
 from modal_workspace_core import EventRing
@@ -381,4 +496,52 @@ def test_short_processes_awaiting_wait_async_never_abort_at_exit() -> None:
         (r.returncode, r.stderr[-500:]) for r in results if r.returncode or r.stdout != "ok\n"
     ]
     assert len(results) == 30
+    assert failed == []
+
+
+EXIT_WHILE_WAKING = """
+import asyncio, threading, time
+from modal_workspace_core import EventRing
+
+ring = EventRing(1 << 20)
+
+def append_forever() -> None:
+    data = b"y" * 70_000  # over 64 KiB: the append gives up the GIL and its wake-up takes it back
+    while True:
+        ring.append("stdout", data)
+
+def wait_forever() -> None:
+    async def main() -> None:
+        while True:
+            await ring.wait_async(ring.last_seq, 5.0)
+    asyncio.run(main())
+
+threading.Thread(target=wait_forever, daemon=True).start()
+threading.Thread(target=append_forever, daemon=True).start()
+time.sleep(0.05)
+print("ok")
+"""
+
+
+def test_processes_that_exit_while_other_threads_wake_waiters_never_abort() -> None:
+    # Daemon threads keep appending (and so waking the other thread's loop) while the interpreter
+    # finalizes; a wake-up that took the GIL then would abort the process. Without the exit hook
+    # about half of these processes abort.
+    results: list[subprocess.CompletedProcess[str]] = []
+    for _ in range(4):  # 4 rounds of 5 processes side by side
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", EXIT_WHILE_WAKING],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(5)
+        ]
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    failed = [
+        (r.returncode, r.stderr[-500:]) for r in results if r.returncode or r.stdout != "ok\n"
+    ]
     assert failed == []

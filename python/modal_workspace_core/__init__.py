@@ -12,9 +12,10 @@ from .errors import WorkspaceError
 
 
 def _drain_async_waits() -> None:
-    # pyo3-async-runtimes may hand a finished future's result to Python from a runtime thread
-    # while the interpreter is finalizing, which aborts the process (PyGILState_Release); letting
-    # in-flight waits finish first avoids it. Costs nothing if no `wait_async` was ever awaited.
+    # An append on another thread wakes a `wait_async` by taking the GIL; a thread that takes it
+    # while the interpreter finalizes is stopped dead, which aborts a Rust thread. From here on
+    # such wake-ups stay out (their loops are gone), and those in flight finish first.
+    # Costs nothing when no wake-up is in flight.
     _drain_async_runtime(1.0)
 
 

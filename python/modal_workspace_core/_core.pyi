@@ -174,7 +174,10 @@ class EventRing:
         """Blocks (without the GIL) until an event after `cursor` exists or the ring is closed
         (True), or `timeout` seconds pass (False). `timeout` must be from 0 to 86 400."""
     def wait_async(self, cursor: int, timeout: float) -> Awaitable[bool]:
-        """`wait` as an awaitable, for asyncio code."""
+        """`wait` as an awaitable, for asyncio code: a future of the running event loop (call it
+        from the loop's thread), resolved by the append or close that makes the ring ready —
+        at once when that runs on the loop's thread, through `call_soon_threadsafe` otherwise —
+        or with the ring's readiness at `timeout`. Cancelling it leaves nothing behind."""
 
 def _drain_async_runtime(timeout: float) -> None:
     """Lets in-flight `wait_async` calls finish before the interpreter exits (atexit hook)."""

@@ -1,15 +1,18 @@
-//! Python bindings for the event ring: `EventRing`, `Page`, and the drain hook that lets the
-//! async runtime finish its callbacks before the interpreter exits.
+//! Python bindings for the event ring: `EventRing` and `Page`; the asyncio wait and the
+//! conversion of event fields live in the submodules.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+mod dicts;
+mod fields;
+mod wait;
+
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use serde_json::{Map, Number, Value};
+use pyo3::types::{PyBytes, PyDict, PyList};
+use serde_json::{Map, Value};
 
 use super::errors::policy_error;
 use crate::event::EventType;
@@ -20,30 +23,6 @@ const MAX_WAIT_SECONDS: f64 = 86_400.0;
 
 /// Appends larger than this release the GIL while they are decoded and encoded.
 const DETACH_APPEND_BYTES: usize = 64 * 1024;
-
-/// How deep `fields` may nest.
-const MAX_FIELD_DEPTH: usize = 32;
-
-/// Async waits started and not yet finished, and whether any ever started: the exit hook waits
-/// for them so no runtime thread touches Python while the interpreter is finalizing.
-static ASYNC_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-static ASYNC_USED: AtomicBool = AtomicBool::new(false);
-
-struct InFlight;
-
-impl InFlight {
-    fn start() -> Self {
-        ASYNC_USED.store(true, Ordering::SeqCst);
-        ASYNC_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-        InFlight
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        ASYNC_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 /// A stream's events, bounded in encoded bytes; safe to share between threads and tasks.
 #[pyclass(frozen, name = "EventRing", module = "modal_workspace_core._core")]
@@ -99,16 +78,19 @@ impl PyEventRing {
         fields: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
         let kind = EventType::parse(r#type).map_err(policy_error)?;
-        let fields = match fields {
-            Some(dict) => dict_to_map(dict, 0)?,
-            None => Map::new(),
-        };
+        // Output appends carry no fields: they share one empty map rather than build and drop
+        // one per call.
+        static NO_FIELDS: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
+        let map = fields
+            .map(|dict| fields::dict_to_map(dict, 0))
+            .transpose()?;
+        let fields = map.as_ref().unwrap_or(&NO_FIELDS);
         let ring = &self.ring;
         let result = match data {
             Some(bytes) if bytes.len() > DETACH_APPEND_BYTES => {
-                py.detach(|| ring.append(kind, Some(bytes), &fields))
+                py.detach(|| ring.append(kind, Some(bytes), fields))
             }
-            _ => ring.append(kind, data, &fields),
+            _ => ring.append(kind, data, fields),
         };
         result.map_err(policy_error)
     }
@@ -163,13 +145,7 @@ impl PyEventRing {
     ) -> PyResult<Bound<'py, PyAny>> {
         let cursor = to_cursor(cursor)?;
         let timeout = to_timeout(timeout)?;
-        let ring = Arc::clone(&self.ring);
-        let in_flight = InFlight::start();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let ready = ring.wait_async(cursor, timeout).await;
-            drop(in_flight);
-            Ok(ready)
-        })
+        wait::wait_async(py, &self.ring, cursor, timeout)
     }
 
     fn __repr__(&self) -> String {
@@ -210,23 +186,13 @@ impl PyPage {
 
 #[pymethods]
 impl PyPage {
-    /// The events as JSON-ready dicts, parsed once from their encoded form.
+    /// The events as JSON-ready dicts, built once: directly for text output, through
+    /// `json.loads` for the rest.
     #[getter]
     fn events(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
-        static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let list = self
             .events
-            .get_or_try_init(py, || -> PyResult<Py<PyList>> {
-                let loads = LOADS.get_or_try_init(py, || {
-                    Ok::<_, PyErr>(py.import("json")?.getattr("loads")?.unbind())
-                })?;
-                let text = self.page.events_json();
-                Ok(loads
-                    .bind(py)
-                    .call1((text,))?
-                    .cast_into::<PyList>()?
-                    .unbind())
-            })?;
+            .get_or_try_init(py, || dicts::event_dicts(py, &self.page).map(Bound::unbind))?;
         Ok(list.clone_ref(py))
     }
 
@@ -285,25 +251,6 @@ impl PyPage {
     }
 }
 
-/// Waits (GIL released, at most `timeout` seconds) until no async wait is in flight, then a
-/// little longer so the runtime's threads finish handing results to Python. Registered with
-/// `atexit` by the package; returns at once in processes that never awaited `wait_async`.
-#[pyfunction]
-fn _drain_async_runtime(py: Python<'_>, timeout: f64) {
-    if !ASYNC_USED.load(Ordering::SeqCst) {
-        return;
-    }
-    let timeout = Duration::from_secs_f64(timeout.clamp(0.0, 10.0));
-    py.detach(|| {
-        let deadline = Instant::now() + timeout;
-        while ASYNC_IN_FLIGHT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // The last completion is handed to the event loop just after its future finished.
-        std::thread::sleep(Duration::from_millis(50).min(timeout));
-    });
-}
-
 fn to_cursor(cursor: i64) -> PyResult<u64> {
     u64::try_from(cursor).map_err(|_| {
         PyValueError::new_err(format!(
@@ -321,81 +268,9 @@ fn to_timeout(timeout: f64) -> PyResult<Duration> {
     Ok(Duration::from_secs_f64(timeout))
 }
 
-fn dict_to_map(dict: &Bound<'_, PyDict>, depth: usize) -> PyResult<Map<String, Value>> {
-    let mut map = Map::new();
-    for (key, value) in dict.iter() {
-        let key: String = key
-            .cast::<PyString>()
-            .map_err(|_| PyValueError::new_err("event fields must have string keys"))?
-            .to_str()?
-            .to_owned();
-        let value = to_json_value(&value, &key, depth + 1)?;
-        map.insert(key, value);
-    }
-    Ok(map)
-}
-
-/// Converts a JSON-like Python value (None, bool, int, float, str, list, tuple, dict).
-fn to_json_value(obj: &Bound<'_, PyAny>, field: &str, depth: usize) -> PyResult<Value> {
-    if depth > MAX_FIELD_DEPTH {
-        return Err(PyValueError::new_err(format!(
-            "field '{field}' nests deeper than {MAX_FIELD_DEPTH} levels"
-        )));
-    }
-    if obj.is_none() {
-        return Ok(Value::Null);
-    }
-    if let Ok(b) = obj.cast::<PyBool>() {
-        return Ok(Value::Bool(b.is_true()));
-    }
-    if obj.is_instance_of::<PyInt>() {
-        if let Ok(n) = obj.extract::<i64>() {
-            return Ok(Value::from(n));
-        }
-        if let Ok(n) = obj.extract::<u64>() {
-            return Ok(Value::from(n));
-        }
-        return Err(PyValueError::new_err(format!(
-            "field '{field}' holds an integer outside the 64-bit range"
-        )));
-    }
-    if let Ok(f) = obj.cast::<PyFloat>() {
-        return Number::from_f64(f.value())
-            .map(Value::Number)
-            .ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "field '{field}' holds a float that JSON cannot carry"
-                ))
-            });
-    }
-    if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Value::String(s.to_str()?.to_owned()));
-    }
-    if let Ok(list) = obj.cast::<PyList>() {
-        return list
-            .iter()
-            .map(|v| to_json_value(&v, field, depth + 1))
-            .collect();
-    }
-    if let Ok(tuple) = obj.cast::<PyTuple>() {
-        return tuple
-            .iter()
-            .map(|v| to_json_value(&v, field, depth + 1))
-            .collect();
-    }
-    if let Ok(dict) = obj.cast::<PyDict>() {
-        return dict_to_map(dict, depth).map(Value::Object);
-    }
-    Err(PyValueError::new_err(format!(
-        "field '{field}' must be JSON-like (None, bool, int, float, str, list, tuple, dict); \
-         got {}",
-        obj.get_type().name()?
-    )))
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEventRing>()?;
     m.add_class::<PyPage>()?;
-    m.add_function(wrap_pyfunction!(_drain_async_runtime, m)?)?;
+    m.add_function(wrap_pyfunction!(wait::_drain_async_runtime, m)?)?;
     Ok(())
 }

@@ -32,65 +32,146 @@ pub fn escaped_cost(byte: u8) -> usize {
 
 /// Appends `text` escaped for the inside of a JSON string (no surrounding quotes).
 pub fn escape_into(out: &mut String, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = text.as_bytes();
-    let mut copied = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
-        let escape = match ESCAPE.get(usize::from(byte)) {
-            None | Some(0) => continue,
-            Some(&e) => e,
-        };
-        // `i` is at an ASCII byte, hence at a character boundary.
-        out.push_str(&text[copied..i]);
-        out.push('\\');
-        if escape == b'u' {
-            out.push_str("u00");
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0xF)]));
-        } else {
-            out.push(char::from(escape));
-        }
-        copied = i + 1;
-    }
-    out.push_str(&text[copied..]);
+    escape_prefix_into(out, text, usize::MAX, usize::MAX);
 }
 
-/// Splits `text` at character boundaries into pieces of at most `max_raw` bytes whose escaped
-/// form is at most `max_escaped` bytes. Both bounds must allow one character (≥ 4 and ≥ 6).
-pub fn split_text(text: &str, max_raw: usize, max_escaped: usize) -> Vec<&str> {
-    debug_assert!(max_raw >= 4 && max_escaped >= 6);
-    if text.is_empty() {
-        return Vec::new();
-    }
-    // Fast path: short enough that even all-control-character text would fit.
-    if text.len() <= max_raw && text.len().saturating_mul(6) <= max_escaped {
-        return vec![text];
-    }
+/// Escapes into `out` the longest prefix of `text` that is at most `max_raw` bytes long, takes
+/// at most `max_escaped` bytes once escaped, and ends on a character boundary; returns its
+/// length. Runs of bytes that need no escaping (almost all output) are found sixteen bytes at
+/// a time and copied whole. Both bounds must allow one character (≥ 4 and ≥ 6), so that a
+/// non-empty `text` always makes progress.
+pub fn escape_prefix_into(
+    out: &mut String,
+    text: &str,
+    max_raw: usize,
+    max_escaped: usize,
+) -> usize {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    while start < bytes.len() {
-        let mut end = start;
-        let mut escaped = 0;
-        while end < bytes.len() && end - start < max_raw {
-            let cost = escaped_cost(bytes[end]);
-            if escaped + cost > max_escaped {
-                break;
+    let limit = bytes.len().min(max_raw);
+    let mut room = max_escaped;
+    // `copied..at` is plain text scanned but not yet written.
+    let (mut copied, mut at) = (0, 0);
+    let end = loop {
+        let plain = find_escape(&bytes[at..limit]);
+        if plain > room {
+            break at + room;
+        }
+        room -= plain;
+        at += plain;
+        if at == limit {
+            break at;
+        }
+        let byte = bytes[at];
+        let cost = escaped_cost(byte);
+        if cost > room {
+            break at;
+        }
+        // `at` is at an ASCII byte, hence at a character boundary.
+        out.push_str(&text[copied..at]);
+        out.push('\\');
+        match ESCAPE.get(usize::from(byte)) {
+            Some(b'u') => {
+                out.push_str("u00");
+                out.push(char::from(HEX[usize::from(byte >> 4)]));
+                out.push(char::from(HEX[usize::from(byte & 0xF)]));
             }
-            escaped += cost;
-            end += 1;
+            Some(&e) => out.push(char::from(e)),
+            None => {}
         }
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        if end == start {
-            // Unreachable with the documented bounds; take one character to stay finite.
-            end = start + text[start..].chars().next().map_or(1, char::len_utf8);
-        }
-        pieces.push(&text[start..end]);
-        start = end;
+        room -= cost;
+        at += 1;
+        copied = at;
+    };
+    // A bound may fall inside a character of a plain run: end before that character instead.
+    let mut end = end;
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
-    pieces
+    if end == 0 && !text.is_empty() {
+        // Unreachable with the documented bounds; take one character to stay finite.
+        let first = text.chars().next().map_or(1, char::len_utf8);
+        return escape_prefix_into(out, &text[..first], usize::MAX, usize::MAX);
+    }
+    out.push_str(&text[copied..end]);
+    end
+}
+
+/// How many leading bytes of `bytes` need no escaping (`bytes.len()` when none does).
+///
+/// Sixteen bytes are tested at a time with a branch-free OR over a fixed-size chunk, a form the
+/// compiler turns into vector compares (SSE2 on x86-64, NEON on ARM) in safe code; only the
+/// chunk that holds a hit is searched byte by byte. About twice as fast here as testing eight
+/// bytes at a time in a `u64` with carry tricks.
+pub fn find_escape(bytes: &[u8]) -> usize {
+    let needs_escape = |b: u8| (b < 0x20) | (b == b'"') | (b == b'\\');
+    let (chunks, tail) = bytes.as_chunks::<16>();
+    let mut offset = 0;
+    for chunk in chunks {
+        if chunk.iter().fold(false, |hit, &b| hit | needs_escape(b)) {
+            return offset + chunk.iter().position(|&b| needs_escape(b)).unwrap_or(0);
+        }
+        offset += 16;
+    }
+    offset
+        + tail
+            .iter()
+            .position(|&b| needs_escape(b))
+            .unwrap_or(tail.len())
+}
+
+/// Appends the text that `escaped` (the inside of a JSON string, as [`escape_into`] writes it)
+/// stands for. Returns false, leaving `out` in an unspecified state, for content this function
+/// does not take: anything but the short escapes and `\\uXXXX` outside the surrogate range.
+pub fn unescape_into(out: &mut String, escaped: &str) -> bool {
+    let mut rest = escaped;
+    while let Some(at) = find_byte(rest.as_bytes(), b'\\') {
+        out.push_str(&rest[..at]);
+        let (ch, len) = match rest.as_bytes().get(at + 1) {
+            Some(b'"') => ('"', 2),
+            Some(b'\\') => ('\\', 2),
+            Some(b'/') => ('/', 2),
+            Some(b'b') => ('\u{8}', 2),
+            Some(b'f') => ('\u{c}', 2),
+            Some(b'n') => ('\n', 2),
+            Some(b'r') => ('\r', 2),
+            Some(b't') => ('\t', 2),
+            Some(b'u') => {
+                let hex = rest.get(at + 2..at + 6).unwrap_or_default();
+                let unit = match hex.bytes().all(|b| b.is_ascii_hexdigit()) && hex.len() == 4 {
+                    true => u32::from_str_radix(hex, 16).ok(),
+                    false => None,
+                };
+                match unit.and_then(char::from_u32) {
+                    Some(ch) => (ch, 6),
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
+        out.push(ch);
+        rest = &rest[at + len..];
+    }
+    out.push_str(rest);
+    true
+}
+
+/// Where `needle` first occurs in `bytes`, sixteen bytes at a time like [`find_escape`]: a
+/// `str::find` sets up a searcher per call, which costs more than it saves when escapes are a
+/// few bytes apart (every line of output ends with one).
+fn find_byte(bytes: &[u8], needle: u8) -> Option<usize> {
+    let (chunks, tail) = bytes.as_chunks::<16>();
+    let mut offset = 0;
+    for chunk in chunks {
+        if chunk.iter().fold(false, |hit, &b| hit | (b == needle)) {
+            return chunk
+                .iter()
+                .position(|&b| b == needle)
+                .map(|at| offset + at);
+        }
+        offset += 16;
+    }
+    tail.iter().position(|&b| b == needle).map(|at| offset + at)
 }
 
 #[cfg(test)]
@@ -100,6 +181,38 @@ mod tests {
     fn escaped(text: &str) -> String {
         let mut out = String::new();
         escape_into(&mut out, text);
+        out
+    }
+
+    /// The prefix length a byte-by-byte greedy cut takes: the specification of
+    /// [`escape_prefix_into`], written the slow and obvious way.
+    fn greedy_prefix(text: &str, max_raw: usize, max_escaped: usize) -> usize {
+        let bytes = text.as_bytes();
+        let (mut end, mut escaped) = (0, 0);
+        while end < bytes.len()
+            && end < max_raw
+            && escaped + escaped_cost(bytes[end]) <= max_escaped
+        {
+            escaped += escaped_cost(bytes[end]);
+            end += 1;
+        }
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        end
+    }
+
+    /// Cuts `text` into pieces with [`escape_prefix_into`], checking each piece's escaping.
+    fn pieces(text: &str, max_raw: usize, max_escaped: usize) -> Vec<&str> {
+        let (mut rest, mut out) = (text, Vec::new());
+        while !rest.is_empty() {
+            let mut escaped_piece = String::new();
+            let taken = escape_prefix_into(&mut escaped_piece, rest, max_raw, max_escaped);
+            assert_eq!(taken, greedy_prefix(rest, max_raw, max_escaped));
+            assert_eq!(escaped_piece, escaped(&rest[..taken]));
+            out.push(&rest[..taken]);
+            rest = &rest[taken..];
+        }
         out
     }
 
@@ -123,9 +236,32 @@ mod tests {
     }
 
     #[test]
+    fn the_word_scan_finds_every_byte_that_needs_escaping_at_every_offset() {
+        let specials = (0u8..0x20).chain([b'"', b'\\']);
+        for special in specials {
+            for at in 0..40 {
+                // Plain bytes around it include UTF-8 lead and continuation bytes (≥ 0x80).
+                let mut bytes = b"abc\xC3\xA9xyz\xE2\x82\xAC0123456789~!@#$%^&*()".repeat(2);
+                bytes.truncate(40);
+                assert_eq!(find_escape(&bytes), bytes.len());
+                bytes[at] = special;
+                assert_eq!(find_escape(&bytes), at, "byte {special:#x} at {at}");
+                if at + 1 < bytes.len() {
+                    bytes[at + 1] = b'"';
+                    assert_eq!(
+                        find_escape(&bytes),
+                        at,
+                        "a second hit does not hide the first"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn control_characters_are_split_by_their_escaped_size() {
         let text = "\u{1}".repeat(10_000);
-        let pieces = split_text(&text, 16_384, 6_000);
+        let pieces = pieces(&text, 16_384, 6_000);
         assert_eq!(pieces.concat(), text);
         assert!(pieces.iter().all(|p| escaped(p).len() <= 6_000));
         assert_eq!(pieces[0].len(), 1_000);
@@ -134,25 +270,74 @@ mod tests {
     #[test]
     fn splits_never_cut_a_character() {
         let text = "€".repeat(10_000);
-        let pieces = split_text(&text, 1_000, 100_000);
+        let pieces = pieces(&text, 1_000, 100_000);
         assert_eq!(pieces.concat(), text);
         assert!(pieces.iter().all(|p| p.len() <= 1_000 && p.len() % 3 == 0));
+    }
+
+    #[test]
+    fn unescaping_gives_back_what_was_escaped() {
+        let mut all = String::new();
+        for c in (0u32..0x300).filter_map(char::from_u32) {
+            all.push(c);
+        }
+        all.push_str("\"\\/€𝄞 end");
+        let mut back = String::new();
+        assert!(unescape_into(&mut back, &escaped(&all)));
+        assert_eq!(back, all);
+        let mut solidus = String::new();
+        assert!(unescape_into(&mut solidus, "a\\/b\\u00e9"));
+        assert_eq!(solidus, "a/bé");
+    }
+
+    #[test]
+    fn unescaping_refuses_what_it_does_not_take() {
+        for bad in [
+            "\\",
+            "a\\x",
+            "\\u12",
+            "\\u+123",
+            "\\ud834\\udd1e",
+            "\\uzzzz",
+        ] {
+            assert!(!unescape_into(&mut String::new(), bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn unbounded_escaping_takes_everything() {
+        let mut out = String::new();
+        let text = "plain \"quoted\" \u{1}€ and more plain text";
+        assert_eq!(
+            escape_prefix_into(&mut out, text, usize::MAX, usize::MAX),
+            text.len()
+        );
+        assert_eq!(format!("\"{out}\""), serde_json::to_string(text).unwrap());
     }
 
     proptest::proptest! {
         #[test]
         fn pieces_rebuild_the_text_within_both_bounds(
-            text in "\\PC*|[\\x00-\\x1f\"\\\\a€𝄞]*",
+            text in "\\PC*|[\\x00-\\x1f\"\\\\a€𝄞]*|[a-z\"\\\\\\x01é]{0,80}",
             max_raw in 4usize..64,
             max_escaped in 6usize..64,
         ) {
-            let pieces = split_text(&text, max_raw, max_escaped);
+            let pieces = pieces(&text, max_raw, max_escaped);
             proptest::prop_assert_eq!(pieces.concat(), text.clone());
             for piece in pieces {
                 proptest::prop_assert!(!piece.is_empty());
                 proptest::prop_assert!(piece.len() <= max_raw);
                 proptest::prop_assert!(escaped(piece).len() <= max_escaped);
             }
+        }
+
+        #[test]
+        fn escaping_matches_serde_json_for_any_text(text in "\\PC*|[\\x00-\\x7f]*") {
+            let ours = format!("\"{}\"", escaped(&text));
+            proptest::prop_assert_eq!(ours, serde_json::to_string(&text).unwrap());
+            let mut back = String::new();
+            proptest::prop_assert!(unescape_into(&mut back, &escaped(&text)));
+            proptest::prop_assert_eq!(back, text);
         }
     }
 }

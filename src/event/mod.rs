@@ -6,10 +6,13 @@ pub mod json;
 pub mod timestamp;
 pub mod utf8;
 
+use std::sync::Arc;
+
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::policy::PolicyError;
+pub use timestamp::Timestamp;
 pub use utf8::{Segment, StreamDecoder};
 
 /// Raw data carried by one event; a larger append becomes consecutive events.
@@ -83,12 +86,13 @@ impl EventType {
     }
 }
 
-/// One encoded event. The JSON is built once, at append time, and shared by every reader.
-#[derive(Debug)]
+/// One encoded event. The JSON is built once, at append time, and shared by every reader: the
+/// event is cheap to clone (the JSON is reference-counted in the one allocation that holds it).
+#[derive(Debug, Clone)]
 pub struct Event {
     seq: u64,
     kind: EventType,
-    json: Box<str>,
+    json: Arc<str>,
     /// Where the escaped `data` string starts, for text output without fields (0 otherwise):
     /// such events can be coalesced by concatenating their escaped data.
     text_start: u32,
@@ -177,7 +181,10 @@ impl Fields {
                 key,
             ));
         }
-        let object = Value::Object(map.clone()).to_string();
+        // Serialized in place: wrapping the map in a `Value` would clone it first.
+        let object = serde_json::to_string(map).map_err(|e| {
+            PolicyError::without_echo("event.fields", format!("fields cannot be encoded: {e}"))
+        })?;
         let members = &object[1..object.len() - 1];
         if members.len() > MAX_FIELDS_JSON {
             return Err(PolicyError::without_echo(
@@ -220,28 +227,55 @@ fn data_budget(kind: EventType, fields: &Fields) -> usize {
     MAX_EVENT_JSON - framing
 }
 
-/// Turns the data of one append into payloads, each within the bounds of one event: text is
-/// split at character boundaries by raw and escaped size, bytes by their base64 size.
-pub fn payloads<'a>(segments: &'a [Segment], kind: EventType, fields: &Fields) -> Vec<Payload<'a>> {
-    let budget = data_budget(kind, fields);
-    let bytes_per_event = MAX_EVENT_DATA.min(budget / 4 * 3);
-    let mut out = Vec::new();
-    for segment in segments {
-        match segment {
-            Segment::Text(text) => out.extend(
-                json::split_text(text, MAX_EVENT_DATA, budget)
-                    .into_iter()
-                    .map(Payload::Text),
-            ),
-            Segment::Bytes(bytes) => {
-                out.extend(bytes.chunks(bytes_per_event).map(Payload::Bytes));
-            }
-        }
-    }
-    out
+/// Encodes the events of a stream into one buffer that lives as long as the stream's writer,
+/// then copies each event into an allocation of its exact size: one allocation per event (the
+/// reference-counted JSON), and no intermediate strings or growth on the append path.
+#[derive(Debug, Default)]
+pub struct Encoder {
+    buf: String,
 }
 
-/// Encodes one event: `{"seq":…,"timestamp":…,"type":…[,"data"|"data_b64":…][,fields…]}`.
+impl Encoder {
+    /// Encodes as much of `payload` as one event may carry (see [`MAX_EVENT_DATA`] and
+    /// [`MAX_EVENT_JSON`]): text is cut at a character boundary by its raw and escaped size,
+    /// bytes by their base64 size. Returns the event and how many bytes of the payload's text or
+    /// bytes it holds; call again with the rest until all is taken.
+    pub fn next(
+        &mut self,
+        seq: u64,
+        timestamp: &str,
+        kind: EventType,
+        payload: Payload<'_>,
+        fields: &Fields,
+    ) -> (Event, usize) {
+        let budget = data_budget(kind, fields);
+        let bytes_per_event = MAX_EVENT_DATA.min(budget / 4 * 3);
+        self.buf.clear();
+        let (text_start, taken) = write_event(
+            &mut self.buf,
+            seq,
+            timestamp,
+            kind,
+            payload,
+            fields,
+            (MAX_EVENT_DATA, budget, bytes_per_event),
+        );
+        let event = Event {
+            seq,
+            kind,
+            json: Arc::from(self.buf.as_str()),
+            text_start,
+        };
+        // A buffer grown by one oversized event is not kept for the life of the stream.
+        if self.buf.capacity() > 2 * MAX_EVENT_JSON {
+            self.buf = String::new();
+        }
+        (event, taken)
+    }
+}
+
+/// Encodes one event with all of its data: `{"seq":…,"timestamp":…,"type":…[,"data"|"data_b64":…]
+/// [,fields…]}`. The ring goes through [`Encoder::next`], which also bounds the event's size.
 pub fn encode(
     seq: u64,
     timestamp: &str,
@@ -249,22 +283,45 @@ pub fn encode(
     payload: Payload<'_>,
     fields: &Fields,
 ) -> Event {
-    let capacity = 64
-        + fields.0.len()
-        + match payload {
-            Payload::None => 0,
-            Payload::Text(t) => t.len() + t.len() / 8,
-            Payload::Bytes(b) => b.len() / 3 * 4 + 4,
-        };
-    let mut out = String::with_capacity(capacity);
+    let mut out = String::new();
+    let unbounded = (usize::MAX, usize::MAX, usize::MAX);
+    let (text_start, _) = write_event(&mut out, seq, timestamp, kind, payload, fields, unbounded);
+    Event {
+        seq,
+        kind,
+        json: Arc::from(out),
+        text_start,
+    }
+}
+
+/// Writes one event's JSON into `out`, taking at most `max_raw` bytes of text escaped to at most
+/// `max_escaped`, or at most `max_bytes` of bytes. Returns where the escaped text of a
+/// coalescable event starts (0 if it is not one) and how much of the payload was taken.
+fn write_event(
+    out: &mut String,
+    seq: u64,
+    timestamp: &str,
+    kind: EventType,
+    payload: Payload<'_>,
+    fields: &Fields,
+    (max_raw, max_escaped, max_bytes): (usize, usize, usize),
+) -> (u32, usize) {
+    out.reserve(
+        64 + fields.0.len()
+            + match payload {
+                Payload::None => 0,
+                Payload::Text(t) => t.len().min(max_escaped) + 8,
+                Payload::Bytes(b) => b.len().min(max_bytes) / 3 * 4 + 4,
+            },
+    );
     out.push_str("{\"seq\":");
-    out.push_str(itoa(seq).as_str());
+    push_decimal(out, seq);
     out.push_str(",\"timestamp\":\"");
     out.push_str(timestamp);
     out.push_str("\",\"type\":\"");
     out.push_str(kind.as_str());
     out.push('"');
-    let mut text_start = 0;
+    let (mut text_start, mut taken) = (0, 0);
     match payload {
         Payload::None => {}
         Payload::Text(text) => {
@@ -272,12 +329,13 @@ pub fn encode(
             if kind.is_output() && fields.is_empty() {
                 text_start = u32::try_from(out.len()).unwrap_or(0);
             }
-            json::escape_into(&mut out, text);
+            taken = json::escape_prefix_into(out, text, max_raw, max_escaped);
             out.push('"');
         }
         Payload::Bytes(bytes) => {
+            taken = bytes.len().min(max_bytes);
             out.push_str(",\"data_b64\":\"");
-            base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut out);
+            base64::engine::general_purpose::STANDARD.encode_string(&bytes[..taken], out);
             out.push('"');
         }
     }
@@ -286,12 +344,7 @@ pub fn encode(
         out.push_str(&fields.0);
     }
     out.push('}');
-    Event {
-        seq,
-        kind,
-        json: out.into_boxed_str(),
-        text_start,
-    }
+    (text_start, taken)
 }
 
 /// Number of decimal digits of `n`.
@@ -299,32 +352,10 @@ pub fn decimal_len(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
-/// Formats an integer without going through `fmt` machinery on the hot path.
-fn itoa(mut n: u64) -> ItoaBuf {
-    let mut buf = ItoaBuf {
-        bytes: [0; 20],
-        start: 20,
-    };
-    loop {
-        buf.start -= 1;
-        buf.bytes[buf.start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return buf;
-        }
-    }
-}
-
-struct ItoaBuf {
-    bytes: [u8; 20],
-    start: usize,
-}
-
-impl ItoaBuf {
-    fn as_str(&self) -> &str {
-        // Only ASCII digits were written, so this never fails.
-        std::str::from_utf8(&self.bytes[self.start..]).unwrap_or("0")
-    }
+/// Appends the decimal digits of `n`: `itoa` formats without `fmt` machinery or a UTF-8
+/// check, which matters when it runs once per event.
+pub fn push_decimal(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 #[cfg(test)]

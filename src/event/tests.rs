@@ -4,20 +4,43 @@ use super::*;
 
 const TS: &str = "2026-11-29T10:04:45.123Z";
 
+/// Encodes all of `payload` as consecutive events, as the ring does.
+fn encode_all(
+    encoder: &mut Encoder,
+    events: &mut Vec<Event>,
+    kind: EventType,
+    mut payload: Payload<'_>,
+    fields: &Fields,
+) {
+    loop {
+        let seq = events.len() as u64 + 1;
+        let (event, taken) = encoder.next(seq, TS, kind, payload, fields);
+        events.push(event);
+        payload = match payload {
+            Payload::Text(text) if taken < text.len() => Payload::Text(&text[taken..]),
+            Payload::Bytes(bytes) if taken < bytes.len() => Payload::Bytes(&bytes[taken..]),
+            _ => return,
+        };
+    }
+}
+
 /// Runs one stream's appends through the decoder and the encoder, as the ring does.
 fn encode_stream(kind: EventType, chunks: &[&[u8]]) -> Vec<Event> {
     let mut decoder = StreamDecoder::default();
-    let mut segments = Vec::new();
-    for chunk in chunks {
-        decoder.decode(chunk, &mut segments);
-    }
-    decoder.flush(&mut segments);
+    let (mut encoder, mut events) = (Encoder::default(), Vec::new());
     let fields = Fields::default();
-    payloads(&segments, kind, &fields)
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| encode(i as u64 + 1, TS, kind, p, &fields))
-        .collect()
+    let mut emit = |segment: Segment<'_>| {
+        let payload = match segment {
+            Segment::Text(text) => Payload::Text(text),
+            Segment::Bytes(bytes) => Payload::Bytes(bytes),
+        };
+        encode_all(&mut encoder, &mut events, kind, payload, &fields);
+    };
+    for chunk in chunks {
+        decoder.decode(chunk, &mut emit);
+    }
+    decoder.flush(&mut emit);
+    events
 }
 
 /// The bytes a list of encoded events stands for, read back from their JSON alone.
@@ -133,14 +156,42 @@ fn control_characters_are_resplit_so_every_event_fits_its_bound() {
 fn the_largest_possible_event_fits_the_bound() {
     let fields = Fields(format!("\"k\":\"{}\"", "x".repeat(MAX_FIELDS_JSON - 6)));
     for kind in EventType::ALL {
-        let segments = [
-            Segment::Bytes(vec![0xFF; MAX_EVENT_DATA * 2]),
-            Segment::Text("\u{1}".repeat(MAX_EVENT_DATA * 2)),
-        ];
-        for payload in payloads(&segments, kind, &fields) {
-            let event = encode(u64::MAX, TS, kind, payload, &fields);
+        let (bytes, text) = (
+            vec![0xFF; MAX_EVENT_DATA * 2],
+            "\u{1}".repeat(MAX_EVENT_DATA * 2),
+        );
+        for payload in [Payload::Bytes(&bytes), Payload::Text(&text)] {
+            let (event, taken) = Encoder::default().next(u64::MAX, TS, kind, payload, &fields);
             assert!(event.encoded_len() <= MAX_EVENT_JSON, "{kind:?}");
+            assert!(taken > 0);
         }
+    }
+}
+
+#[test]
+fn the_encoder_writes_what_encode_writes_when_the_data_fits_one_event() {
+    let map = serde_json::json!({"state": "running"});
+    let fields = Fields::new(map.as_object().unwrap()).unwrap();
+    let mut encoder = Encoder::default();
+    let cases = [
+        (
+            EventType::Stdout,
+            Payload::Text("a \"line\"\n"),
+            Fields::default(),
+        ),
+        (
+            EventType::Stderr,
+            Payload::Bytes(b"\xFF\x00"),
+            Fields::default(),
+        ),
+        (EventType::Status, Payload::None, fields.clone()),
+        (EventType::Progress, Payload::Text("50%"), fields),
+    ];
+    for (seq, (kind, payload, fields)) in (1..).zip(cases) {
+        let (event, _) = encoder.next(seq, TS, kind, payload, &fields);
+        let whole = encode(seq, TS, kind, payload, &fields);
+        assert_eq!(event.json(), whole.json());
+        assert_eq!(event.coalescable_text(), whole.coalescable_text());
     }
 }
 
@@ -150,7 +201,11 @@ fn decimal_len_counts_digits() {
     assert_eq!(decimal_len(9), 1);
     assert_eq!(decimal_len(10), 2);
     assert_eq!(decimal_len(u64::MAX), 20);
-    assert_eq!(itoa(u64::MAX).as_str(), u64::MAX.to_string());
+    for n in [0, 7, 10, 99, 12_345, u64::MAX] {
+        let mut out = String::from("x");
+        push_decimal(&mut out, n);
+        assert_eq!(out, format!("x{n}"));
+    }
 }
 
 proptest::proptest! {

@@ -24,13 +24,41 @@ pub fn now() -> String {
 
 /// Formats milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (always 24 bytes).
 pub fn format_millis(millis: u64) -> String {
-    let millis = millis.min(MAX_MILLIS);
-    let days = millis / 86_400_000;
-    let in_day = millis % 86_400_000;
-    let (year, month, day) = civil_from_days(days);
-    let (hour, minute) = (in_day / 3_600_000, in_day / 60_000 % 60);
-    let (second, milli) = (in_day / 1000 % 60, in_day % 1000);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
+    Timestamp::from_millis(millis).as_str().to_owned()
+}
+
+/// A formatted timestamp held inline: copied, never allocated, on the append path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timestamp([u8; TIMESTAMP_LEN]);
+
+impl Timestamp {
+    /// `millis` since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`, digit by digit (no `fmt`).
+    pub fn from_millis(millis: u64) -> Self {
+        let millis = millis.min(MAX_MILLIS);
+        let days = millis / 86_400_000;
+        let in_day = millis % 86_400_000;
+        let (year, month, day) = civil_from_days(days);
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut value: u64| {
+            for i in (at..at + width).rev() {
+                out[i] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        put(0, 4, year);
+        put(5, 2, month);
+        put(8, 2, day);
+        put(11, 2, in_day / 3_600_000);
+        put(14, 2, in_day / 60_000 % 60);
+        put(17, 2, in_day / 1000 % 60);
+        put(20, 3, in_day % 1000);
+        Self(out)
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits and separators were written, so this never fails.
+        std::str::from_utf8(&self.0).unwrap_or("1970-01-01T00:00:00.000Z")
+    }
 }
 
 /// Year, month (1–12) and day (1–31) of the proleptic Gregorian calendar for a count of days
@@ -99,6 +127,30 @@ mod tests {
             }
         }
         assert_eq!(day_number, 73_049);
+    }
+
+    #[test]
+    fn digit_formatting_agrees_with_fmt() {
+        for millis in [
+            0,
+            1,
+            59_999,
+            86_399_999,
+            1_795_946_685_123,
+            now_millis(),
+            MAX_MILLIS,
+        ] {
+            let (year, month, day) = civil_from_days(millis / 86_400_000);
+            let ms = millis % 86_400_000;
+            let expected = format!(
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+                ms / 3_600_000,
+                ms / 60_000 % 60,
+                ms / 1000 % 60,
+                ms % 1000
+            );
+            assert_eq!(format_millis(millis), expected);
+        }
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Incremental UTF-8 decoding of one output stream: a character split across two appends comes
 //! out whole, and bytes that are not UTF-8 are kept as bytes so nothing is ever replaced.
 
-/// A run of decoded output: text, or bytes that are not UTF-8 (carried as `data_b64`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Segment {
-    Text(String),
-    Bytes(Vec<u8>),
+/// A run of decoded output, borrowed from the input: text, or bytes that are not UTF-8 (carried
+/// as `data_b64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
 }
 
 /// Valid text shorter than this between two invalid bytes joins the bytes around it: binary
@@ -21,30 +22,39 @@ pub const MAX_CARRY: usize = 3;
 pub struct StreamDecoder {
     carry: [u8; MAX_CARRY],
     carry_len: usize,
+    /// What was held back joined with the next input, so the completed character stays in one
+    /// run with the text after it; reused from append to append.
+    joined: Vec<u8>,
 }
 
 impl StreamDecoder {
-    /// Decodes `input` after whatever was held back, appending segments to `out`.
-    pub fn decode(&mut self, input: &[u8], out: &mut Vec<Segment>) {
+    /// Decodes `input` after whatever was held back, handing each segment to `emit` in order.
+    /// Segments borrow the input (or the decoder's buffer), so nothing is copied per segment.
+    pub fn decode(&mut self, input: &[u8], emit: &mut dyn FnMut(Segment<'_>)) {
         if self.carry_len == 0 {
             let keep = incomplete_tail_len(input);
-            segment_into(&input[..input.len() - keep], out);
+            segment_into(&input[..input.len() - keep], emit);
             self.hold(&input[input.len() - keep..]);
             return;
         }
-        let mut joined = Vec::with_capacity(self.carry_len + input.len());
+        let mut joined = std::mem::take(&mut self.joined);
+        joined.clear();
         joined.extend_from_slice(&self.carry[..self.carry_len]);
         joined.extend_from_slice(input);
         let keep = incomplete_tail_len(&joined);
-        segment_into(&joined[..joined.len() - keep], out);
+        segment_into(&joined[..joined.len() - keep], emit);
         self.hold(&joined[joined.len() - keep..]);
+        // A buffer grown by one huge append is not kept for the life of the stream.
+        if joined.capacity() <= 64 * 1024 {
+            self.joined = joined;
+        }
     }
 
     /// Emits whatever is held back: it can no longer be completed, so it travels as bytes.
-    pub fn flush(&mut self, out: &mut Vec<Segment>) {
+    pub fn flush(&mut self, emit: &mut dyn FnMut(Segment<'_>)) {
         if self.carry_len > 0 {
-            out.push(Segment::Bytes(self.carry[..self.carry_len].to_vec()));
-            self.carry_len = 0;
+            let len = std::mem::take(&mut self.carry_len);
+            emit(Segment::Bytes(&self.carry[..len]));
         }
     }
 
@@ -60,8 +70,8 @@ impl StreamDecoder {
 }
 
 /// Decodes a complete message (no holding back): for events whose data is whole on arrival.
-pub fn decode_whole(input: &[u8], out: &mut Vec<Segment>) {
-    segment_into(input, out);
+pub fn decode_whole(input: &[u8], emit: &mut dyn FnMut(Segment<'_>)) {
+    segment_into(input, emit);
 }
 
 /// Length of a trailing sequence that is a valid but unfinished character (0 to 3 bytes).
@@ -85,37 +95,38 @@ fn incomplete_tail_len(bytes: &[u8]) -> usize {
     0
 }
 
-/// Splits bytes into text and byte runs, merging adjacent runs of the same kind.
-fn segment_into(bytes: &[u8], out: &mut Vec<Segment>) {
+/// Splits bytes into text and byte runs. A byte run absorbs the short text between two invalid
+/// sequences; since those are contiguous in `bytes`, every run is one borrowed slice.
+fn segment_into<'a>(bytes: &'a [u8], emit: &mut dyn FnMut(Segment<'_>)) {
     if bytes.is_empty() {
         return;
     }
     if let Ok(text) = std::str::from_utf8(bytes) {
-        out.push(Segment::Text(text.to_owned()));
-        return;
+        return emit(Segment::Text(text));
     }
-    let start = out.len();
+    // Where the byte run being gathered started; it ends at `at`.
+    let mut bytes_from: Option<usize> = None;
+    let mut at = 0;
     for chunk in bytes.utf8_chunks() {
         let (valid, invalid) = (chunk.valid(), chunk.invalid());
         if !valid.is_empty() {
-            let after_bytes = matches!(out[start..].last(), Some(Segment::Bytes(_)));
-            if after_bytes && !invalid.is_empty() && valid.len() < MIN_TEXT_RUN {
-                push_bytes(out, valid.as_bytes());
-            } else {
-                out.push(Segment::Text(valid.to_owned()));
+            let joins_bytes =
+                bytes_from.is_some() && !invalid.is_empty() && valid.len() < MIN_TEXT_RUN;
+            if !joins_bytes {
+                if let Some(from) = bytes_from.take() {
+                    emit(Segment::Bytes(&bytes[from..at]));
+                }
+                emit(Segment::Text(valid));
             }
+            at += valid.len();
         }
         if !invalid.is_empty() {
-            push_bytes(out, invalid);
+            bytes_from.get_or_insert(at);
+            at += invalid.len();
         }
     }
-}
-
-fn push_bytes(out: &mut Vec<Segment>, bytes: &[u8]) {
-    if let Some(Segment::Bytes(last)) = out.last_mut() {
-        last.extend_from_slice(bytes);
-    } else {
-        out.push(Segment::Bytes(bytes.to_vec()));
+    if let Some(from) = bytes_from {
+        emit(Segment::Bytes(&bytes[from..at]));
     }
 }
 
@@ -123,35 +134,51 @@ fn push_bytes(out: &mut Vec<Segment>, bytes: &[u8]) {
 mod tests {
     use super::*;
 
+    /// A segment copied out of the decoder, for comparing.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Owned {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    fn collect(out: &mut Vec<Owned>) -> impl FnMut(Segment<'_>) + '_ {
+        |segment| {
+            out.push(match segment {
+                Segment::Text(t) => Owned::Text(t.to_owned()),
+                Segment::Bytes(b) => Owned::Bytes(b.to_vec()),
+            })
+        }
+    }
+
     /// Everything a stream produced, with text and bytes told apart.
-    fn run(chunks: &[&[u8]]) -> Vec<Segment> {
+    fn run(chunks: &[&[u8]]) -> Vec<Owned> {
         let mut decoder = StreamDecoder::default();
         let mut out = Vec::new();
         for chunk in chunks {
-            decoder.decode(chunk, &mut out);
+            decoder.decode(chunk, &mut collect(&mut out));
         }
-        decoder.flush(&mut out);
+        decoder.flush(&mut collect(&mut out));
         out
     }
 
     /// The bytes the segments stand for, in order.
-    fn bytes_of(segments: &[Segment]) -> Vec<u8> {
+    fn bytes_of(segments: &[Owned]) -> Vec<u8> {
         let mut all = Vec::new();
         for s in segments {
             match s {
-                Segment::Text(t) => all.extend_from_slice(t.as_bytes()),
-                Segment::Bytes(b) => all.extend_from_slice(b),
+                Owned::Text(t) => all.extend_from_slice(t.as_bytes()),
+                Owned::Bytes(b) => all.extend_from_slice(b),
             }
         }
         all
     }
 
-    fn text_of(segments: &[Segment]) -> String {
+    fn text_of(segments: &[Owned]) -> String {
         let mut all = String::new();
         for s in segments {
             match s {
-                Segment::Text(t) => all.push_str(t),
-                Segment::Bytes(b) => panic!("unexpected bytes {b:?}"),
+                Owned::Text(t) => all.push_str(t),
+                Owned::Bytes(b) => panic!("unexpected bytes {b:?}"),
             }
         }
         all
@@ -177,10 +204,10 @@ mod tests {
     fn holds_back_at_most_three_bytes() {
         let mut decoder = StreamDecoder::default();
         let mut out = Vec::new();
-        decoder.decode(&"𝄞".as_bytes()[..3], &mut out);
+        decoder.decode(&"𝄞".as_bytes()[..3], &mut collect(&mut out));
         assert!(out.is_empty());
         assert_eq!(decoder.held(), 3);
-        decoder.decode(b"", &mut out);
+        decoder.decode(b"", &mut collect(&mut out));
         assert_eq!(decoder.held(), 3);
     }
 
@@ -190,11 +217,16 @@ mod tests {
         let out = run(&[&euro[..2], b"x"]);
         assert_eq!(
             out,
-            vec![
-                Segment::Bytes(euro[..2].to_vec()),
-                Segment::Text("x".into())
-            ]
+            vec![Owned::Bytes(euro[..2].to_vec()), Owned::Text("x".into())]
         );
+    }
+
+    #[test]
+    fn a_completed_character_stays_in_one_run_with_the_text_after_it() {
+        let euro = "€".as_bytes();
+        let mut tail = euro[1..].to_vec();
+        tail.extend_from_slice(b"uro");
+        assert_eq!(run(&[&euro[..1], &tail]), vec![Owned::Text("€uro".into())]);
     }
 
     #[test]
@@ -202,7 +234,7 @@ mod tests {
         let out = run(&[b"ok\xF0\x9F"]);
         assert_eq!(
             out,
-            vec![Segment::Text("ok".into()), Segment::Bytes(vec![0xF0, 0x9F])]
+            vec![Owned::Text("ok".into()), Owned::Bytes(vec![0xF0, 0x9F])]
         );
     }
 
@@ -211,8 +243,8 @@ mod tests {
         // 0xC0 can never start a character, nor 0xED 0xA0 (a surrogate): emit them now.
         let mut decoder = StreamDecoder::default();
         let mut out = Vec::new();
-        decoder.decode(b"a\xC0", &mut out);
-        decoder.decode(b"b\xED\xA0", &mut out);
+        decoder.decode(b"a\xC0", &mut collect(&mut out));
+        decoder.decode(b"b\xED\xA0", &mut collect(&mut out));
         assert_eq!(decoder.held(), 0);
         assert_eq!(bytes_of(&out), b"a\xC0b\xED\xA0");
     }
@@ -220,7 +252,7 @@ mod tests {
     #[test]
     fn short_text_between_invalid_bytes_joins_the_bytes() {
         let out = run(&[b"\xFFab\xFE"]);
-        assert_eq!(out, vec![Segment::Bytes(b"\xFFab\xFE".to_vec())]);
+        assert_eq!(out, vec![Owned::Bytes(b"\xFFab\xFE".to_vec())]);
         let long = run(&[b"\xFFthis run is long enough\xFE"]);
         assert_eq!(long.len(), 3);
     }
@@ -228,7 +260,7 @@ mod tests {
     #[test]
     fn decode_whole_holds_nothing_back() {
         let mut out = Vec::new();
-        decode_whole(b"x\xE2\x82", &mut out);
+        decode_whole(b"x\xE2\x82", &mut collect(&mut out));
         assert_eq!(bytes_of(&out), b"x\xE2\x82");
     }
 

@@ -4,20 +4,25 @@
 pub mod ledger;
 mod mirror;
 mod page;
+mod ready;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_wait;
+mod writer;
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use crate::event::{self, Event, EventType, Fields, Payload, StreamDecoder};
+pub use ready::{ReadyCallback, WaiterId};
+use writer::Writer;
+
+use crate::event::{Event, EventType, Fields};
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use mirror::Inserted;
@@ -27,7 +32,8 @@ pub use page::{envelope_max_len, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTE
 /// any number of threads may append, read and wait at once.
 ///
 /// Two locks keep readers off the writers' path: `writer` orders appends (decoding, numbering
-/// and encoding happen under it), `state` is held only to push or copy `Arc`s.
+/// and encoding happen under it), `state` is held only to push or clone events (a clone is a
+/// reference count).
 #[derive(Debug)]
 pub struct EventRing {
     max_bytes: usize,
@@ -38,27 +44,22 @@ pub struct EventRing {
     changed: Condvar,
     /// Wakes async waiters.
     notify: Notify,
-}
-
-#[derive(Debug)]
-struct Writer {
-    next_seq: u64,
-    stdout: StreamDecoder,
-    stderr: StreamDecoder,
-    closed: bool,
-    /// The last timestamp formatted, by its millisecond: appends within one millisecond share
-    /// it instead of formatting it again.
-    clock: (u64, String),
+    /// `publish` made callbacks ready (see [`EventRing::on_ready`]) that no one has run yet.
+    wakes_pending: AtomicBool,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    events: VecDeque<Arc<Event>>,
+    events: VecDeque<Event>,
     /// Encoded bytes of the kept events.
     bytes: usize,
     last_seq: u64,
     closed: bool,
     ledger: Ledger,
+    /// The emptied vector of the last batch published: the next append collects into it, so a
+    /// one-event append allocates nothing but the event.
+    spare: Vec<Event>,
+    waiters: ready::Waiters,
 }
 
 impl State {
@@ -91,16 +92,11 @@ impl EventRing {
         Ok(Self {
             max_bytes,
             max_events,
-            writer: Mutex::new(Writer {
-                next_seq: 1,
-                stdout: StreamDecoder::default(),
-                stderr: StreamDecoder::default(),
-                closed: false,
-                clock: (u64::MAX, String::new()),
-            }),
+            writer: Mutex::new(Writer::new()),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             notify: Notify::new(),
+            wakes_pending: AtomicBool::new(false),
         })
     }
 
@@ -147,11 +143,14 @@ impl EventRing {
         let mut writer = self.writer.lock();
         writer.check_open()?;
         let timestamp = writer.timestamp();
-        let mut batch = Vec::new();
+        let mut batch = self.spare_batch();
         writer.collect(kind, data, &fields, &timestamp, &mut batch);
         observe(&batch);
         self.publish(batch, false);
-        Ok(writer.next_seq - 1)
+        let last = writer.next_seq - 1;
+        drop(writer);
+        self.run_ready_callbacks();
+        Ok(last)
     }
 
     /// Appends several chunks of one type as [`EventRing::append`] would one by one, under one
@@ -166,7 +165,10 @@ impl EventRing {
             writer.collect(kind, Some(chunk), &fields, &timestamp, &mut batch);
         }
         self.publish(batch, false);
-        Ok(writer.next_seq - 1)
+        let last = writer.next_seq - 1;
+        drop(writer);
+        self.run_ready_callbacks();
+        Ok(last)
     }
 
     /// Marks the end of the stream: flushes held-back partial characters (as `data_b64`) and
@@ -189,6 +191,8 @@ impl EventRing {
         writer.flush_outputs(&timestamp, &mut batch);
         observe(&batch);
         self.publish(batch, true);
+        drop(writer);
+        self.run_ready_callbacks();
     }
 
     pub fn is_closed(&self) -> bool {
@@ -241,17 +245,27 @@ impl EventRing {
         }
     }
 
-    /// Makes a batch of encoded events visible, evicts the oldest over budget, wakes waiters.
-    /// Called with the writer lock held, so batches land in seq order.
-    fn publish(&self, batch: Vec<Event>, close: bool) {
+    /// An empty vector to collect a batch in, with the capacity the last batch left.
+    fn spare_batch(&self) -> Vec<Event> {
+        std::mem::take(&mut self.state.lock().spare)
+    }
+
+    /// Makes a batch of encoded events visible, evicts the oldest over budget, wakes waiters
+    /// (callbacks are only made ready here: the caller runs them once it has released the
+    /// writer lock). Called with the writer lock held, so batches land in seq order.
+    fn publish(&self, mut batch: Vec<Event>, close: bool) {
         if batch.is_empty() && !close {
             return;
         }
         let mut state = self.state.lock();
-        for event in batch {
+        for event in batch.drain(..) {
             state.bytes += event.encoded_len();
             state.last_seq = event.seq();
-            state.events.push_back(Arc::new(event));
+            state.events.push_back(event);
+        }
+        // Small batches come back for the next append; a huge one is not kept for ever.
+        if batch.capacity() <= 64 {
+            state.spare = batch;
         }
         let max_events = self.max_events.unwrap_or(usize::MAX);
         while state.events.len() > 1
@@ -263,88 +277,15 @@ impl EventRing {
             }
         }
         state.closed |= close;
+        let (last_seq, closed) = (state.last_seq, state.closed);
+        if state
+            .waiters
+            .collect_ready(|cursor| last_seq > cursor || closed)
+        {
+            self.wakes_pending.store(true, Ordering::Release);
+        }
         drop(state);
         self.changed.notify_all();
         self.notify.notify_waiters();
-    }
-}
-
-impl Writer {
-    fn timestamp(&mut self) -> String {
-        let now = event::timestamp::now_millis();
-        if self.clock.0 != now {
-            self.clock = (now, event::timestamp::format_millis(now));
-        }
-        self.clock.1.clone()
-    }
-
-    fn check_open(&self) -> Result<(), PolicyError> {
-        if self.closed {
-            return Err(PolicyError::without_echo(
-                "ring.closed",
-                "the stream is closed: no more events can be appended",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Decodes, splits and encodes the data of one append into `batch`, numbering as it goes.
-    fn collect(
-        &mut self,
-        kind: EventType,
-        data: Option<&[u8]>,
-        fields: &Fields,
-        timestamp: &str,
-        batch: &mut Vec<Event>,
-    ) {
-        let mut segments = Vec::new();
-        match (kind, data) {
-            (EventType::Stdout, Some(data)) => self.stdout.decode(data, &mut segments),
-            (EventType::Stderr, Some(data)) => self.stderr.decode(data, &mut segments),
-            (EventType::Exit, _) => self.flush_outputs(timestamp, batch),
-            _ => {}
-        }
-        if !kind.is_output() {
-            match data {
-                Some([]) => return self.push(batch, timestamp, kind, Payload::Text(""), fields),
-                Some(data) => event::utf8::decode_whole(data, &mut segments),
-                None => return self.push(batch, timestamp, kind, Payload::None, fields),
-            }
-        }
-        for payload in event::payloads(&segments, kind, fields) {
-            self.push(batch, timestamp, kind, payload, fields);
-        }
-    }
-
-    /// Emits what the output decoders hold back: it can no longer be completed.
-    fn flush_outputs(&mut self, timestamp: &str, batch: &mut Vec<Event>) {
-        for kind in [EventType::Stdout, EventType::Stderr] {
-            let mut segments = Vec::new();
-            match kind {
-                EventType::Stdout => self.stdout.flush(&mut segments),
-                _ => self.stderr.flush(&mut segments),
-            }
-            for payload in event::payloads(&segments, kind, &Fields::default()) {
-                self.push(batch, timestamp, kind, payload, &Fields::default());
-            }
-        }
-    }
-
-    fn push(
-        &mut self,
-        batch: &mut Vec<Event>,
-        timestamp: &str,
-        kind: EventType,
-        payload: Payload<'_>,
-        fields: &Fields,
-    ) {
-        batch.push(event::encode(
-            self.next_seq,
-            timestamp,
-            kind,
-            payload,
-            fields,
-        ));
-        self.next_seq += 1;
     }
 }

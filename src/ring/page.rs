@@ -1,10 +1,8 @@
 //! Reading the ring: a page of events after a cursor, within a count and an encoded-byte budget,
 //! optionally coalescing adjacent text output of one stream, and saying exactly what was lost.
 
-use std::sync::Arc;
-
 use super::EventRing;
-use crate::event::{decimal_len, timestamp::TIMESTAMP_LEN, Event, EventType};
+use crate::event::{decimal_len, push_decimal, timestamp::TIMESTAMP_LEN, Event, EventType};
 use crate::policy::PolicyError;
 
 /// The smallest page budget: smaller `max_bytes` are raised to it, so that the largest event
@@ -12,7 +10,7 @@ use crate::policy::PolicyError;
 pub const MIN_PAGE_BYTES: usize = 32 * 1024;
 
 /// The most events one page holds (a larger `max_events` is lowered to it). It bounds how many
-/// `Arc`s a reader copies while holding the ring's lock, coalesced or not.
+/// events a reader clones while holding the ring's lock, coalesced or not.
 pub const MAX_PAGE_EVENTS: usize = 10_000;
 
 /// The page envelope around the events at its largest (20-digit numbers, `false` flags).
@@ -36,10 +34,10 @@ fn envelope_len(next: u64, first: u64, dropped: u64, bytes: u64, flags: [bool; 3
 /// One event of a page: as stored, or adjacent text output of one stream merged into one.
 #[derive(Debug, Clone)]
 pub enum PageEvent {
-    One(Arc<Event>),
+    One(Event),
     /// Two or more consecutive text events of one stream, oldest first; shown as one event with
     /// `seq` = the last one, `seq_start` = the first one, and the last one's timestamp.
-    Coalesced(Vec<Arc<Event>>),
+    Coalesced(Vec<Event>),
 }
 
 impl PageEvent {
@@ -60,9 +58,9 @@ impl PageEvent {
             return;
         };
         out.push_str("{\"seq\":");
-        out.push_str(&last.seq().to_string());
+        push_decimal(out, last.seq());
         out.push_str(",\"seq_start\":");
-        out.push_str(&first.seq().to_string());
+        push_decimal(out, first.seq());
         out.push_str(",\"timestamp\":\"");
         out.push_str(last.timestamp());
         out.push_str("\",\"type\":\"");
@@ -119,19 +117,21 @@ impl Page {
         let mut out = String::with_capacity(self.events_capacity() + envelope_max_len());
         out.push_str("{\"events\":");
         self.write_events(&mut out);
-        let fields = [
-            (",\"next_cursor\":", self.next_cursor.to_string()),
-            (",\"has_more\":", self.has_more.to_string()),
-            (",\"first_seq\":", self.first_seq.to_string()),
-            (",\"cursor_expired\":", self.cursor_expired.to_string()),
-            (",\"dropped_events\":", self.dropped_events.to_string()),
-            (",\"dropped_bytes\":", self.dropped_bytes.to_string()),
-            (",\"closed\":", self.closed.to_string()),
-        ];
-        for (key, value) in fields {
-            out.push_str(key);
-            out.push_str(&value);
-        }
+        let flag = |f: bool| if f { "true" } else { "false" };
+        out.push_str(",\"next_cursor\":");
+        push_decimal(&mut out, self.next_cursor);
+        out.push_str(",\"has_more\":");
+        out.push_str(flag(self.has_more));
+        out.push_str(",\"first_seq\":");
+        push_decimal(&mut out, self.first_seq);
+        out.push_str(",\"cursor_expired\":");
+        out.push_str(flag(self.cursor_expired));
+        out.push_str(",\"dropped_events\":");
+        push_decimal(&mut out, self.dropped_events);
+        out.push_str(",\"dropped_bytes\":");
+        push_decimal(&mut out, self.dropped_bytes);
+        out.push_str(",\"closed\":");
+        out.push_str(flag(self.closed));
         out.push('}');
         out
     }
@@ -159,7 +159,7 @@ impl Page {
 /// A run of text events being merged while a page is selected.
 struct Run {
     kind: EventType,
-    parts: Vec<Arc<Event>>,
+    parts: Vec<Event>,
     escaped_data: usize,
     /// Encoded length of the run as the page will show it.
     len: usize,
@@ -214,7 +214,7 @@ impl EventRing {
         };
         let skip = usize::try_from(cursor.max(first_seq - 1) - (first_seq - 1)).unwrap_or(0);
 
-        // Only arithmetic and `Arc` copies under the lock; the JSON is built by the caller.
+        // Only arithmetic and reference counts under the lock; the JSON is built by the caller.
         let mut events = Vec::new();
         let mut run: Option<Run> = None;
         let mut used = 0;
@@ -240,7 +240,7 @@ impl EventRing {
                     used += len - open.len;
                     open.len = len;
                     open.escaped_data = escaped_data;
-                    open.parts.push(Arc::clone(event));
+                    open.parts.push(event.clone());
                     raw += 1;
                     last_taken = event.seq();
                     continue;
@@ -259,12 +259,12 @@ impl EventRing {
                 Some(text) => {
                     run = Some(Run {
                         kind: event.kind(),
-                        parts: vec![Arc::clone(event)],
+                        parts: vec![event.clone()],
                         escaped_data: text.len(),
                         len: event.encoded_len(),
                     })
                 }
-                None => events.push(PageEvent::One(Arc::clone(event))),
+                None => events.push(PageEvent::One(event.clone())),
             }
         }
         events.extend(run.map(Run::into_page_event));
