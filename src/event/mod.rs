@@ -150,7 +150,7 @@ impl Event {
         Some(Event {
             seq,
             kind,
-            json: json.into_boxed_str(),
+            json: json.into(),
             text_start,
         })
     }

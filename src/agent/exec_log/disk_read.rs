@@ -2,7 +2,6 @@
 //! of (see the module notes of `exec_log` for when `dropped_bytes` is exact).
 
 use std::fs::File;
-use std::sync::Arc;
 
 use super::super::segment;
 use super::super::LogError;
@@ -77,7 +76,7 @@ impl Disk {
                     Some(event) if event.seq() == seq => {
                         used += cost;
                         last_taken = seq;
-                        events.push(PageEvent::One(Arc::new(event)));
+                        events.push(PageEvent::One(event));
                         true
                     }
                     _ => {

@@ -1,8 +1,6 @@
 //! Pages as they travel (`Events` payloads and `exec.read` results): parsed back into events the
 //! cache can hold and into the ring's `Page`, so a page from the agent reads like a cached one.
 
-use std::sync::Arc;
-
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -86,11 +84,7 @@ impl ReceivedPage {
     /// The page as the ring's `Page`, for a caller that reads it like a page of the cache.
     pub fn into_page(self) -> Page {
         Page {
-            events: self
-                .events
-                .into_iter()
-                .map(|e| PageEvent::One(Arc::new(e)))
-                .collect(),
+            events: self.events.into_iter().map(PageEvent::One).collect(),
             next_cursor: self.next_cursor,
             has_more: self.has_more,
             first_seq: self.first_seq,
