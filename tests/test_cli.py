@@ -66,3 +66,15 @@ def test_serve_reports_a_bad_setting_by_its_name() -> None:
 )  # fmt: skip
 def test_loopback_detection(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_serve_reports_a_bad_driver_setting_in_one_line(tmp_path: Path) -> None:
+    done = cli(
+        "serve",
+        "--port",
+        "9",
+        env={"MODAL_WORKSPACE_ISOLATION": "bogus", "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path)},
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "MODAL_WORKSPACE_ISOLATION" in done.stderr and "auto, bwrap or none" in done.stderr

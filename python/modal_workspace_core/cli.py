@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .config import TOKEN_ENV, TOKEN_FILE_ENV, ConfigError, load_settings
+from .errors import WorkspaceError
 
 __all__ = ["main", "mint_token"]
 
@@ -92,7 +93,16 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         minted = mint_token()
         tokens = [minted]
-    driver = create_driver(settings.driver, data_root=settings.data_root)
+    try:
+        driver = create_driver(settings.driver, data_root=settings.data_root)
+    except WorkspaceError as exc:
+        # A driver checks its own settings (isolation, the Modal ones) when it starts: say what
+        # is wrong in one line, as for the settings above, instead of a traceback.
+        print(
+            f"modal-workspace: cannot start the {settings.driver} driver: {exc.message}",
+            file=sys.stderr,
+        )
+        return 2
     app = create_app(
         Service(driver, settings), tokens, host=args.host, allowed_hosts=settings.allowed_hosts
     )

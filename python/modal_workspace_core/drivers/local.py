@@ -66,7 +66,7 @@ class LocalDriver:
         if mode not in ("auto", "bwrap", "none"):
             raise InvalidArgumentError(
                 "invalid_argument",
-                f"isolation must be auto, bwrap or none, not {mode!r}",
+                f"isolation ({ISOLATION_ENV}) must be auto, bwrap or none, not {mode[:32]!r}",
                 field="isolation",
             )
         if mode == "none":
