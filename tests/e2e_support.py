@@ -1,6 +1,13 @@
 """The end-to-end tests' server: `modal-workspace serve` (what `make serve` runs) as a real
-process on 127.0.0.1, on the local driver with a temporary data root, and a token, an allowlisted
-`github` secret and its value configured the way an operator would."""
+process on 127.0.0.1, with a token and an allowlisted `github` secret configured the way an
+operator would, on one of two backends that the same tests run against:
+
+- `local`: the local driver with a temporary data root; the secret's value comes from
+  `MODAL_WORKSPACE_LOCAL_SECRETS_FILE`, as on a laptop.
+- `modal`: `serve --driver modal` with the real `modal` SDK pointed at the test control plane
+  (`tests/modal_control_plane`); the secret is a Modal Secret there, so the gateway never has
+  its value, and every sandbox runs the real agent.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +23,68 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
+import pytest
+from modal_control_plane import ControlPlane, short_root
+from modal_control_plane.isolation import usable_bwrap
 from service_support import TOKEN, free_port
 
 SCRIPT = Path(sys.executable).with_name("modal-workspace")
+BACKENDS = ("local", "modal")
+_IMAGE = "e2e-workspace-image"
+
+
+@dataclass
+class Backend:
+    """Where the server's workspaces live: the driver, what the server's environment needs for
+    it, and the directory holding every workspace's files (searched for leaked secrets)."""
+
+    driver: str
+    env: dict[str, str]
+    files_root: Path | None = None  # None: the server's data root
+    plane: ControlPlane | None = None
+
+
+@contextlib.contextmanager
+def local_backend(tmp: Path, github_token: str, isolation: str = "auto") -> Iterator[Backend]:
+    secrets = tmp / "secrets.json"
+    secrets.write_text(json.dumps({"github": {"GH_TOKEN": github_token}}))
+    yield Backend(
+        "local",
+        {
+            "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
+            # auto: bubblewrap where it works here; none: the unisolated fallback, paths and all.
+            "MODAL_WORKSPACE_ISOLATION": isolation,
+        },
+    )
+
+
+@contextlib.contextmanager
+def modal_backend(github_token: str) -> Iterator[Backend]:
+    """A control plane holding a published workspace image and the `github` Modal Secret."""
+    if usable_bwrap() is None:
+        # The agent's protocol carries container paths (`/workspace`): sandboxes need them real.
+        pytest.skip("bubblewrap does not work here (.ci/run installs it)")
+    with short_root() as root, ControlPlane(root) as plane:
+        plane.publish_image(_IMAGE, "im-e2eworkspaceimage0000")
+        plane.add_secret("github", {"GH_TOKEN": github_token})
+        env = plane.sdk_env() | {
+            "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME": _IMAGE,
+            "MODAL_WORKSPACE_SANDBOX_APP": "e2e-sandboxes",
+        }
+        yield Backend("modal", env, files_root=root, plane=plane)
+        # Every call the product made is one the control plane implements (docs/modal.md).
+        assert plane.unimplemented == []
+
+
+@contextlib.contextmanager
+def backend_for(name: str, tmp: Path, github_token: str) -> Iterator[Backend]:
+    """`local` (isolated where bubblewrap works, like `make serve`) or `modal`."""
+    if name == "local":
+        with local_backend(tmp, github_token) as backend:
+            yield backend
+    else:
+        with modal_backend(github_token) as backend:
+            yield backend
 
 
 @dataclass
@@ -27,6 +93,12 @@ class Served:
     data_root: Path
     log: Path
     github_token: str
+    backend: Backend
+
+    @property
+    def files_root(self) -> Path:
+        """Where every file of every workspace lives (exec logs and homes included)."""
+        return self.backend.files_root or self.data_root
 
     @property
     def api(self) -> str:
@@ -49,25 +121,22 @@ def workspace_files_containing(data_root: Path, secret: str) -> list[Path]:
 
 @contextlib.contextmanager
 def serve(
-    tmp: Path, github_token: str, isolation: str = "auto", *, terminate_all: bool = True
+    tmp: Path, github_token: str, backend: Backend, *, terminate_all: bool = True
 ) -> Iterator[Served]:
-    """Runs the server until the block ends; then ends its workspaces (unless told not to,
-    for a restart) and the server."""
+    """Runs the server on `backend` until the block ends; then ends its workspaces (unless told
+    not to, for a restart) and the server."""
     data_root = tmp / "data"
-    secrets = tmp / "secrets.json"
-    secrets.write_text(json.dumps({"github": {"GH_TOKEN": github_token}}))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_WORKSPACE_")}
+    # Nothing of this process's Modal or gateway settings leaks into the server's.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
     env |= {
         "MODAL_WORKSPACE_MCP_TOKEN": TOKEN,
         "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
-        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
-        # auto: bubblewrap where it works here; none: the unisolated fallback, paths and all.
-        "MODAL_WORKSPACE_ISOLATION": isolation,
+        **backend.env,
     }
     log = tmp / f"server-{port}.log"
     argv = [str(SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--driver", "local", "--data-root", str(data_root)]
+    argv += ["--driver", backend.driver, "--data-root", str(data_root)]
     with log.open("wb") as out:
         process = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -84,7 +153,7 @@ def serve(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not answer: {log.read_text()}")
             time.sleep(0.1)
-        yield Served(base_url, data_root, log, github_token)
+        yield Served(base_url, data_root, log, github_token, backend)
     finally:
         # Agent daemons outlive the server by design: end every workspace this test made.
         with contextlib.suppress(httpx2.HTTPError):

@@ -1,6 +1,7 @@
 """End to end through the official MCP client over real HTTP: `modal-workspace serve` on
-127.0.0.1 with the local driver and the real agent; create, clone, a realtime exec with stdin
-and cancel followed by the cursor loop, files, diff, terminate — in both protocol generations."""
+127.0.0.1 with the real agent, on the local driver and on the Modal driver against the test
+control plane; create, clone, a realtime exec with stdin and cancel followed by the cursor loop,
+files, diff, terminate — in both protocol generations."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from e2e_support import Served, serve
+from e2e_support import BACKENDS, Served, backend_for, serve
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from service_support import TOKEN
@@ -22,9 +23,14 @@ from support.git_server import GitServer
 pytest.importorskip("modal_workspace_core.drivers.local")
 
 
-@pytest.fixture
-def served(tmp_path: Path, git_server: GitServer) -> Iterator[Served]:
-    with serve(tmp_path, git_server.token) as s:
+@pytest.fixture(params=BACKENDS)
+def served(
+    request: pytest.FixtureRequest, tmp_path: Path, git_server: GitServer
+) -> Iterator[Served]:
+    with (
+        backend_for(request.param, tmp_path, git_server.token) as backend,
+        serve(tmp_path, git_server.token, backend) as s,
+    ):
         yield s
 
 

@@ -1,11 +1,13 @@
-"""End to end over real HTTP: `modal-workspace serve` on 127.0.0.1 with the local driver and the
-real agent; a workspace is created, a repository cloned with a token over smart HTTP, commands
-run with stdin and cancel, events drained to `done`, files edited, the diff read, and the
-workspace terminated — all through the REST API."""
+"""End to end over real HTTP: `modal-workspace serve` on 127.0.0.1 with the real agent, on the
+local driver and on the Modal driver (the real SDK against the test control plane); a workspace
+is created, a repository cloned with a token over smart HTTP, commands run with stdin and cancel,
+events drained to `done`, files edited, the diff read, and the workspace terminated — all
+through the REST API, the same test on every backend."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,19 +15,31 @@ from typing import Any
 
 import httpx2
 import pytest
-from e2e_support import Served, serve, workspace_files_containing
+from e2e_support import (
+    BACKENDS,
+    Served,
+    backend_for,
+    local_backend,
+    serve,
+    workspace_files_containing,
+)
 from service_support import TOKEN
 from support.git_server import ArgvSampler, GitServer
 
 pytest.importorskip("modal_workspace_core.drivers.local")
 
 
-@pytest.fixture(params=["auto", "none"], ids=["isolated-if-possible", "unisolated"])
+@pytest.fixture(params=["local", "local-unisolated", "modal"])
 def served(
     request: pytest.FixtureRequest, tmp_path: Path, git_server: GitServer
 ) -> Iterator[Served]:
-    with serve(tmp_path, git_server.token, isolation=request.param) as s:
-        yield s
+    token = git_server.token
+    with contextlib.ExitStack() as stack:
+        if request.param == "local-unisolated":  # the fallback without bubblewrap, paths and all
+            backend = stack.enter_context(local_backend(tmp_path, token, isolation="none"))
+        else:
+            backend = stack.enter_context(backend_for(request.param, tmp_path, token))
+        yield stack.enter_context(serve(tmp_path, token, backend))
 
 
 @pytest.fixture
@@ -112,8 +126,11 @@ def test_the_whole_job_through_rest(
     assert all(token not in r.path for r in git_server.requests)  # never in a URL
     assert sampler.git_seen > 0 and sampler.leaks == []
     assert all(token not in str(e) for e in events)
-    assert workspace_files_containing(served.data_root, token) == []
+    assert workspace_files_containing(served.files_root, token) == []
     assert token not in served.log_text()
+    # Ordinary commands do not have it either (on Modal the sandbox holds it, privately).
+    env_check = {"command": "printenv GH_TOKEN MWC_GIT_TOKEN; echo $?"}
+    assert ok(api.post(f"/workspaces/{ws}/exec", json=env_check))["stdout"] == "1\n"
     # The repo tags are recorded once the clone has succeeded.
     deadline = time.monotonic() + 30
     while "repo-url" not in (tags := ok(api.get(f"/workspaces/{ws}"))["tags"]):
@@ -228,25 +245,33 @@ def test_the_whole_job_through_rest(
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 
 
+@pytest.mark.parametrize("driver", BACKENDS)
 def test_workspaces_and_their_exec_logs_survive_a_server_restart(
-    tmp_path: Path, git_server: GitServer
+    tmp_path: Path, git_server: GitServer, driver: str
 ) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    with (
-        serve(tmp_path, git_server.token, terminate_all=False) as first,
-        httpx2.Client(base_url=first.api, headers=headers, timeout=120) as api,
-    ):
-        ws = ok(api.post("/workspaces", json={"tags": {"keep": "yes"}}))["workspace_id"]
-        run = ok(api.post(f"/workspaces/{ws}/exec", json={"command": "echo remembered"}))
-    with (
-        serve(tmp_path, git_server.token) as second,
-        httpx2.Client(base_url=second.api, headers=headers, timeout=120) as api,
-    ):
-        listed = ok(api.get("/workspaces"))["workspaces"]
-        assert [(w["workspace_id"], w["tags"]["keep"]) for w in listed] == [(ws, "yes")]
-        execs = ok(api.get(f"/workspaces/{ws}/realtime-execs"))["execs"]
-        assert run["exec_id"] in {e["exec_id"] for e in execs}
-        events, last = drain(api, ws, run["exec_id"])
-        assert output(events) == "remembered\n" and last["returncode"] == 0
-        again = ok(api.post(f"/workspaces/{ws}/exec", json={"command": "echo still here"}))
-        assert again["stdout"] == "still here\n"
+    token = git_server.token
+    with backend_for(driver, tmp_path, token) as backend:
+        with (
+            serve(tmp_path, token, backend, terminate_all=False) as first,
+            httpx2.Client(base_url=first.api, headers=headers, timeout=120) as api,
+        ):
+            ws = ok(api.post("/workspaces", json={"tags": {"keep": "yes"}}))["workspace_id"]
+            ran = ok(api.post(f"/workspaces/{ws}/exec", json={"command": "echo remembered"}))
+            # Still running when the server stops: the next server resumes its events.
+            command = "echo before; sleep 2; echo after"
+            running = ok(api.post(f"/workspaces/{ws}/realtime-execs", json={"command": command}))
+        with (
+            serve(tmp_path, token, backend) as second,
+            httpx2.Client(base_url=second.api, headers=headers, timeout=120) as api,
+        ):
+            listed = ok(api.get("/workspaces"))["workspaces"]
+            assert [(w["workspace_id"], w["tags"]["keep"]) for w in listed] == [(ws, "yes")]
+            execs = {e["exec_id"] for e in ok(api.get(f"/workspaces/{ws}/realtime-execs"))["execs"]}
+            assert {ran["exec_id"], running["exec_id"]} <= execs
+            events, last = drain(api, ws, ran["exec_id"])
+            assert output(events) == "remembered\n" and last["returncode"] == 0
+            events, last = drain(api, ws, running["exec_id"])
+            assert output(events) == "before\nafter\n" and last["returncode"] == 0
+            again = ok(api.post(f"/workspaces/{ws}/exec", json={"command": "echo still here"}))
+            assert again["stdout"] == "still here\n"

@@ -2,7 +2,8 @@
 events), status and diff run to completion; repo tags recorded only after success.
 
 A GitHub token reaches git only through a GIT_ASKPASS script that reads it from the one exec's
-environment; it is also handed to the agent as a secret, so it is redacted from every event.
+environment, put there by the gateway (local driver) or by the agent from the workspace's private
+environment (Modal); either way the agent redacts it from every event.
 """
 
 from __future__ import annotations
@@ -50,16 +51,22 @@ async def _start_git(
     env = dict(_GIT_ENV)
     secrets: list[str] = []
     askpass: str | None = None
+    secret_env: dict[str, str] = {}
     if use_token:
-        token = svc.github_token()
+        # The driver says how the token reaches this exec: as a value the gateway holds, or
+        # copied by the agent from the workspace's own (private) environment.
+        token = svc.github_token(gitcmd.TOKEN_ENV)
         askpass = f"{ASKPASS_DIR}/askpass-{exec_id}"
         args = {"path": askpass, "create_parents": True}
         await svc.request(ws, "file.write", args, gitcmd.ASKPASS_SCRIPT.encode())
         argv = gitcmd.with_askpass(argv, posixpath.join(record.root, askpass))
         env["GIT_ASKPASS"] = posixpath.join(record.root, askpass)
-        env[gitcmd.TOKEN_ENV] = token
-        secrets.append(token)
+        env.update(token.env)
+        secrets += token.redact
+        secret_env = token.agent_env
     args = exec_args(record, exec_id, argv=argv, env=env, secrets=secrets)
+    if secret_env:
+        args["secret_env"] = secret_env
     try:
         await svc.request(ws, "exec.start", args)
     except WorkspaceError:

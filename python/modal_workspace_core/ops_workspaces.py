@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import policy
-from .drivers.base import WorkspaceRecord, WorkspaceSpec
+from .drivers.base import WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
 from .models import WorkspaceCreate, WorkspaceList, WorkspaceRef
 from .results import TerminateResult, Workspace, WorkspaceListResult
 
@@ -24,7 +24,7 @@ def _out(record: WorkspaceRecord) -> Workspace:
 
 async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     # Everything that can refuse the request is checked before the driver is called.
-    secret_env = svc.secret_env(inp.secret_names)
+    secrets = svc.workspace_secrets(inp.secret_names)
     volumes = svc.volumes(inp.volumes)
     resources = inp.resources.model_dump(exclude_none=True)
     if volumes:
@@ -32,7 +32,7 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     tags = dict(inp.tags)
     key = inp.idempotency_key
     if key is None:
-        return _out(await _create(svc, tags, inp, resources, secret_env))
+        return _out(await _create(svc, tags, inp, resources, secrets))
     tags[IDEMPOTENCY_TAG] = key
     # The key lives in the workspace's own tags, so it holds across gateway restarts; the lock
     # closes the window between looking and creating within this gateway.
@@ -40,7 +40,7 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
         for record in await svc.driver.list():
             if record.tags.get(IDEMPOTENCY_TAG) == key and record.state != "terminated":
                 return _out(record)
-        return _out(await _create(svc, tags, inp, resources, secret_env))
+        return _out(await _create(svc, tags, inp, resources, secrets))
 
 
 async def _create(
@@ -48,14 +48,14 @@ async def _create(
     tags: dict[str, str],
     inp: WorkspaceCreate,
     resources: dict[str, object],
-    secret_env: dict[str, str],
+    secrets: WorkspaceSecrets,
 ) -> WorkspaceRecord:
     spec = WorkspaceSpec(
         env=inp.env,
         tags=tags,
         block_network=inp.block_network,
         resources=resources,
-        secret_env=secret_env,
+        **secrets.model_dump(),
     )
     return await svc.driver.create(policy.new_id("ws"), spec)
 

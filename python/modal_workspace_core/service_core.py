@@ -18,11 +18,10 @@ from . import policy
 from ._core import PolicyError
 from .agent_client import AgentClient, AgentError
 from .config import Settings
-from .drivers.base import Driver, WorkspaceRecord
+from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
-    PermissionDeniedError,
     TimeoutError_,
     UpstreamError,
     WorkspaceError,
@@ -92,6 +91,8 @@ class Service:
     def __init__(self, driver: Driver, settings: Settings) -> None:
         self.driver = driver
         self.settings = settings
+        # Each driver resolves secrets its own way; the service only checks the allowlist.
+        self.secrets = secret_source(driver, settings)
         self._clients: dict[str, AgentClient] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._tag_locks: dict[str, asyncio.Lock] = {}
@@ -191,36 +192,24 @@ class Service:
 
     # --- inputs that need the configuration -----------------------------------------------------
 
-    def secret_env(self, names: list[str]) -> dict[str, str]:
-        """The values of allowlisted secrets; a name outside the allowlist is refused (403)."""
-        env: dict[str, str] = {}
+    def workspace_secrets(self, names: list[str]) -> WorkspaceSecrets:
+        """Allowlisted secrets for a new workspace, as its driver hands them over; a name
+        outside the allowlist is refused (403) before the driver is called."""
         for i, name in enumerate(names):
-            field = f"secret_names[{i}]"
-            try:
-                policy.allowed(
-                    name, self.settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS"
-                )
-            except PolicyError as exc:
-                raise from_policy_error(exc, field) from None
-            values = self.settings.secret_values.get(name)
-            if values is None:
-                raise PermissionDeniedError(
-                    f"{field}: secret {name!r} is allowlisted but has no values configured "
-                    "(MODAL_WORKSPACE_LOCAL_SECRETS_FILE)",
-                    field=field,
-                )
-            env.update(values)
-        return env
+            self._check_secret(name, f"secret_names[{i}]")
+        return self.secrets.for_workspace(names)
 
-    def github_token(self) -> str:
+    def github_token(self, as_env: str) -> ExecSecret:
+        """The GitHub secret's `GH_TOKEN` as variable `as_env` of one exec."""
         name = self.settings.github_secret
-        token = self.secret_env([name]).get("GH_TOKEN") if name else None
-        if not token:
-            raise PermissionDeniedError(
-                f"the GitHub secret {name!r} has no GH_TOKEN value configured",
-                field="use_github_token",
-            )
-        return token
+        self._check_secret(name, "use_github_token")
+        return self.secrets.for_exec(name, "GH_TOKEN", as_env)
+
+    def _check_secret(self, name: str, field: str) -> None:
+        try:
+            policy.allowed(name, self.settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS")
+        except PolicyError as exc:
+            raise from_policy_error(exc, field) from None
 
     def volumes(self, volumes: Mapping[str, str]) -> dict[str, str]:
         checked: dict[str, str] = {}

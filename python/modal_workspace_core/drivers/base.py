@@ -6,14 +6,27 @@ that `connect` opens, so the service above never asks which driver it is talking
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
+from ..errors import PermissionDeniedError
+
 if TYPE_CHECKING:
     from ..agent_client import AgentClient
+    from ..config import Settings
 
-__all__ = ["Driver", "WorkspaceRecord", "WorkspaceSpec"]
+__all__ = [
+    "Driver",
+    "ExecSecret",
+    "GatewaySecrets",
+    "SecretSource",
+    "WorkspaceRecord",
+    "WorkspaceSecrets",
+    "WorkspaceSpec",
+    "secret_source",
+]
 
 
 class WorkspaceRecord(BaseModel):
@@ -36,7 +49,74 @@ class WorkspaceSpec(BaseModel):
     tags: dict[str, str] = {}
     block_network: bool = False
     resources: dict[str, Any] = {}
-    secret_env: dict[str, str] = {}  # resolved secret values
+    secret_env: dict[str, str] = {}  # secret values the gateway holds, for every command
+    # Secrets the provider holds and puts into the workspace by name (never through the gateway):
+    # their variables are every command's ...
+    secret_names: list[str] = []
+    # ... or, for these, withheld from commands: name -> variables an exec gets only through
+    # the agent's `secret_env` (the GitHub token `use_github_token` hands to git).
+    private_secrets: dict[str, list[str]] = {}
+
+
+class WorkspaceSecrets(BaseModel):
+    """How a new workspace receives the allowlisted secrets it asked for (`WorkspaceSpec`)."""
+
+    secret_env: dict[str, str] = {}
+    secret_names: list[str] = []
+    private_secrets: dict[str, list[str]] = {}
+
+
+class ExecSecret(BaseModel):
+    """How one exec receives one secret variable: either the gateway holds the value (`env`,
+    and `redact` lists it for the agent's redaction), or the workspace does and the agent copies
+    it from its own environment (`agent_env`: exec variable -> the agent's variable; the agent
+    redacts it itself). Either way it is never in an argv, a URL, a file or an event."""
+
+    env: dict[str, str] = {}
+    redact: list[str] = []
+    agent_env: dict[str, str] = {}
+
+
+class SecretSource(Protocol):
+    """A driver's way of resolving allowlisted secret names (already checked by the service)."""
+
+    def for_workspace(self, names: Sequence[str]) -> WorkspaceSecrets: ...
+
+    def for_exec(self, secret: str, key: str, as_env: str) -> ExecSecret:
+        """Variable `key` of secret `secret`, as variable `as_env` of one exec."""
+        ...
+
+
+class GatewaySecrets:
+    """Secret values the gateway itself holds (`MODAL_WORKSPACE_LOCAL_SECRETS_FILE`): what a
+    driver without a secret store of its own (the local driver) uses."""
+
+    def __init__(self, values: Mapping[str, Mapping[str, str]]) -> None:
+        self._values = values
+
+    def _secret(self, name: str, field: str) -> Mapping[str, str]:
+        values = self._values.get(name)
+        if values is None:
+            raise PermissionDeniedError(
+                f"{field}: secret {name!r} is allowlisted but has no values configured "
+                "(MODAL_WORKSPACE_LOCAL_SECRETS_FILE)",
+                field=field,
+            )
+        return values
+
+    def for_workspace(self, names: Sequence[str]) -> WorkspaceSecrets:
+        env: dict[str, str] = {}
+        for i, name in enumerate(names):
+            env.update(self._secret(name, f"secret_names[{i}]"))
+        return WorkspaceSecrets(secret_env=env)
+
+    def for_exec(self, secret: str, key: str, as_env: str) -> ExecSecret:
+        value = self._secret(secret, "use_github_token").get(key)
+        if not value:
+            raise PermissionDeniedError(
+                f"the secret {secret!r} has no {key} value configured", field="use_github_token"
+            )
+        return ExecSecret(env={as_env: value}, redact=[value])
 
 
 class Driver(Protocol):
@@ -49,3 +129,13 @@ class Driver(Protocol):
     async def connect(self, workspace_id: str) -> AgentClient: ...  # an open channel
     async def destroy(self, workspace_id: str) -> None: ...
     async def close(self) -> None: ...
+
+
+def secret_source(driver: Driver, settings: Settings) -> SecretSource:
+    """The driver's own `secret_source(settings)` where it has a secret store (Modal: secrets
+    stay in Modal and reach the sandbox by name), else the values the gateway holds."""
+    own = getattr(driver, "secret_source", None)
+    if own is not None:
+        source: SecretSource = own(settings)
+        return source
+    return GatewaySecrets(settings.secret_values)

@@ -30,10 +30,19 @@ from ..errors import (
 from ..policy import check_id
 from .base import WorkspaceRecord, WorkspaceSpec
 from .modal_channel import ChannelClient, ExecChannel
-from .modal_config import WORKSPACE_ROOT, ModalSettings, SandboxOptions, check_env, sandbox_options
+from .modal_config import (
+    PRIVATE_ENV,
+    WORKSPACE_ROOT,
+    ModalSecrets,
+    ModalSettings,
+    SandboxOptions,
+    check_env,
+    sandbox_options,
+)
 
 if TYPE_CHECKING:
     from ..agent_client import AgentClient
+    from ..config import Settings
 
 __all__ = ["MANAGED_TAGS", "ModalDriver", "ModalSettings"]
 
@@ -75,6 +84,18 @@ async def _modal_errors(workspace_id: str) -> AsyncIterator[None]:
         ) from None
 
 
+@contextlib.asynccontextmanager
+async def _missing_objects() -> AsyncIterator[None]:
+    """While creating, "not found" means a secret, volume or image named in the request or the
+    configuration is missing in Modal, not the workspace."""
+    try:
+        yield
+    except modal.exception.NotFoundError as exc:
+        raise UpstreamError(
+            "upstream", f"Modal has no such object: {exc}; create it or fix the configuration"
+        ) from None
+
+
 def _workspace_id(workspace_id: str) -> str:
     try:
         return check_id("ws", workspace_id)
@@ -112,6 +133,10 @@ class ModalDriver:
         self._clients: dict[str, AgentClient] = {}
         # A cache of what this process created; the sandbox's tags stay the record.
         self._resources: dict[str, dict[str, Any]] = {}
+
+    def secret_source(self, settings: Settings) -> ModalSecrets:
+        """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
+        return ModalSecrets(settings.allowed_secrets, settings.github_secret)
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -172,9 +197,14 @@ class ModalDriver:
             TAG_CREATED_AT: created_at,
         }
         tags = {**_caller_tags(spec.tags, managed), **managed}
-        async with _modal_errors(workspace_id):
+        # Secrets by name: Modal puts their values into the sandbox, the gateway never sees them.
+        names = [*options.secret_names, *spec.secret_names, *spec.private_secrets]
+        private = sorted({key for keys in spec.private_secrets.values() for key in keys})
+        if private:
+            env[PRIVATE_ENV] = ",".join(private)  # last: a caller's env cannot unset it
+        async with _modal_errors(workspace_id), _missing_objects():
             app = await self._sandbox_app()
-            secrets = [modal.Secret.from_name(name) for name in options.secret_names]
+            secrets = [modal.Secret.from_name(name) for name in dict.fromkeys(names)]
             if spec.secret_env:
                 # Values travel inside the create request, never in argv.
                 secrets.append(modal.Secret.from_dict(dict(spec.secret_env)))
@@ -204,6 +234,8 @@ class ModalDriver:
             **options.recorded(),
             "block_network": spec.block_network,
         }
+        if spec.secret_names:
+            self._resources[workspace_id]["secret_names"] = list(dict.fromkeys(spec.secret_names))
         return self._record(workspace_id, tags, running=True)
 
     def _image(self, options: SandboxOptions) -> modal.Image:

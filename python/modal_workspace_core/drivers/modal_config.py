@@ -6,17 +6,20 @@ checked before any call to Modal.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._core import PolicyError
 from ..errors import InvalidArgumentError, PermissionDeniedError
 from ..policy import allowed, env_name, workspace_path
+from .base import ExecSecret, WorkspaceSecrets
 
-__all__ = ["ModalSettings", "SandboxOptions", "sandbox_options"]
+__all__ = ["PRIVATE_ENV", "ModalSecrets", "ModalSettings", "SandboxOptions", "sandbox_options"]
 
 WORKSPACE_ROOT = "/workspace"
+# The agent withholds the variables named here from every exec (see docs/protocol.md).
+PRIVATE_ENV = "MWC_PRIVATE_ENV"
 # The predecessor's defaults: (request, limit).
 DEFAULT_CPU = (2.0, 4.0)
 DEFAULT_MEMORY_MIB = (4096, 8192)
@@ -254,3 +257,29 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
                 "invalid_argument", f"env: {exc}", f"env.{key[:32]}"
             ) from None
     return checked
+
+
+class ModalSecrets:
+    """Secrets stay in Modal: a workspace gets its allowlisted secrets as `Secret.from_name` on
+    its sandbox, so their values never pass through the gateway.
+
+    The GitHub secret (when allowlisted) is put on every sandbox, but private: the agent withholds
+    its `GH_TOKEN` from commands and copies it into the one git exec that `use_github_token` runs
+    (its GIT_ASKPASS script reads it), redacting it from that exec's output. A workspace that
+    names the GitHub secret in `secret_names` gets it as an ordinary variable instead.
+    """
+
+    def __init__(self, allowed_secrets: tuple[str, ...], github_secret: str) -> None:
+        self.allowed_secrets = allowed_secrets
+        self.github_secret = github_secret
+
+    def for_workspace(self, names: Sequence[str]) -> WorkspaceSecrets:
+        private: dict[str, list[str]] = {}
+        github = self.github_secret
+        if github and github in self.allowed_secrets and github not in names:
+            private[github] = ["GH_TOKEN"]
+        return WorkspaceSecrets(secret_names=list(dict.fromkeys(names)), private_secrets=private)
+
+    def for_exec(self, secret: str, key: str, as_env: str) -> ExecSecret:
+        # The sandbox has `key` from the Modal secret (private or not); the agent looks it up.
+        return ExecSecret(agent_env={as_env: key})

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
+use super::agent_env::AgentEnv;
 use super::args::{internal, policy, Args};
 use super::exec_io::InputJob;
 use super::meta::{ExecMeta, PtyMeta};
@@ -32,6 +33,7 @@ pub(crate) struct ExecRegistry {
     supervisor: Supervisor,
     config: LogConfig,
     budget: Arc<LogBudget>,
+    agent_env: AgentEnv,
     pub(super) entries: Mutex<HashMap<String, Entry>>,
 }
 
@@ -56,8 +58,15 @@ impl ExecRegistry {
             supervisor,
             config,
             budget,
+            agent_env: AgentEnv::default(),
             entries: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The daemon's own variables that `secret_env` may name.
+    pub(crate) fn with_agent_env(mut self, agent_env: AgentEnv) -> Self {
+        self.agent_env = agent_env;
+        self
     }
 
     /// Loads the execs of earlier daemons; those not ended in their meta become `lost`.
@@ -122,7 +131,22 @@ impl ExecRegistry {
         if let Some(existing) = self.entries.lock().get(&id) {
             return Ok(existing.record.status());
         }
-        let secrets = a.strings("secrets")?.unwrap_or_default();
+        let mut secrets = a.strings("secrets")?.unwrap_or_default();
+        // `secret_env` maps an exec variable to one of the daemon's own (private) variables: the
+        // value never travels in the request, and is redacted like the values in `secrets`.
+        let mut from_agent = Vec::new();
+        for (name, source) in a.object("secret_env")?.into_iter().flatten() {
+            let name = policy::env_name(name).map_err(|e| policy("secret_env", e))?;
+            let Some(source) = source.as_str() else {
+                return Err(ErrorBody::invalid(
+                    "secret_env",
+                    "every 'secret_env' value must name a variable",
+                ));
+            };
+            let value = self.agent_env.secret(&name, source)?.to_owned();
+            secrets.push(value.clone());
+            from_agent.push((name, value));
+        }
         let redactor = Redactor::new(&secrets);
         let mut spec = match (a.str("command")?, a.strings("argv")?) {
             (Some(text), None) => ExecSpec::shell(text),
@@ -150,6 +174,11 @@ impl ExecRegistry {
             spec.env
                 .push((OsString::from(&name), OsString::from(value)));
             env.push((name, redact_text(&redactor, value)));
+        }
+        for (name, value) in from_agent {
+            spec.env
+                .push((OsString::from(&name), OsString::from(&value)));
+            env.push((name, redact_text(&redactor, &value)));
         }
         let workdir = match a.str("workdir")? {
             Some(dir) => {

@@ -1,6 +1,7 @@
 //! The workspace agent daemon: owns the supervisor, the workspace's files and watches and the
 //! exec registry with its durable logs, and serves the channel protocol on a unix socket.
 
+mod agent_env;
 mod args;
 mod exec_io;
 mod execs;
@@ -64,8 +65,14 @@ impl Daemon {
             .to_owned();
         crate::policy::workspace_path(&root_str, ".").map_err(|e| e.message)?;
         let ws = Arc::new(Workspace::open(&root).map_err(|e| e.message)?);
-        let supervisor = Supervisor::new(SupervisorConfig::default())
-            .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
+        // Variables named in MWC_PRIVATE_ENV stay with the daemon: an exec gets one only when its
+        // request asks for it (`secret_env`), and then it is redacted from that exec's output.
+        let (base_env, agent_env) = agent_env::AgentEnv::split(std::env::vars_os());
+        let supervisor = Supervisor::new(SupervisorConfig {
+            base_env,
+            ..SupervisorConfig::default()
+        })
+        .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
         let budget = LogBudget::new(config.max_total_log_bytes);
         let execs = execs::ExecRegistry::new(
             config.state_dir.join("execs"),
@@ -73,7 +80,8 @@ impl Daemon {
             supervisor,
             LogConfig::with_max_bytes(config.max_log_bytes),
             budget,
-        );
+        )
+        .with_agent_env(agent_env);
         let loaded = execs
             .load()
             .map_err(|e| format!("cannot load earlier execs: {e}"))?;

@@ -1,6 +1,7 @@
 //! The exec registry with real processes and a real state directory: the order of the end
 //! records, recovery of earlier execs as `lost`, cancel before start and idempotent starts.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -166,4 +167,48 @@ async fn cancel_before_start_records_a_cancelled_exec_that_never_runs() {
     let exec = record.exec.get().unwrap().clone();
     exec.wait().await;
     assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_env_variable_reaches_only_its_exec_and_is_redacted_everywhere() {
+    let dir = TempDir::new();
+    let (_, agent_env) = super::agent_env::AgentEnv::split([
+        (
+            OsString::from("HIDDEN_TOKEN"),
+            OsString::from("s3cr3t-value"),
+        ),
+        (
+            OsString::from("MWC_PRIVATE_ENV"),
+            OsString::from("HIDDEN_TOKEN"),
+        ),
+    ]);
+    let registry = registry(&dir.0).with_agent_env(agent_env);
+    let status = registry
+        .start(&args(json!({
+            "argv": ["sh", "-c", "printf '%s\\n' \"$TOKEN\""],
+            "secret_env": {"TOKEN": "HIDDEN_TOKEN"},
+        })))
+        .unwrap();
+    let id = status["exec_id"].as_str().unwrap().to_owned();
+    let exec_dir = dir.0.join("execs").join(&id);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !is_final(&ExecMeta::load(&exec_dir).unwrap().state) {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = log_bytes(&dir.0, &id);
+    assert!(
+        contains(&log, "[REDACTED]"),
+        "the exec printed its variable"
+    );
+    assert!(!contains(&log, "s3cr3t-value"));
+    let meta = std::fs::read(exec_dir.join("meta.json")).unwrap();
+    assert!(!contains(&meta, "s3cr3t-value"));
+
+    let refused = registry
+        .start(&args(
+            json!({"argv": ["true"], "secret_env": {"T": "ABSENT"}}),
+        ))
+        .unwrap_err();
+    assert_eq!(refused.field.as_deref(), Some("secret_env.T"));
 }
