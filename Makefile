@@ -11,14 +11,15 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "maturin>=1.9.4,<2"
+	$(VENV)/bin/maturin develop --release --extras dev --quiet
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# Builds the extension in release mode into the virtualenv (benchmarks and the agent need speed)
-# and installs the project's dependencies with the `dev` extra.
+# Rebuilds the extension in release mode, in place (benchmarks and the agent need speed). The
+# dependencies and the editable install come from the step above, once per pyproject change.
 build: $(STAMP)
-	$(VENV)/bin/maturin develop --release --extras dev
+	$(VENV)/bin/maturin develop --release --skip-install --quiet
 
 test: build test-rust test-python
 
