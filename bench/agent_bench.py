@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -126,23 +125,31 @@ def baseline_rest_latency(port: int) -> list[float]:
         api.close()
 
 
-def latency_table(lines: int) -> None:
+def latency_table(lines: int, rounds: int = 2) -> None:
+    """Ours and the baselines take turns (`rounds` times, `lines` each), so that a change in
+    the machine's load during the run falls on both sides alike."""
+
     def stats(samples: list[float]) -> tuple[float, float, int]:
-        kept = sorted(samples[WARMUP:])
+        kept = sorted(samples)
         return statistics.median(kept), kept[min(len(kept) - 1, int(len(kept) * 0.99))], len(kept)
 
-    with daemon() as d:
-        ours = stats(asyncio.run(agent_latency(d.socket, lines)))
-    with baseline_unix(stamper(lines)) as sock:
-        base = stats(asyncio.run(baseline_unix_latency(sock)))
-    with gateway() as port:
-        rest = stats(gateway_latency(port, lines))
-    with baseline_rest(stamper(lines)) as port:
-        rest_base = stats(baseline_rest_latency(port))
+    samples: dict[str, list[float]] = {"ours": [], "base": [], "rest": [], "rest_base": []}
+    for _ in range(rounds):
+        with daemon() as d:
+            samples["ours"] += asyncio.run(agent_latency(d.socket, lines))[WARMUP:]
+        with baseline_unix(stamper(lines)) as sock:
+            samples["base"] += asyncio.run(baseline_unix_latency(sock))[WARMUP:]
+        with gateway() as port:
+            samples["rest"] += gateway_latency(port, lines)[WARMUP:]
+        with baseline_rest(stamper(lines)) as port:
+            samples["rest_base"] += baseline_rest_latency(port)[WARMUP:]
+    ours, base, rest, rest_base = (stats(samples[k]) for k in ("ours", "base", "rest", "rest_base"))
 
     name_width = 62
-    print(f"| {'process writes a line → waiting client has it':<{name_width}} "
-          "| median µs |  p99 µs | lines | median vs baseline |")
+    print(
+        f"| {'process writes a line → waiting client has it':<{name_width}} "
+        "| median µs |  p99 µs | lines | median vs baseline |"
+    )
     print(f"|{'-' * (name_width + 2)}|----------:|--------:|------:|-------------------:|")
     rows = (
         ("agent daemon → channel → AgentClient.read_events (cursor)", ours, base),
@@ -207,14 +214,14 @@ def throughput_table(size: int, label: str) -> None:
     cat_secs = timed_shell(f"{source} | cat > /dev/null")
     alone_secs = timed_shell(f"{source} > /dev/null")
     cat_rate = produced / cat_secs / 1e6
-    print(f"| `head -c {label} /dev/zero | base64` → reader{' ' * 18} "
-          "|       bytes | dropped |    s |  MB/s | of cat |")
-    print(f"|{'-' * 49}|------------:|--------:|-----:|------:|-------:|")
+    title = f"`head -c {label} /dev/zero | base64` → reader"
+    print(f"| {title:<47} |       bytes |     dropped |     s |  MB/s | of cat |")
+    print(f"|{'-' * 49}|------------:|------------:|------:|------:|-------:|")
 
     def row(name: str, received: int, secs: float, dropped: int) -> None:
         rate = received / secs / 1e6
         print(
-            f"| {name:<47} | {received:>11,} | {dropped:>7,} | {secs:>4.2f} | {rate:>5.0f} "
+            f"| {name:<47} | {received:>11,} | {dropped:>11,} | {secs:>5.2f} | {rate:>5.0f} "
             f"| {rate / cat_rate:>5.0%} |"
         )
 
@@ -305,8 +312,13 @@ def memory_table(count: int) -> None:
                 gw.wait(60)
             before = tuple(seen["before"])
             rows += [("gateway (AgentClient), connected, following none", before, None)]
-            rows += [(f"gateway following the {count} (one long-poll each)",
-                      tuple(seen["following"]), before)]
+            rows += [
+                (
+                    f"gateway following the {count} (one long-poll each)",
+                    tuple(seen["following"]),
+                    before,
+                )
+            ]
         finally:
             asyncio.run(cancel_execs(d.socket, ids))
 
@@ -332,7 +344,7 @@ def main() -> None:
         f"Python {platform.python_version()}\n"
     )
     if args.only in (None, "latency"):
-        latency_table(args.lines + WARMUP)
+        latency_table(args.lines // 2 + WARMUP)
         print()
     if args.only in (None, "throughput"):
         throughput_table(parse_size(args.size), args.size)

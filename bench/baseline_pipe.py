@@ -11,6 +11,7 @@ the same HTTP stack as the gateway. Both start the child when the first reader a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from typing import Any
 
@@ -72,10 +73,8 @@ def rest_app(argv: list[str]) -> Any:
             tasks.add(asyncio.create_task(stream.follow(argv)))
         async with stream.changed:
             if len(stream.chunks) <= cursor and not stream.done:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stream.changed.wait(), wait_seconds)
-                except TimeoutError:
-                    pass
             return stream.page(cursor)
 
     return app
