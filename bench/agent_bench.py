@@ -215,13 +215,13 @@ def throughput_table(size: int, label: str) -> None:
     alone_secs = timed_shell(f"{source} > /dev/null")
     cat_rate = produced / cat_secs / 1e6
     title = f"`head -c {label} /dev/zero | base64` → reader"
-    print(f"| {title:<47} |       bytes |     dropped |     s |  MB/s | of cat |")
-    print(f"|{'-' * 49}|------------:|------------:|------:|------:|-------:|")
+    print(f"| {title:<47} |         bytes |       dropped |     s |  MB/s | of cat |")
+    print(f"|{'-' * 49}|--------------:|--------------:|------:|------:|-------:|")
 
     def row(name: str, received: int, secs: float, dropped: int) -> None:
         rate = received / secs / 1e6
         print(
-            f"| {name:<47} | {received:>11,} | {dropped:>11,} | {secs:>5.2f} | {rate:>5.0f} "
+            f"| {name:<47} | {received:>13,} | {dropped:>13,} | {secs:>5.2f} | {rate:>5.0f} "
             f"| {rate / cat_rate:>5.0%} |"
         )
 
