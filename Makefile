@@ -41,9 +41,12 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format python tests bench
 	$(VENV)/bin/ruff check --fix python tests bench
 
+# BENCH_SIZE: bytes of /dev/zero the agent's throughput row pipes through base64 (e.g. 256M).
+BENCH_SIZE ?= 1G
 bench: build
 	cargo run --release --quiet --example ring_bench
 	$(PY) bench/ring_bench.py
+	$(PY) bench/agent_bench.py --size $(BENCH_SIZE)
 
 # Longer property runs than `make test` does (PROPTEST_CASES / HYPOTHESIS profile).
 fuzz: build
