@@ -192,6 +192,38 @@ async def test_a_long_poll_returns_soon_after_output_and_at_its_timeout_otherwis
     await client.request("exec.cancel", {"exec_id": exec_id, "grace_seconds": 0})
 
 
+async def test_a_hundred_long_polls_on_a_hundred_execs_all_read_to_done(
+    client: AgentClient,
+) -> None:
+    # More streams than the cache holds (64 by default), all read at once: the readers past the
+    # bound are served from the agent's log, and none evicts another's stream.
+    assert client.channel.max_streams == 64
+    execs = await asyncio.gather(
+        *(start(client, "read line; for i in 1 2 3; do echo $line $i; done") for _ in range(100))
+    )
+    readers = [asyncio.create_task(read_to_done(client, exec_id)) for exec_id in execs]
+    await asyncio.sleep(1.0)
+    assert not any(r.done() for r in readers), "a reader ended before its exec"
+    assert client.channel.cache_streams <= 64
+
+    # A quiet exec's long-poll still returns at its timeout while the cache is full of readers.
+    quiet = await start(client, "exec sleep 1000")
+    first = await client.read_events(quiet, 0, wait_seconds=20)
+    before = time.monotonic()
+    page = await client.read_events(quiet, first.next_cursor, wait_seconds=1.0)
+    waited = time.monotonic() - before
+    assert len(page) == 0 and not page.closed
+    assert 1.0 <= waited < 1.0 + SOON
+
+    for n, exec_id in enumerate(execs):
+        await client.request("exec.input", {"exec_id": exec_id}, f"x{n}\n".encode())
+    done = await asyncio.wait_for(asyncio.gather(*readers), 60)
+    for n, (events, _) in enumerate(done):
+        assert text(events, "stdout") == "".join(f"x{n} {i}\n" for i in (1, 2, 3))
+    assert client.channel.cache_streams <= 64
+    await client.request("exec.cancel", {"exec_id": quiet, "grace_seconds": 0})
+
+
 async def test_connect_subprocess_speaks_through_mwc_agent_connect(daemon: Path) -> None:
     client = await AgentClient.connect_subprocess(connect_argv(daemon))
     try:

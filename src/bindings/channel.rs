@@ -100,6 +100,14 @@ impl PyAgentChannel {
         }
     }
 
+    fn pin(&self, stream: &str) {
+        self.inner.lock().pin(stream);
+    }
+
+    fn unpin(&self, stream: &str) {
+        self.inner.lock().unpin(stream);
+    }
+
     #[pyo3(signature = (stream, cursor, max_events=100, max_bytes=65_536))]
     fn read_cached(
         &self,

@@ -1,5 +1,5 @@
 //! The gateway's cache of subscribed streams: one mirror ring per stream, bounded in bytes per
-//! stream and in the number of streams (least recently used first out), and the credit it owes.
+//! stream and in the number of streams (least recently used unread first out), and its credit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,6 +71,9 @@ pub struct Consumed {
 pub struct StreamCache {
     config: CacheConfig,
     streams: HashMap<String, Stream>,
+    /// Readers per stream (cached or not): a stream being read is never dropped, so readers of
+    /// more streams than the bound cannot evict each other's streams in turn (a livelock).
+    pins: HashMap<String, usize>,
     tick: u64,
 }
 
@@ -79,6 +82,7 @@ impl StreamCache {
         Self {
             config,
             streams: HashMap::new(),
+            pins: HashMap::new(),
             tick: 0,
         }
     }
@@ -106,16 +110,48 @@ impl StreamCache {
         })
     }
 
-    /// Starts caching `name` after `cursor`, first dropping the least recently used streams so
-    /// the count stays within bounds. Returns the dropped streams with whether each was still
-    /// open (and so still subscribed at the agent).
-    pub fn add(&mut self, name: &str, cursor: u64) -> Result<Vec<(String, bool)>, PolicyError> {
+    /// Counts one more reader of `name`; while it has readers it is not dropped.
+    pub fn pin(&mut self, name: &str) {
+        *self.pins.entry(name.to_owned()).or_default() += 1;
+    }
+
+    /// Counts one reader of `name` fewer.
+    pub fn unpin(&mut self, name: &str) {
+        if let Some(count) = self.pins.get_mut(name) {
+            *count -= 1;
+            if *count == 0 {
+                self.pins.remove(name);
+            }
+        }
+    }
+
+    /// Starts caching `name` after `cursor`, first dropping the least recently used streams
+    /// without readers so the count stays within bounds. Returns the dropped streams with
+    /// whether each was still open (and so still subscribed at the agent), or `None` (nothing
+    /// changed) when every cached stream has a reader and `overflow` is false. With `overflow`
+    /// the stream is added past the bound instead; later additions trim the excess.
+    pub fn add(
+        &mut self,
+        name: &str,
+        cursor: u64,
+        overflow: bool,
+    ) -> Result<Option<Vec<(String, bool)>>, PolicyError> {
+        let unpinned = self
+            .streams
+            .keys()
+            .filter(|k| !self.pins.contains_key(k.as_str()))
+            .count();
+        let excess = (self.streams.len() + 1).saturating_sub(self.config.max_streams);
+        if excess > unpinned && !overflow {
+            return Ok(None);
+        }
         let ring = Arc::new(EventRing::mirror(self.config.stream_bytes, None, cursor)?);
         let mut dropped = Vec::new();
         while self.streams.len() >= self.config.max_streams {
             let Some(oldest) = self
                 .streams
                 .iter()
+                .filter(|(k, _)| !self.pins.contains_key(k.as_str()))
                 .min_by_key(|(_, s)| s.last_used)
                 .map(|(k, _)| k.clone())
             else {
@@ -134,7 +170,7 @@ impl StreamCache {
                 last_used: self.tick,
             },
         );
-        Ok(dropped)
+        Ok(Some(dropped))
     }
 
     pub fn remove(&mut self, name: &str) -> bool {
