@@ -245,6 +245,8 @@ class AgentClient:
     ) -> Page:
         while True:
             kind, page = self._channel.read_cached(stream_id, cursor, max_events, max_bytes)
+            # Reading at `cursor` consumed what came before it: credit it frees goes out now.
+            self._flush()
             if kind == "missing":
                 if await self._subscribe(stream_id, cursor):
                     continue

@@ -227,7 +227,18 @@ impl AgentChannel {
     ) -> Result<CacheRead, PolicyError> {
         match self.ring(stream) {
             None => Ok(CacheRead::Missing),
-            Some(ring) => read_ring(&ring, cursor, max_events, max_bytes),
+            Some(ring) => {
+                self.reader_at(stream, cursor);
+                read_ring(&ring, cursor, max_events, max_bytes)
+            }
+        }
+    }
+
+    /// A reader of `stream` has consumed its events up to `cursor` (it asks for the ones after
+    /// it): queues the credit this frees, if a batch is due. [`read`](Self::read) calls it.
+    pub fn reader_at(&mut self, stream: &str, cursor: u64) {
+        if let Some(bytes) = self.cache.reader_at(stream, cursor) {
+            self.push(&wire::credit_frame(stream, bytes));
         }
     }
 
