@@ -4,6 +4,7 @@ requests, streamed execs, long-polls woken by notification, reconnects and the c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -27,9 +28,16 @@ SOON = 5.0
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Path]:
     """A daemon on a workspace in `tmp_path`; yields its socket."""
+    with run_daemon(tmp_path) as sock:
+        yield sock
+
+
+@contextlib.contextmanager
+def run_daemon(tmp_path: Path, *options: str) -> Iterator[Path]:
+    """Runs a daemon (with extra command-line `options`) on a workspace in `tmp_path`."""
     root, state, sock = tmp_path / "root", tmp_path / "state", tmp_path / "agent.sock"
     root.mkdir()
-    argv = [sys.executable, "-m", "modal_workspace_core.agent", "daemon"]
+    argv = [sys.executable, "-m", "modal_workspace_core.agent", "daemon", *options]
     argv += ["--root", str(root), "--state-dir", str(state), "--socket", str(sock)]
     process = subprocess.Popen(argv, env={**os.environ, "MWC_AGENT_LOG": "warn"})
     try:
@@ -192,6 +200,38 @@ async def test_a_long_poll_returns_soon_after_output_and_at_its_timeout_otherwis
     await client.request("exec.cancel", {"exec_id": exec_id, "grace_seconds": 0})
 
 
+async def test_a_hundred_long_polls_on_a_hundred_execs_all_read_to_done(
+    client: AgentClient,
+) -> None:
+    # More streams than the cache holds (64 by default), all read at once: the readers past the
+    # bound are served from the agent's log, and none evicts another's stream.
+    assert client.channel.max_streams == 64
+    execs = await asyncio.gather(
+        *(start(client, "read line; for i in 1 2 3; do echo $line $i; done") for _ in range(100))
+    )
+    readers = [asyncio.create_task(read_to_done(client, exec_id)) for exec_id in execs]
+    await asyncio.sleep(1.0)
+    assert not any(r.done() for r in readers), "a reader ended before its exec"
+    assert client.channel.cache_streams <= 64
+
+    # A quiet exec's long-poll still returns at its timeout while the cache is full of readers.
+    quiet = await start(client, "exec sleep 1000")
+    first = await client.read_events(quiet, 0, wait_seconds=20)
+    before = time.monotonic()
+    page = await client.read_events(quiet, first.next_cursor, wait_seconds=1.0)
+    waited = time.monotonic() - before
+    assert len(page) == 0 and not page.closed
+    assert 1.0 <= waited < 1.0 + SOON
+
+    for n, exec_id in enumerate(execs):
+        await client.request("exec.input", {"exec_id": exec_id}, f"x{n}\n".encode())
+    done = await asyncio.wait_for(asyncio.gather(*readers), 60)
+    for n, (events, _) in enumerate(done):
+        assert text(events, "stdout") == "".join(f"x{n} {i}\n" for i in (1, 2, 3))
+    assert client.channel.cache_streams <= 64
+    await client.request("exec.cancel", {"exec_id": quiet, "grace_seconds": 0})
+
+
 async def test_connect_subprocess_speaks_through_mwc_agent_connect(daemon: Path) -> None:
     client = await AgentClient.connect_subprocess(connect_argv(daemon))
     try:
@@ -312,3 +352,49 @@ async def test_a_flood_does_not_grow_the_gateway_beyond_the_cache_bounds(daemon:
         assert growth < 48 << 20, f"the gateway grew by {growth >> 20} MiB"
     finally:
         await client.close()
+
+
+async def test_a_slow_reader_of_a_flood_is_served_from_the_cache_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    # Credit comes back as the reader consumes pages, so the agent pushes no further than a
+    # window ahead of it: the rest waits in the agent's log (large enough here) and reaches the
+    # reader through the 1 MiB cache, never through a read of the log.
+    flood = 64 << 20
+    with run_daemon(tmp_path, "--max-log-bytes", str(256 << 20)) as sock:
+        client = await AgentClient.connect_unix(sock, stream_bytes=1 << 20, credit=1 << 20)
+        log_reads = 0
+        request = client.request
+
+        async def counting(op: str, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], bytes]:
+            nonlocal log_reads
+            log_reads += op == "exec.read"
+            return await request(op, *args, **kwargs)
+
+        client.request = counting  # type: ignore[method-assign]
+        try:
+            line = "0123456789abcdef" * 4 + "\n"
+            exec_id = await start(client, f"yes {line[:-1]} | head -c {flood}")
+            first = await client.read_events(exec_id, 0, wait_seconds=20)
+            # The reader falls behind by the whole flood: it reads on only once the exec ended.
+            while (await client.request("exec.status", {"exec_id": exec_id}))[0]["state"] == (
+                "running"
+            ):
+                assert client.channel.cache_bytes <= 1 << 20
+                await asyncio.sleep(0.1)
+            received = sum(len(e.get("data", "")) for e in first.events if e["type"] == "stdout")
+            cursor = first.next_cursor
+            while True:
+                page = await client.read_events(exec_id, cursor, max_bytes=1 << 20, wait_seconds=20)
+                assert not page.cursor_expired and page.dropped_events == 0
+                for event in page.events:
+                    assert event["seq"] == cursor + 1
+                    cursor = event["seq"]
+                    if event["type"] == "stdout":
+                        received += len(event["data"])
+                if page.closed and not page.has_more:
+                    break
+            assert received == flood
+            assert log_reads == 0, "a slow reader was sent to the agent's log"
+        finally:
+            await client.close()

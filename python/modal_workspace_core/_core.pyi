@@ -202,8 +202,12 @@ class AgentChannel:
     transport read, write what `take_outgoing` returns. Sends `Hello` first and checks the
     agent's. Events of subscribed streams go into a cache: one mirror ring per stream that keeps
     the agent's seqs, bounded by `stream_bytes` per stream and `max_streams` streams (the least
-    recently used is dropped and unsubscribed); credit is returned to the agent as pages are
-    taken in (in half-`credit` batches). Safe to share between threads (one lock inside).
+    recently used stream that no reader has pinned is dropped and unsubscribed). Credit is
+    returned to the agent as readers consume pages: `read_cached` at a cursor consumes every
+    page up to it, and the credit it frees (in half-`credit` batches) is queued for
+    `take_outgoing`; so the agent pushes no further than one window ahead of the most advanced
+    reader, and a stream nobody reads waits in the agent's log. Safe to share between threads
+    (one lock inside).
 
     Raises `PolicyError` when a bound is not positive.
     """
@@ -232,11 +236,21 @@ class AgentChannel:
     def subscribe(self, stream: str, cursor: int) -> tuple[int | None, list[str]]:
         """Starts caching an exec (`ex-…`) or watch (`fw-…`) stream after `cursor` and queues
         its subscription. Returns the request id to wait on (None when the stream is already
-        cached) and the streams dropped from the cache to make room."""
+        cached) and the streams dropped from the cache to make room (only streams not pinned).
+
+        Raises `ValueError` with `code` "limit" when every cached stream is pinned: read the
+        exec's log (`exec.read`) instead. A watch has no log, so it is cached past the bound
+        then (later subscriptions trim the excess)."""
+    def pin(self, stream: str) -> None:
+        """Counts a reader of `stream` (cached or not): while it has readers, it is never
+        dropped to make room for another."""
+    def unpin(self, stream: str) -> None:
+        """Counts one reader of `stream` fewer (ignored when it has none)."""
     def read_cached(
         self, stream: str, cursor: int, max_events: int = 100, max_bytes: int = 65536
     ) -> tuple[Literal["page", "missing", "expired", "ahead", "ahead_closed"], Page | None]:
-        """Reads a stream from the cache, without waiting:
+        """Reads a stream from the cache, without waiting (and counts the pages up to `cursor`
+        as consumed: write `take_outgoing` afterwards, it may hold credit):
         `("page", page)` (possibly empty); `("missing", None)`: not cached, subscribe;
         `("expired", page)`: the cursor is older than the cache — read the agent's log (the
         page is the cache's own, `cursor_expired`); `("ahead", None)`: the cursor is past the

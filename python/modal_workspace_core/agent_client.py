@@ -21,6 +21,15 @@ _READ_BYTES = 256 * 1024
 # How long `connect_*` waits for the agent's Hello.
 _HELLO_TIMEOUT = 10.0
 
+# The longest wait of one `exec.read` (the agent's own cap), and how much later than its wait
+# the answer may come before the read gives up on it.
+_LOG_WAIT_MAX = 25.0
+_LOG_WAIT_MARGIN = 10.0
+
+# `exec.read` long-polls in flight at once: well below the 64 requests the agent handles at once
+# per connection, so that other requests (input, subscriptions) are still read.
+_LOG_POLLS = 32
+
 
 class AgentError(RuntimeError):
     """A request failed, or the channel did. `code` is one of the protocol's error codes:
@@ -54,6 +63,7 @@ class AgentClient:
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self._subscribing: dict[str, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self._stream_events: dict[str, _Waiters] = {}
+        self._log_polls = asyncio.Semaphore(_LOG_POLLS)
         self._lost: AgentError | None = AgentError("unavailable", "not connected yet")
         self._shut = False
 
@@ -217,14 +227,32 @@ class AgentClient:
     ) -> Page:
         """The events of an exec or watch after `cursor` (ARCHITECTURE.md §4.2), served from
         the cache; subscribes on first use. With `wait_seconds`, waits until an event exists or
-        the stream ends. Cursors older than the cache are read from the agent's log."""
+        the stream ends. Cursors older than the cache are read from the agent's log, and so is
+        an exec whose stream the cache has no room for (every cached stream has a reader)."""
         if wait_seconds < 0:
             raise ValueError("wait_seconds must not be negative")
         deadline = self._loop.time() + wait_seconds
+        # Pinned while read, so that readers of more streams than the cache holds do not drop
+        # each other's streams in turn; the readers past the bound read the agent's log.
+        self._channel.pin(stream_id)
+        try:
+            return await self._read_events(stream_id, cursor, max_events, max_bytes, deadline)
+        finally:
+            self._channel.unpin(stream_id)
+
+    async def _read_events(
+        self, stream_id: str, cursor: int, max_events: int, max_bytes: int, deadline: float
+    ) -> Page:
         while True:
             kind, page = self._channel.read_cached(stream_id, cursor, max_events, max_bytes)
+            # Reading at `cursor` consumed what came before it: credit it frees goes out now.
+            self._flush()
             if kind == "missing":
-                await self._subscribe(stream_id, cursor)
+                if await self._subscribe(stream_id, cursor):
+                    continue
+                page = await self._poll_log(stream_id, cursor, max_events, max_bytes, deadline)
+                if len(page) > 0 or page.closed or self._loop.time() >= deadline:
+                    return page
                 continue
             if kind == "expired" and page is not None:
                 return await self._read_log(stream_id, cursor, max_events, max_bytes, page)
@@ -240,18 +268,42 @@ class AgentClient:
             self._check_usable()
             await self._wait_stream(stream_id, remaining)
 
-    async def _subscribe(self, stream_id: str, cursor: int) -> None:
+    async def _poll_log(
+        self, stream_id: str, cursor: int, max_events: int, max_bytes: int, deadline: float
+    ) -> Page:
+        """Long-polls an exec's log on the agent until `deadline` (or 25 s, the agent's cap),
+        for a stream the cache has no room for. Long-polls hold requests open at the agent,
+        which handles a bounded number per connection: past `_LOG_POLLS` a reader waits for a
+        turn, and reads without waiting when its deadline comes first."""
+        remaining = deadline - self._loop.time()
+        try:
+            async with asyncio.timeout(max(0.0, remaining)):
+                await self._log_polls.acquire()
+        except TimeoutError:
+            return await self._read_log(stream_id, cursor, max_events, max_bytes, None)
+        try:
+            wait = min(max(0.0, deadline - self._loop.time()), _LOG_WAIT_MAX)
+            return await self._read_log(stream_id, cursor, max_events, max_bytes, None, wait)
+        finally:
+            self._log_polls.release()
+
+    async def _subscribe(self, stream_id: str, cursor: int) -> bool:
+        """Caches the stream (or waits for its subscription in flight). False when the cache
+        has no room: every cached stream has a reader."""
         future = self._subscribing.get(stream_id)
         if future is None:
             self._check_usable()
             try:
                 request_id, dropped = self._channel.subscribe(stream_id, cursor)
             except ValueError as e:
-                raise AgentError(getattr(e, "code", "invalid_argument"), str(e)) from None
+                code = getattr(e, "code", "invalid_argument")
+                if code == "limit":
+                    return False
+                raise AgentError(code, str(e)) from None
             for name in dropped:
                 self._wake(name)
             if request_id is None:
-                return
+                return True
             future = self._loop.create_future()
             future.add_done_callback(_retrieve)
             self._pending[request_id] = future
@@ -262,6 +314,7 @@ class AgentClient:
         finally:
             if future.done() and self._subscribing.get(stream_id) is future:
                 del self._subscribing[stream_id]
+        return True
 
     async def _wait_stream(self, stream_id: str, timeout: float) -> None:
         """Waits for the reader task to report a change of the stream (or the timeout). The
@@ -287,17 +340,29 @@ class AgentClient:
             waiters.event.set()
 
     async def _read_log(
-        self, stream_id: str, cursor: int, max_events: int, max_bytes: int, cached: Page | None
+        self,
+        stream_id: str,
+        cursor: int,
+        max_events: int,
+        max_bytes: int,
+        cached: Page | None,
+        wait_seconds: float = 0.0,
     ) -> Page:
-        """Reads an exec's durable log on the agent. Watches have no log: their cache's own
-        page (which says what it no longer holds) is the answer."""
+        """Reads an exec's durable log on the agent, long-polling it for `wait_seconds` (at
+        most 25). Watches have no log: their cache's own page (which says what it no longer
+        holds) is the answer."""
         if not stream_id.startswith("ex-"):
             if cached is None:
                 raise AgentError("invalid_argument", "cursor is past the end of the stream")
             return cached
-        args = {"exec_id": stream_id, "cursor": cursor}
+        args: dict[str, Any] = {"exec_id": stream_id, "cursor": cursor}
         args |= {"max_events": max_events, "max_bytes": max_bytes}
-        _, payload = await self.request("exec.read", args)
+        timeout = None
+        if wait_seconds > 0:
+            args["wait_seconds"] = wait_seconds
+            # The agent answers when its wait ends; a lost answer must not hold the caller.
+            timeout = wait_seconds + _LOG_WAIT_MARGIN
+        _, payload = await self.request("exec.read", args, timeout=timeout)
         try:
             return parse_page(payload)
         except ValueError as e:

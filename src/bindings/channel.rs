@@ -100,6 +100,14 @@ impl PyAgentChannel {
         }
     }
 
+    fn pin(&self, stream: &str) {
+        self.inner.lock().pin(stream);
+    }
+
+    fn unpin(&self, stream: &str) {
+        self.inner.lock().unpin(stream);
+    }
+
     #[pyo3(signature = (stream, cursor, max_events=100, max_bytes=65_536))]
     fn read_cached(
         &self,
@@ -114,9 +122,15 @@ impl PyAgentChannel {
             .filter(|&n| n >= 1)
             .ok_or_else(|| PyValueError::new_err("max_events must be at least 1"))?;
         let max_bytes = usize::try_from(max_bytes).unwrap_or(0);
-        // The channel's lock is held only to find the ring; the read runs under the ring's own.
-        let Some(ring) = self.inner.lock().ring(stream) else {
-            return Ok(("missing", None));
+        // The channel's lock is held only to find the ring (and count the reader's progress
+        // toward credit); the read runs under the ring's own.
+        let ring = {
+            let mut channel = self.inner.lock();
+            let Some(ring) = channel.ring(stream) else {
+                return Ok(("missing", None));
+            };
+            channel.reader_at(stream, cursor);
+            ring
         };
         let read = read_ring(&ring, cursor, max_events, max_bytes).map_err(policy_error)?;
         Ok(match read {

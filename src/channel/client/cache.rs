@@ -1,7 +1,8 @@
 //! The gateway's cache of subscribed streams: one mirror ring per stream, bounded in bytes per
-//! stream and in the number of streams (least recently used first out), and the credit it owes.
+//! stream and in the number of streams (least recently used unread first out), and the credit
+//! it owes the agent for pages its readers have consumed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::page::ReceivedPage;
@@ -53,8 +54,11 @@ impl CacheConfig {
 #[derive(Debug)]
 struct Stream {
     ring: Arc<EventRing>,
-    /// Page bytes consumed and not yet returned to the agent as credit.
-    unreturned: usize,
+    /// Pages received and not yet read past, oldest first: the last seq the mirror held after
+    /// each, and its bytes on the wire (what the agent charged against the credit).
+    unread: VecDeque<(u64, usize)>,
+    /// Bytes of pages read past and not yet returned to the agent as credit.
+    consumed: usize,
     last_used: u64,
 }
 
@@ -63,14 +67,15 @@ struct Stream {
 pub struct Consumed {
     /// New events, a restart after a gap, or the end of the stream: waiters should look.
     pub changed: bool,
-    /// Credit to return to the agent now.
-    pub credit: Option<usize>,
 }
 
 #[derive(Debug)]
 pub struct StreamCache {
     config: CacheConfig,
     streams: HashMap<String, Stream>,
+    /// Readers per stream (cached or not): a stream being read is never dropped, so readers of
+    /// more streams than the bound cannot evict each other's streams in turn (a livelock).
+    pins: HashMap<String, usize>,
     tick: u64,
 }
 
@@ -79,6 +84,7 @@ impl StreamCache {
         Self {
             config,
             streams: HashMap::new(),
+            pins: HashMap::new(),
             tick: 0,
         }
     }
@@ -106,16 +112,48 @@ impl StreamCache {
         })
     }
 
-    /// Starts caching `name` after `cursor`, first dropping the least recently used streams so
-    /// the count stays within bounds. Returns the dropped streams with whether each was still
-    /// open (and so still subscribed at the agent).
-    pub fn add(&mut self, name: &str, cursor: u64) -> Result<Vec<(String, bool)>, PolicyError> {
+    /// Counts one more reader of `name`; while it has readers it is not dropped.
+    pub fn pin(&mut self, name: &str) {
+        *self.pins.entry(name.to_owned()).or_default() += 1;
+    }
+
+    /// Counts one reader of `name` fewer.
+    pub fn unpin(&mut self, name: &str) {
+        if let Some(count) = self.pins.get_mut(name) {
+            *count -= 1;
+            if *count == 0 {
+                self.pins.remove(name);
+            }
+        }
+    }
+
+    /// Starts caching `name` after `cursor`, first dropping the least recently used streams
+    /// without readers so the count stays within bounds. Returns the dropped streams with
+    /// whether each was still open (and so still subscribed at the agent), or `None` (nothing
+    /// changed) when every cached stream has a reader and `overflow` is false. With `overflow`
+    /// the stream is added past the bound instead; later additions trim the excess.
+    pub fn add(
+        &mut self,
+        name: &str,
+        cursor: u64,
+        overflow: bool,
+    ) -> Result<Option<Vec<(String, bool)>>, PolicyError> {
+        let unpinned = self
+            .streams
+            .keys()
+            .filter(|k| !self.pins.contains_key(k.as_str()))
+            .count();
+        let excess = (self.streams.len() + 1).saturating_sub(self.config.max_streams);
+        if excess > unpinned && !overflow {
+            return Ok(None);
+        }
         let ring = Arc::new(EventRing::mirror(self.config.stream_bytes, None, cursor)?);
         let mut dropped = Vec::new();
         while self.streams.len() >= self.config.max_streams {
             let Some(oldest) = self
                 .streams
                 .iter()
+                .filter(|(k, _)| !self.pins.contains_key(k.as_str()))
                 .min_by_key(|(_, s)| s.last_used)
                 .map(|(k, _)| k.clone())
             else {
@@ -130,11 +168,12 @@ impl StreamCache {
             name.to_owned(),
             Stream {
                 ring,
-                unreturned: 0,
+                unread: VecDeque::new(),
+                consumed: 0,
                 last_used: self.tick,
             },
         );
-        Ok(dropped)
+        Ok(Some(dropped))
     }
 
     pub fn remove(&mut self, name: &str) -> bool {
@@ -145,15 +184,15 @@ impl StreamCache {
         self.streams.contains_key(name)
     }
 
-    /// Takes one page of `name` into its ring and counts `wire_len` toward the credit owed.
-    /// `None` when the stream is not cached (a page in flight after it was dropped).
+    /// Takes one page of `name` into its ring and counts `wire_len` as unread until a reader
+    /// reads past it ([`reader_at`](Self::reader_at)). `None` when the stream is not cached (a
+    /// page in flight after it was dropped).
     pub fn consume(
         &mut self,
         name: &str,
         page: ReceivedPage,
         wire_len: usize,
     ) -> Option<Result<Consumed, ChannelError>> {
-        let credit_window = self.config.credit;
         let stream = self.streams.get_mut(name)?;
         let ring = &stream.ring;
         let before = (ring.last_seq(), ring.is_closed());
@@ -170,29 +209,53 @@ impl StreamCache {
             )));
         }
         let after = (ring.last_seq(), ring.is_closed());
-        stream.unreturned += wire_len;
-        // Credit goes back in batches of half the window (one frame per half window instead of
-        // one per page); the agent stops only after a whole window is unreturned, so this never
-        // stalls it. A stream that ended needs no more credit.
-        let credit = if !after.1 && stream.unreturned >= credit_window.div_ceil(2) {
-            Some(std::mem::take(&mut stream.unreturned))
+        if after.1 {
+            // A stream that ended needs no more credit.
+            stream.unread.clear();
+            stream.consumed = 0;
         } else {
-            None
-        };
+            stream.unread.push_back((after.0, wire_len));
+        }
         Some(Ok(Consumed {
             changed: after != before,
-            credit,
         }))
     }
 
+    /// A reader of `name` asked for the events after `cursor`, so it has consumed every page
+    /// up to it. Returns the credit to give back to the agent now, if any.
+    ///
+    /// Credit follows consumption, not receipt, so the agent pushes no more than a window
+    /// ahead of the most advanced reader: a stream nobody reads holds at most one window here,
+    /// and the rest waits in the agent's log instead of being pushed through the cache (and
+    /// out of it) unread. It goes back in batches of half the window (one frame per half
+    /// window instead of one per page); the agent stops only after a whole window is
+    /// unreturned, so a reader that keeps up never stalls it.
+    pub fn reader_at(&mut self, name: &str, cursor: u64) -> Option<usize> {
+        let half_window = self.config.credit.div_ceil(2);
+        let stream = self.streams.get_mut(name)?;
+        while let Some(&(last_seq, bytes)) = stream.unread.front() {
+            if last_seq > cursor {
+                break;
+            }
+            stream.unread.pop_front();
+            stream.consumed += bytes;
+        }
+        if stream.consumed >= half_window {
+            Some(std::mem::take(&mut stream.consumed))
+        } else {
+            None
+        }
+    }
+
     /// Open streams and the cursor to resubscribe each from (the last seq its mirror holds),
-    /// with their unreturned credit forgotten: a new subscription grants a new window.
+    /// with their pages owed credit forgotten: a new subscription grants a new window.
     pub fn resume_points(&mut self) -> Vec<(String, u64)> {
         self.streams
             .iter_mut()
             .filter(|(_, s)| !s.ring.is_closed())
             .map(|(name, s)| {
-                s.unreturned = 0;
+                s.unread.clear();
+                s.consumed = 0;
                 (name.clone(), s.ring.last_seq())
             })
             .collect()

@@ -7,6 +7,8 @@ mod receive;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_pins;
+#[cfg(test)]
 mod tests_streams;
 mod wire;
 
@@ -159,7 +161,10 @@ impl AgentChannel {
     }
 
     /// Starts caching `stream` (an exec or watch id) after `cursor` and subscribes to it.
-    /// `None` when it is already cached (or being subscribed): read it.
+    /// `None` when it is already cached (or being subscribed): read it. Fails with `limit` when
+    /// the cache is full of streams that have readers ([`pin`](Self::pin)): read the exec's
+    /// log instead (`exec.read`, which long-polls by itself). A watch has no log to fall back
+    /// on, so it is cached past the bound instead (by at most the watches being read at once).
     pub fn subscribe(
         &mut self,
         stream: &str,
@@ -170,10 +175,21 @@ impl AgentChannel {
         if self.cache.get(stream).is_some() {
             return Ok(None);
         }
+        let overflow = stream.starts_with("fw-");
         let dropped = self
             .cache
-            .add(stream, cursor)
-            .map_err(|e| ChannelError::new(ErrorCode::InvalidArgument, e.message))?;
+            .add(stream, cursor, overflow)
+            .map_err(|e| ChannelError::new(ErrorCode::InvalidArgument, e.message))?
+            .ok_or_else(|| {
+                ChannelError::new(
+                    ErrorCode::Limit,
+                    format!(
+                        "every one of the {} cached streams has a reader; read {stream} from the \
+                         agent's log",
+                        self.cache.config().max_streams
+                    ),
+                )
+            })?;
         let mut names = Vec::with_capacity(dropped.len());
         for (name, open) in dropped {
             if open {
@@ -184,6 +200,16 @@ impl AgentChannel {
         }
         let id = self.send_subscribe(stream, cursor, true);
         Ok(Some(Subscribed { id, dropped: names }))
+    }
+
+    /// Marks `stream` as being read (cached or not): it is not dropped to make room until as
+    /// many [`unpin`](Self::unpin)s have followed.
+    pub fn pin(&mut self, stream: &str) {
+        self.cache.pin(stream);
+    }
+
+    pub fn unpin(&mut self, stream: &str) {
+        self.cache.unpin(stream);
     }
 
     /// The cached ring of `stream`, marked as recently used.
@@ -201,7 +227,18 @@ impl AgentChannel {
     ) -> Result<CacheRead, PolicyError> {
         match self.ring(stream) {
             None => Ok(CacheRead::Missing),
-            Some(ring) => read_ring(&ring, cursor, max_events, max_bytes),
+            Some(ring) => {
+                self.reader_at(stream, cursor);
+                read_ring(&ring, cursor, max_events, max_bytes)
+            }
+        }
+    }
+
+    /// A reader of `stream` has consumed its events up to `cursor` (it asks for the ones after
+    /// it): queues the credit this frees, if a batch is due. [`read`](Self::read) calls it.
+    pub fn reader_at(&mut self, stream: &str, cursor: u64) {
+        if let Some(bytes) = self.cache.reader_at(stream, cursor) {
+            self.push(&wire::credit_frame(stream, bytes));
         }
     }
 

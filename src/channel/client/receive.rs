@@ -1,5 +1,5 @@
 //! What the channel does with each frame the agent sends: the Hello check, responses matched to
-//! their requests, and pages taken into the stream cache (returning credit as it goes).
+//! their requests, and pages taken into the stream cache (credit goes back as readers read).
 
 use super::wire::{self, parse_header, ChannelError, ResponseView};
 use super::{AgentChannel, Fed, Pending, ReceivedPage, Response};
@@ -90,11 +90,7 @@ impl AgentChannel {
         else {
             return Ok(());
         };
-        let consumed = consumed?;
-        if let Some(bytes) = consumed.credit {
-            self.push(&wire::credit_frame(&header.stream, bytes));
-        }
-        if consumed.changed {
+        if consumed?.changed {
             wake(fed, &header.stream);
         }
         Ok(())

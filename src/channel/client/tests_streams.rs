@@ -165,7 +165,7 @@ fn many_streams_interleave_without_mixing() {
 }
 
 #[test]
-fn credit_is_returned_in_half_windows_as_pages_are_consumed() {
+fn credit_is_returned_in_half_windows_as_readers_consume_pages() {
     let window = 64 * 1024;
     let mut channel = connected(CacheConfig {
         credit: window,
@@ -176,13 +176,27 @@ fn credit_is_returned_in_half_windows_as_pages_are_consumed() {
     subscribe(&mut channel, &stream, 0);
     channel.take_outgoing();
 
-    let mut pushed = 0;
-    let mut returned = 0;
-    for i in 0..200 {
+    // Pages nobody reads earn no credit: the agent stops after one window.
+    let (mut pushed, mut i) = (0, 0);
+    while pushed < window {
         source.lines(i * 50 + 1, i * 50 + 50);
         let frame = source.push(&stream, 64 * 1024);
         pushed += frame.len() - agent::events(&stream, "").len();
         channel.feed(&frame);
+        i += 1;
+    }
+    assert!(credits(&channel.take_outgoing()).is_empty());
+    // A reader that asks for what follows an early event has consumed only the pages before.
+    channel.read(&stream, 1, 10, 0).unwrap();
+    assert!(credits(&channel.take_outgoing()).is_empty());
+
+    let mut returned = 0;
+    for i in i..i + 200 {
+        source.lines(i * 50 + 1, i * 50 + 50);
+        let frame = source.push(&stream, 64 * 1024);
+        pushed += frame.len() - agent::events(&stream, "").len();
+        channel.feed(&frame);
+        channel.read(&stream, source.sent, 10, 0).unwrap();
         for (name, bytes) in credits(&channel.take_outgoing()) {
             assert_eq!(name, stream);
             assert!(
@@ -191,7 +205,7 @@ fn credit_is_returned_in_half_windows_as_pages_are_consumed() {
             );
             returned += bytes as usize;
         }
-        // What the agent may still send is never less than half a window: it never stalls.
+        // A reader that keeps up leaves the agent at least half a window: it never stalls.
         assert!(pushed - returned < window / 2, "owed {}", pushed - returned);
     }
     assert!(returned > 0);
@@ -199,6 +213,7 @@ fn credit_is_returned_in_half_windows_as_pages_are_consumed() {
     // No credit is owed for a stream that ended.
     source.ring.close();
     channel.feed(&source.push(&stream, 64 * 1024));
+    channel.read(&stream, source.sent, 10, 0).unwrap();
     assert!(credits(&channel.take_outgoing()).is_empty());
 }
 
