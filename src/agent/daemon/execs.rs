@@ -17,7 +17,6 @@ use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::process::{ExecSpec, Redactor, Supervisor, DEFAULT_KILL_GRACE};
 use crate::channel::message::{ErrorBody, ErrorCode};
-use crate::event::timestamp;
 use crate::policy;
 
 pub(super) struct Entry {
@@ -185,9 +184,7 @@ impl ExecRegistry {
             .seconds("kill_grace_seconds")?
             .unwrap_or(DEFAULT_KILL_GRACE);
 
-        let now = timestamp::now_millis();
         let meta = ExecMeta {
-            exec_id: id.clone(),
             command: a.str("command")?.map(|t| redact_text(&redactor, t)),
             argv: a
                 .strings("argv")?
@@ -198,15 +195,7 @@ impl ExecRegistry {
             timeout_seconds: spec.timeout.map(|t| t.as_secs_f64()),
             kill_grace_seconds: spec.kill_grace.as_secs_f64(),
             secrets: secrets.len(),
-            state: "starting".into(),
-            pid: None,
-            returncode: None,
-            signal: None,
-            error: None,
-            created_at: timestamp::format_millis(now),
-            created_ms: now,
-            started_at: None,
-            ended_at: None,
+            ..ExecMeta::starting(&id)
         };
         // Checked again and created under the lock, so a racing start of the same id (from
         // another connection) answers this exec instead of starting a second one.
@@ -269,28 +258,7 @@ impl ExecRegistry {
             }
             return Ok(entry.record.status());
         }
-        let now = timestamp::now_millis();
-        let meta = ExecMeta {
-            exec_id: id.clone(),
-            command: None,
-            argv: None,
-            env: Vec::new(),
-            workdir: None,
-            pty: None,
-            timeout_seconds: None,
-            kill_grace_seconds: 0.0,
-            secrets: 0,
-            state: "starting".into(),
-            pid: None,
-            returncode: None,
-            signal: None,
-            error: None,
-            created_at: timestamp::format_millis(now),
-            created_ms: now,
-            started_at: None,
-            ended_at: None,
-        };
-        let record = self.new_record(&id, meta)?;
+        let record = self.new_record(&id, ExecMeta::starting(&id))?;
         record.conclude("cancelled", None, None, None, None);
         tracing::info!(exec_id = %id, "exec cancelled before it was started");
         let status = record.status();
