@@ -20,7 +20,6 @@ from .drivers.base import WorkspaceRecord
 from .errors import ConflictError, InvalidArgumentError
 from .models import (
     MAX_WAIT_SECONDS,
-    EventsRead,
     ExecCancel,
     ExecEvents,
     ExecInput,
@@ -28,6 +27,7 @@ from .models import (
     ExecRef,
     ExecRun,
     RealtimeExecStart,
+    WatchEvents,
 )
 from .results import EventPage, ExecListResult, ExecResult, ExecStatus, InputResult
 from .service_core import PROGRESS, host_path
@@ -110,7 +110,7 @@ def decode_input(text: str, encoding: str, field: str) -> bytes:
 
 
 async def stream_page(
-    svc: Service, inp: EventsRead, stream: str, status_op: str, id_arg: str
+    svc: Service, inp: ExecEvents | WatchEvents, stream: str, status_op: str, id_arg: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One page of an exec's or a watch's events as `inp` asks, and the stream's status."""
     page = await svc.read_events(
