@@ -31,6 +31,8 @@ pub(crate) struct ExecRegistry {
     supervisor: Supervisor,
     config: LogConfig,
     budget: Arc<LogBudget>,
+    /// Secret values every exec inherits from the daemon's environment: redacted from all.
+    inherited_secrets: Vec<String>,
     pub(super) entries: Mutex<HashMap<String, Entry>>,
 }
 
@@ -48,6 +50,7 @@ impl ExecRegistry {
         supervisor: Supervisor,
         config: LogConfig,
         budget: Arc<LogBudget>,
+        inherited_secrets: Vec<String>,
     ) -> Self {
         Self {
             dir,
@@ -55,6 +58,7 @@ impl ExecRegistry {
             supervisor,
             config,
             budget,
+            inherited_secrets,
             entries: Mutex::new(HashMap::new()),
         }
     }
@@ -122,7 +126,7 @@ impl ExecRegistry {
             return Ok(existing.record.status());
         }
         let secrets = a.strings("secrets")?.unwrap_or_default();
-        let redactor = Redactor::new(&secrets);
+        let redactor = Redactor::new(secrets.iter().chain(&self.inherited_secrets));
         let mut spec = match (a.str("command")?, a.strings("argv")?) {
             (Some(text), None) => ExecSpec::shell(text),
             (None, Some(argv)) if !argv.is_empty() => ExecSpec::argv(argv),

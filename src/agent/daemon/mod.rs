@@ -38,6 +38,9 @@ pub struct DaemonConfig {
     pub max_log_bytes: u64,
     pub max_total_log_bytes: u64,
     pub max_watches: usize,
+    /// Variables of the daemon's own environment that hold secrets (names, never values):
+    /// every exec inherits them, so their values are redacted from every exec.
+    pub redact_env: Vec<String>,
 }
 
 impl DaemonConfig {
@@ -49,6 +52,7 @@ impl DaemonConfig {
             max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
             max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
             max_watches: DEFAULT_MAX_WATCHES,
+            redact_env: Vec::new(),
         }
     }
 }
@@ -73,6 +77,7 @@ impl Daemon {
             supervisor,
             LogConfig::with_max_bytes(config.max_log_bytes),
             budget,
+            inherited_secrets(&config.redact_env),
         );
         let loaded = execs
             .load()
@@ -90,6 +95,15 @@ impl Daemon {
             started: Instant::now(),
         }))
     }
+}
+
+/// The values of the named variables of this process's environment (those set and not empty).
+fn inherited_secrets(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .filter(|value| !value.is_empty())
+        .collect()
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Refuses to start when another daemon holds the
