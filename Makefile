@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 
-.PHONY: install build test test-rust test-python lint fmt bench serve fuzz clean
+.PHONY: install build test test-rust test-python lint stubtest fmt bench serve fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ lint: $(STAMP)
 	cargo clippy --all-targets --features python -- -D warnings
 	$(VENV)/bin/ruff check python tests bench
 	$(VENV)/bin/ruff format --check python tests bench
+	$(VENV)/bin/mypy python
+
+# The hand-written stubs against the built extension (the stub is the public contract).
+stubtest: build
+	$(PY) -m mypy.stubtest modal_workspace_core._core
 
 fmt: $(STAMP)
 	cargo fmt

@@ -5,6 +5,8 @@ agent died answering again on the next call."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import signal
 import time
@@ -99,3 +101,38 @@ async def test_a_workspace_whose_agent_died_answers_again(wss: mwc.Workspaces) -
     assert again.stdout == "after\n"
     history = await ws.realtime_exec_list()
     assert first.exec_id in {e.exec_id for e in history.execs}
+
+
+async def test_a_workspace_secret_reaches_its_commands_but_never_their_output(
+    tmp_path: Path,
+) -> None:
+    secret = "db-" + os.urandom(12).hex()
+    values = tmp_path / "secrets.json"
+    values.write_text(json.dumps({"db": {"DB_PASSWORD": secret}}))
+    env = {
+        "MODAL_WORKSPACE_ALLOWED_SECRETS": "db",
+        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(values),
+    }
+    data_root = tmp_path / "data"
+    settings = load_settings(env, data_root=data_root)
+    async with mwc.Workspaces(settings=settings) as wss:
+        ws = await wss.create(secret_names=["db"])
+        try:
+            # The command has the value (its digest proves it) ...
+            digest = hashlib.sha256(secret.encode()).hexdigest()
+            check = await ws.exec('printf %s "$DB_PASSWORD" | sha256sum')
+            assert check.stdout.split()[0] == digest
+            # ... and whatever it prints of it, whole or in two writes, is redacted.
+            shown = await ws.exec(
+                'echo "$DB_PASSWORD"; printf %s "${DB_PASSWORD%????}" >&2; sleep 0.1; '
+                'printf "%s\\n" "${DB_PASSWORD#${DB_PASSWORD%????}}" >&2'
+            )
+            assert (shown.stdout, shown.stderr) == ("[REDACTED]\n", "[REDACTED]\n")
+            streamed = [e async for e in ws.exec_stream('echo "key=$DB_PASSWORD"')]
+            assert secret not in json.dumps([e.model_dump() for e in streamed])
+            # Nothing the gateway or the agent keeps on disk holds it either.
+            for path in data_root.rglob("*"):
+                if path.is_file() and not path.is_socket():
+                    assert secret.encode() not in path.read_bytes(), path
+        finally:
+            await ws.terminate()

@@ -1,7 +1,26 @@
 """Type stubs for the compiled core, `modal_workspace_core._core`. Kept in step with `src/`."""
 
 from collections.abc import Awaitable, Sequence
-from typing import Any, Literal, final
+from typing import Any, Literal, Self, final
+
+__all__ = [
+    "AgentChannel",
+    "EventRing",
+    "GitHubRepo",
+    "Page",
+    "PolicyError",
+    "__version__",
+    "_drain_async_runtime",
+    "agent_main",
+    "allowed",
+    "check_id",
+    "env_name",
+    "git_ref",
+    "github_repo",
+    "new_id",
+    "parse_page",
+    "workspace_path",
+]
 
 __version__: str
 
@@ -88,6 +107,7 @@ def allowed(name: str, allowlist: Sequence[str], setting: str) -> str:
 
 # --- the event ring -------------------------------------------------------------------------
 
+@final
 class Page:
     """A page of events read from an `EventRing` after a cursor."""
 
@@ -123,6 +143,7 @@ class Page:
         """The page as one JSON object, never longer than the read's (raised) `max_bytes`."""
     def __len__(self) -> int: ...
 
+@final
 class EventRing:
     """A stream's events numbered `seq = 1, 2, 3, …`, bounded in encoded bytes (and optionally
     in count); the oldest are evicted first, never the newest. Share it between threads and
@@ -131,7 +152,7 @@ class EventRing:
     Raises `PolicyError` (a `ValueError`) when `max_bytes` or `max_events` is not positive.
     """
 
-    def __init__(self, max_bytes: int, max_events: int | None = None) -> None: ...
+    def __new__(cls, max_bytes: int, max_events: int | None = None) -> Self: ...
     @property
     def max_bytes(self) -> int: ...
     @property
@@ -212,9 +233,9 @@ class AgentChannel:
     Raises `PolicyError` when a bound is not positive.
     """
 
-    def __init__(
-        self, *, stream_bytes: int = 1048576, max_streams: int = 64, credit: int = 1048576
-    ) -> None: ...
+    def __new__(
+        cls, *, stream_bytes: int = 1048576, max_streams: int = 64, credit: int = 1048576
+    ) -> Self: ...
     def feed(self, data: bytes) -> tuple[str | None, list[_Response], list[str]]:
         """Handles bytes read from the transport. Returns `(hello, responses, woken)`:
         the agent's Hello header as JSON when it arrived in this feed; completed requests as

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from . import __version__
 from .errors import UnauthenticatedError, WorkspaceError, invalid_from_details
 from .mcp import McpEndpoint
+from .models import Input
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .results import ErrorResponse
 from .service import OPERATIONS, Operation, Service, call, parse_input
@@ -94,7 +95,9 @@ def _rest_model(op: Operation) -> type[BaseModel] | None:
         return None
     suffix = "Query" if op.method in ("GET", "DELETE") else "Body"
     name = "".join(part.title() for part in op.name.split("_")) + suffix
-    return create_model(name, __base__=op.input.__base__, **fields)  # type: ignore[call-overload,no-any-return]
+    # On the bare `Input` (its config: unknown fields refused), not the input's own parent,
+    # whose fields (path parameters among them) `fields` has already sorted.
+    return create_model(name, __base__=Input, **fields)  # type: ignore[call-overload,no-any-return]
 
 
 def _endpoint(service: Service, op: Operation) -> Callable[..., Awaitable[Any]]:

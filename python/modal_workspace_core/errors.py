@@ -136,7 +136,6 @@ _AGENT_CODES: dict[str, type[_Kind]] = {
     "unavailable": UpstreamError,
     "protocol_mismatch": UpstreamError,
     "internal": UpstreamError,
-    "io": UpstreamError,
 }
 
 

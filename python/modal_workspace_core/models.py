@@ -174,7 +174,9 @@ class WorkspaceRef(Input):
 # --- execs --------------------------------------------------------------------------------------
 
 
-class ExecRun(Input):
+class _Command(Input):
+    """What every command takes: the shell text, where it runs and its extra environment."""
+
     workspace_id: WorkspaceId
     command: str = Field(
         min_length=1, max_length=MAX_COMMAND_CHARS, description="Shell command run with bash -lc."
@@ -183,6 +185,9 @@ class ExecRun(Input):
         None, description="Directory to run in (default /workspace)."
     )
     env: Env = Field(default_factory=dict, description="Extra environment for this command.")
+
+
+class ExecRun(_Command):
     stdin: str | None = Field(None, max_length=MAX_FILE_BYTES, description="Text sent to stdin.")
     timeout_seconds: float = Field(60, gt=0, le=3600, description="Kill the command after this.")
     max_output_bytes: int = Field(
@@ -190,15 +195,7 @@ class ExecRun(Input):
     )
 
 
-class RealtimeExecStart(Input):
-    workspace_id: WorkspaceId
-    command: str = Field(
-        min_length=1, max_length=MAX_COMMAND_CHARS, description="Shell command run with bash -lc."
-    )
-    workdir: WorkspacePath | None = Field(
-        None, description="Directory to run in (default /workspace)."
-    )
-    env: Env = Field(default_factory=dict, description="Extra environment for this command.")
+class RealtimeExecStart(_Command):
     timeout_seconds: float | None = Field(None, gt=0, le=86_400, description="Kill after this.")
     pty: bool = Field(False, description="Run in a pseudo-terminal (stdout and stderr merged).")
     idempotency_key: IdempotencyKey | None = Field(

@@ -27,6 +27,7 @@ from .models import (
     ExecRef,
     ExecRun,
     RealtimeExecStart,
+    WatchEvents,
 )
 from .results import EventPage, ExecListResult, ExecResult, ExecStatus, InputResult
 from .service_core import PROGRESS, host_path
@@ -95,6 +96,33 @@ def page_out(page: dict[str, Any], status: dict[str, Any] | None) -> EventPage:
         dropped_events=int(page.get("dropped_events", 0)),
         dropped_bytes=int(page.get("dropped_bytes", 0)),
     )
+
+
+def decode_input(text: str, encoding: str, field: str) -> bytes:
+    """A client's text as bytes: base64 when `encoding` says so (refused unless valid), else
+    UTF-8. A refusal names `field`."""
+    if encoding != "base64":
+        return text.encode()
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None
+
+
+async def stream_page(
+    svc: Service, inp: ExecEvents | WatchEvents, stream: str, status_op: str, id_arg: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One page of an exec's or a watch's events as `inp` asks, and the stream's status."""
+    page = await svc.read_events(
+        inp.workspace_id,
+        stream,
+        inp.cursor,
+        max_events=inp.max_events,
+        max_bytes=inp.max_bytes,
+        wait_seconds=inp.wait_seconds,
+    )
+    status, _ = await svc.request(inp.workspace_id, status_op, {id_arg: stream})
+    return page, status
 
 
 def event_bytes(event: dict[str, Any]) -> bytes:
@@ -240,15 +268,7 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
 
 
 async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> EventPage:
-    page = await svc.read_events(
-        inp.workspace_id,
-        inp.exec_id,
-        inp.cursor,
-        max_events=inp.max_events,
-        max_bytes=inp.max_bytes,
-        wait_seconds=inp.wait_seconds,
-    )
-    status, _ = await svc.request(inp.workspace_id, "exec.status", {"exec_id": inp.exec_id})
+    page, status = await stream_page(svc, inp, inp.exec_id, "exec.status", "exec_id")
     return page_out(page, status)
 
 
@@ -258,13 +278,7 @@ async def workspace_realtime_exec_status(svc: Service, inp: ExecRef) -> ExecStat
 
 
 async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputResult:
-    if inp.encoding == "base64":
-        try:
-            payload = base64.b64decode(inp.data, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgumentError("data: not valid base64", field="data") from None
-    else:
-        payload = inp.data.encode()
+    payload = decode_input(inp.data, inp.encoding, "data")
     args = {"exec_id": inp.exec_id, "eof": inp.eof}
     result, _ = await svc.request(inp.workspace_id, "exec.input", args, payload)
     return InputResult(exec_id=inp.exec_id, accepted=int(result.get("accepted", len(payload))))

@@ -8,7 +8,6 @@ under `/workspace` again.
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import TYPE_CHECKING, Any
 
 from . import policy
@@ -27,7 +26,7 @@ from .models import (
     WatchStart,
 )
 from .models import relative as rel
-from .ops_execs import page_out
+from .ops_execs import decode_input, page_out, stream_page
 from .results import (
     EventPage,
     FileContent,
@@ -82,13 +81,7 @@ async def file_read(svc: Service, inp: FileRead) -> FileContent:
 async def file_write(svc: Service, inp: FileWrite) -> FileWriteResult:
     if inp.path == WORKSPACE_ROOT:
         raise InvalidArgumentError("path: name a file, not the workspace root", field="path")
-    if inp.encoding == "base64":
-        try:
-            payload = base64.b64decode(inp.content, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgumentError("content: not valid base64", field="content") from None
-    else:
-        payload = inp.content.encode()
+    payload = decode_input(inp.content, inp.encoding, "content")
     args = {"path": rel(inp.path), "create_parents": inp.create_parents}
     result, _ = await svc.request(inp.workspace_id, "file.write", args, payload)
     return FileWriteResult.model_validate(
@@ -161,15 +154,7 @@ async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStat
 
 
 async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> EventPage:
-    page = await svc.read_events(
-        inp.workspace_id,
-        inp.watch_id,
-        inp.cursor,
-        max_events=inp.max_events,
-        max_bytes=inp.max_bytes,
-        wait_seconds=inp.wait_seconds,
-    )
-    status, _ = await svc.request(inp.workspace_id, "watch.status", {"watch_id": inp.watch_id})
+    page, status = await stream_page(svc, inp, inp.watch_id, "watch.status", "watch_id")
     return page_out(page, {"state": status.get("state")})
 
 

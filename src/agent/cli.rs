@@ -8,6 +8,7 @@ use super::daemon::{self, DaemonConfig};
 const USAGE: &str = "\
 usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
+                        [--redact-env NAME,...]
        mwc-agent connect --socket PATH
        mwc-agent --help
 
@@ -15,6 +16,8 @@ daemon   supervise the workspace's processes, files and watches, keep durable ex
          --state-dir, and serve the channel protocol on the unix socket --socket (mode 0600).
          Byte counts take an optional K, M or G suffix (powers of 1024). Logs go to stderr;
          MWC_AGENT_LOG sets the level (error, warn, info, debug; default info).
+         --redact-env names variables of the daemon's environment that hold secrets: their
+         values are redacted from every exec's events and records, like an exec's own secrets.
 connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
          exits 0 when the daemon closes the connection.
 ";
@@ -106,6 +109,7 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
         "--max-log-bytes",
         "--max-total-log-bytes",
         "--max-watches",
+        "--redact-env",
     ];
     let Some(opts) = options(args, &known)? else {
         return Ok(None);
@@ -129,6 +133,15 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
             .ok()
             .filter(|&n: &usize| n > 0)
             .ok_or("--max-watches must be a positive integer")?;
+    }
+    if let Some(v) = get("--redact-env") {
+        config.redact_env = v
+            .split(',')
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                crate::policy::env_name(name).map_err(|e| format!("--redact-env: {}", e.message))
+            })
+            .collect::<Result<_, _>>()?;
     }
     Ok(Some(config))
 }
@@ -239,6 +252,8 @@ mod tests {
             "1G",
             "--max-watches",
             "3",
+            "--redact-env",
+            "GH_TOKEN,DB_PASSWORD",
         ]))
         .unwrap()
         .unwrap();
@@ -247,6 +262,7 @@ mod tests {
         assert_eq!(config.max_log_bytes, 64 << 20);
         assert_eq!(config.max_total_log_bytes, 1 << 30);
         assert_eq!(config.max_watches, 3);
+        assert_eq!(config.redact_env, ["GH_TOKEN", "DB_PASSWORD"]);
     }
 
     #[test]
@@ -255,6 +271,10 @@ mod tests {
         assert!(err.contains("--state-dir is required"), "{err}");
         let err = parse_daemon(&strings(&["--bogus", "1"])).unwrap_err();
         assert!(err.contains("unknown option '--bogus'"), "{err}");
+        let base = ["--root", "/w", "--state-dir", "/s", "--socket", "/k"];
+        let err =
+            parse_daemon(&strings(&[&base[..], &["--redact-env", "A,1B"]].concat())).unwrap_err();
+        assert!(err.starts_with("--redact-env:"), "{err}");
         let err = bytes("--max-log-bytes", "12X").unwrap_err();
         assert!(err.contains("positive number of bytes"));
         assert!(parse_connect(&strings(&[])).is_err());

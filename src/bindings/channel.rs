@@ -28,7 +28,7 @@ pub struct PyAgentChannel {
 #[pymethods]
 impl PyAgentChannel {
     #[new]
-    #[pyo3(signature = (*, stream_bytes=1 << 20, max_streams=64, credit=1 << 20))]
+    #[pyo3(signature = (*, stream_bytes=1_048_576, max_streams=64, credit=1_048_576))]
     fn new(stream_bytes: usize, max_streams: usize, credit: usize) -> PyResult<Self> {
         let config = CacheConfig {
             stream_bytes,
@@ -70,7 +70,12 @@ impl PyAgentChannel {
         PyBytes::new(py, &bytes)
     }
 
-    #[pyo3(signature = (op, args=None, payload=b"".as_slice()))]
+    // The signature pyo3 would render shows `payload=...`: a byte-string default is not a
+    // literal it can print, so the stub's truth is spelt out.
+    #[pyo3(
+        signature = (op, args=None, payload=b"".as_slice()),
+        text_signature = "($self, op, args=None, payload=b'')"
+    )]
     fn request(
         &self,
         py: Python<'_>,

@@ -10,28 +10,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use super::frame::{Frame, FrameDecoder, FrameKind};
 use super::message::{frame, ErrorBody, ErrorCode};
 use super::server::{serve, Reply, ReplyFuture, Request, Service};
-use super::subscription::{EventSource, WaitFuture};
+use super::subscription::{EventSource, RingSource};
 use crate::event::EventType;
-use crate::ring::{EventRing, Page, MAX_PAGE_EVENTS};
+use crate::ring::EventRing;
 
 struct Fake {
     streams: Vec<(String, Arc<EventRing>)>,
-}
-
-struct RingStream(Arc<EventRing>);
-
-impl EventSource for RingStream {
-    fn read(&self, cursor: u64, max_bytes: usize) -> Result<Page, String> {
-        self.0
-            .read(cursor, MAX_PAGE_EVENTS, max_bytes, false)
-            .map_err(|e| e.message)
-    }
-    fn ready(&self, cursor: u64) -> bool {
-        self.0.last_seq() > cursor || self.0.is_closed()
-    }
-    fn wait(&self, cursor: u64) -> WaitFuture<'_> {
-        Box::pin(async move { while !self.0.wait_async(cursor, Duration::from_secs(60)).await {} })
-    }
 }
 
 impl Service for Fake {
@@ -47,7 +31,7 @@ impl Service for Fake {
         self.streams
             .iter()
             .find(|(name, _)| name == id)
-            .map(|(_, ring)| Arc::new(RingStream(Arc::clone(ring))) as Arc<dyn EventSource>)
+            .map(|(_, ring)| Arc::new(RingSource(Arc::clone(ring))) as Arc<dyn EventSource>)
             .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, "no such stream"))
     }
 }

@@ -5,13 +5,14 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::frame::FrameKind;
 use super::message::{frame, EventsHeader};
-use crate::ring::{Page, MIN_PAGE_BYTES};
+use crate::ring::{EventRing, Page, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
 /// The largest page pushed to a subscriber: a stream overshoots its credit by at most this.
 pub const MAX_PUSH_PAGE_BYTES: usize = 64 * 1024;
@@ -26,6 +27,29 @@ pub trait EventSource: Send + Sync + 'static {
     fn ready(&self, cursor: u64) -> bool;
     /// Resolves once [`EventSource::ready`] holds (woken by a notification, not a timer).
     fn wait(&self, cursor: u64) -> WaitFuture<'_>;
+}
+
+/// How long one wait of a subscription lasts before it checks again (it is woken by a
+/// notification long before that whenever an event arrives).
+pub const WAIT_SLICE: Duration = Duration::from_secs(3600);
+
+/// A ring as a subscribable stream (a watch's events, or any ring a test feeds).
+pub struct RingSource(pub Arc<EventRing>);
+
+impl EventSource for RingSource {
+    fn read(&self, cursor: u64, max_bytes: usize) -> Result<Page, String> {
+        self.0
+            .read(cursor, MAX_PAGE_EVENTS, max_bytes, false)
+            .map_err(|e| e.message)
+    }
+
+    fn ready(&self, cursor: u64) -> bool {
+        self.0.last_seq() > cursor || self.0.is_closed()
+    }
+
+    fn wait(&self, cursor: u64) -> WaitFuture<'_> {
+        Box::pin(async move { while !self.0.wait_async(cursor, WAIT_SLICE).await {} })
+    }
 }
 
 pub(crate) enum Control {

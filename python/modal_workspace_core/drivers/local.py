@@ -242,11 +242,14 @@ class LocalDriver:
             **self._secret_env.get(workspace_id, {}),
             WORKSPACE_ID_ENV: workspace_id,  # last: a workspace's env cannot change it
         }
+        # Every command inherits the secret values: the agent redacts them from all output.
+        secret_names = sorted(self._secret_env.get(workspace_id, {}))
         if isolated:
             daemon = self._daemon_argv(
                 sandbox.WORKSPACE_ROOT,
                 sandbox.AGENT_STATE_DIR,
                 f"{sandbox.AGENT_SOCKET_DIR}/{ws.socket.name}",
+                secret_names,
             )
             layout = sandbox.SandboxLayout(
                 workspace=ws.workspace,
@@ -265,7 +268,7 @@ class LocalDriver:
             # the kernel's limit on a socket path.
             fits = local_daemon.fits_socket_path(ws.socket)
             socket = str(ws.socket) if fits else ws.socket.name
-            argv = self._daemon_argv(str(ws.workspace), str(ws.state), socket)
+            argv = self._daemon_argv(str(ws.workspace), str(ws.state), socket, secret_names)
         try:
             local_daemon.start(
                 argv,
@@ -281,13 +284,18 @@ class LocalDriver:
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _daemon_argv(self, root: str, state_dir: str, socket: str) -> builtins.list[str]:
+    def _daemon_argv(
+        self, root: str, state_dir: str, socket: str, secret_names: builtins.list[str]
+    ) -> builtins.list[str]:
+        # The names of the secret variables, never their values, travel in the argv.
+        redact = ["--redact-env", ",".join(secret_names)] if secret_names else []
         return [
             *self.agent_argv,
             "daemon",
             *("--root", root),
             *("--state-dir", state_dir),
             *("--socket", socket),
+            *redact,
         ]
 
     def _dir(self, workspace_id: str) -> WorkspaceDir:

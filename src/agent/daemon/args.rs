@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::agent::exec_log::LogError;
-use crate::agent::files::{FileError, FileErrorKind};
+use crate::agent::files::FileError;
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy::PolicyError;
 
@@ -107,15 +107,7 @@ pub(crate) fn policy(field: &str, e: PolicyError) -> ErrorBody {
 }
 
 pub(crate) fn file_error(e: FileError) -> ErrorBody {
-    let code = match e.kind {
-        FileErrorKind::InvalidArgument => ErrorCode::InvalidArgument,
-        FileErrorKind::NotFound => ErrorCode::NotFound,
-        FileErrorKind::Conflict => ErrorCode::Conflict,
-        FileErrorKind::Permission => ErrorCode::Permission,
-        FileErrorKind::Limit => ErrorCode::Limit,
-        FileErrorKind::Io => ErrorCode::Internal,
-    };
-    ErrorBody::new(code, e.message)
+    ErrorBody::new(e.kind.code(), e.message)
 }
 
 pub(crate) fn log_error(e: LogError) -> ErrorBody {

@@ -18,7 +18,6 @@ use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::process::{ExecSpec, Redactor, Supervisor, DEFAULT_KILL_GRACE};
 use crate::channel::message::{ErrorBody, ErrorCode};
-use crate::event::timestamp;
 use crate::policy;
 
 pub(super) struct Entry {
@@ -34,6 +33,8 @@ pub(crate) struct ExecRegistry {
     config: LogConfig,
     budget: Arc<LogBudget>,
     agent_env: AgentEnv,
+    /// Secret values every exec inherits from the daemon's environment: redacted from all.
+    inherited_secrets: Vec<String>,
     pub(super) entries: Mutex<HashMap<String, Entry>>,
 }
 
@@ -51,6 +52,7 @@ impl ExecRegistry {
         supervisor: Supervisor,
         config: LogConfig,
         budget: Arc<LogBudget>,
+        inherited_secrets: Vec<String>,
     ) -> Self {
         Self {
             dir,
@@ -59,6 +61,7 @@ impl ExecRegistry {
             config,
             budget,
             agent_env: AgentEnv::default(),
+            inherited_secrets,
             entries: Mutex::new(HashMap::new()),
         }
     }
@@ -147,7 +150,7 @@ impl ExecRegistry {
             secrets.push(value.clone());
             from_agent.push((name, value));
         }
-        let redactor = Redactor::new(&secrets);
+        let redactor = Redactor::new(secrets.iter().chain(&self.inherited_secrets));
         let mut spec = match (a.str("command")?, a.strings("argv")?) {
             (Some(text), None) => ExecSpec::shell(text),
             (None, Some(argv)) if !argv.is_empty() => ExecSpec::argv(argv),
@@ -214,9 +217,7 @@ impl ExecRegistry {
             .seconds("kill_grace_seconds")?
             .unwrap_or(DEFAULT_KILL_GRACE);
 
-        let now = timestamp::now_millis();
         let meta = ExecMeta {
-            exec_id: id.clone(),
             command: a.str("command")?.map(|t| redact_text(&redactor, t)),
             argv: a
                 .strings("argv")?
@@ -227,15 +228,7 @@ impl ExecRegistry {
             timeout_seconds: spec.timeout.map(|t| t.as_secs_f64()),
             kill_grace_seconds: spec.kill_grace.as_secs_f64(),
             secrets: secrets.len(),
-            state: "starting".into(),
-            pid: None,
-            returncode: None,
-            signal: None,
-            error: None,
-            created_at: timestamp::format_millis(now),
-            created_ms: now,
-            started_at: None,
-            ended_at: None,
+            ..ExecMeta::starting(&id)
         };
         // Checked again and created under the lock, so a racing start of the same id (from
         // another connection) answers this exec instead of starting a second one.
@@ -298,28 +291,7 @@ impl ExecRegistry {
             }
             return Ok(entry.record.status());
         }
-        let now = timestamp::now_millis();
-        let meta = ExecMeta {
-            exec_id: id.clone(),
-            command: None,
-            argv: None,
-            env: Vec::new(),
-            workdir: None,
-            pty: None,
-            timeout_seconds: None,
-            kill_grace_seconds: 0.0,
-            secrets: 0,
-            state: "starting".into(),
-            pid: None,
-            returncode: None,
-            signal: None,
-            error: None,
-            created_at: timestamp::format_millis(now),
-            created_ms: now,
-            started_at: None,
-            ended_at: None,
-        };
-        let record = self.new_record(&id, meta)?;
+        let record = self.new_record(&id, ExecMeta::starting(&id))?;
         record.conclude("cancelled", None, None, None, None);
         tracing::info!(exec_id = %id, "exec cancelled before it was started");
         let status = record.status();

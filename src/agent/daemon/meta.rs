@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::agent::exec_log::write_atomically;
+use crate::event::timestamp;
 
 pub(crate) const META_FILE: &str = "meta.json";
 
@@ -66,6 +67,31 @@ pub(crate) struct ExecMeta {
 }
 
 impl ExecMeta {
+    /// The record of an exec created now, in state `starting`, with nothing of its spec yet.
+    pub(crate) fn starting(exec_id: &str) -> Self {
+        let now = timestamp::now_millis();
+        Self {
+            exec_id: exec_id.to_owned(),
+            command: None,
+            argv: None,
+            env: Vec::new(),
+            workdir: None,
+            pty: None,
+            timeout_seconds: None,
+            kill_grace_seconds: 0.0,
+            secrets: 0,
+            state: "starting".into(),
+            pid: None,
+            returncode: None,
+            signal: None,
+            error: None,
+            created_at: timestamp::format_millis(now),
+            created_ms: now,
+            started_at: None,
+            ended_at: None,
+        }
+    }
+
     pub(crate) fn save(&self, dir: &Path) -> std::io::Result<()> {
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         write_atomically(&dir.join(META_FILE), &json)

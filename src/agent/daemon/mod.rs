@@ -39,6 +39,9 @@ pub struct DaemonConfig {
     pub max_log_bytes: u64,
     pub max_total_log_bytes: u64,
     pub max_watches: usize,
+    /// Variables of the daemon's own environment that hold secrets (names, never values):
+    /// every exec inherits them, so their values are redacted from every exec.
+    pub redact_env: Vec<String>,
 }
 
 impl DaemonConfig {
@@ -50,6 +53,7 @@ impl DaemonConfig {
             max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
             max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
             max_watches: DEFAULT_MAX_WATCHES,
+            redact_env: Vec::new(),
         }
     }
 }
@@ -80,6 +84,7 @@ impl Daemon {
             supervisor,
             LogConfig::with_max_bytes(config.max_log_bytes),
             budget,
+            inherited_secrets(&config.redact_env),
         )
         .with_agent_env(agent_env);
         let loaded = execs
@@ -98,6 +103,15 @@ impl Daemon {
             started: Instant::now(),
         }))
     }
+}
+
+/// The values of the named variables of this process's environment (those set and not empty).
+fn inherited_secrets(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .filter(|value| !value.is_empty())
+        .collect()
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Refuses to start when another daemon holds the

@@ -2,7 +2,7 @@
 //! registry, the watch streams or the file operations, and the streams subscriptions read.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
@@ -13,13 +13,9 @@ use crate::agent::exec_log::ExecLog;
 use crate::agent::files::Workspace;
 use crate::channel::message::{ErrorBody, ErrorCode, BUILD, PROTOCOL_VERSION};
 use crate::channel::server::{Reply, ReplyFuture, Request, Service};
-use crate::channel::subscription::{EventSource, WaitFuture};
+use crate::channel::subscription::{EventSource, RingSource, WaitFuture, WAIT_SLICE};
 use crate::policy;
-use crate::ring::{EventRing, Page, MAX_PAGE_EVENTS};
-
-/// How long one wait of a subscription lasts before it checks again (it is woken by a
-/// notification long before that whenever an event arrives).
-const WAIT_SLICE: Duration = Duration::from_secs(3600);
+use crate::ring::{Page, MAX_PAGE_EVENTS};
 
 pub struct Daemon {
     pub(crate) root: String,
@@ -135,25 +131,6 @@ impl EventSource for LogSource {
 
     fn ready(&self, cursor: u64) -> bool {
         self.0.ready(cursor)
-    }
-
-    fn wait(&self, cursor: u64) -> WaitFuture<'_> {
-        Box::pin(async move { while !self.0.wait_async(cursor, WAIT_SLICE).await {} })
-    }
-}
-
-/// A watch's ring as a subscribable stream.
-struct RingSource(Arc<EventRing>);
-
-impl EventSource for RingSource {
-    fn read(&self, cursor: u64, max_bytes: usize) -> Result<Page, String> {
-        self.0
-            .read(cursor, MAX_PAGE_EVENTS, max_bytes, false)
-            .map_err(|e| e.message)
-    }
-
-    fn ready(&self, cursor: u64) -> bool {
-        self.0.last_seq() > cursor || self.0.is_closed()
     }
 
     fn wait(&self, cursor: u64) -> WaitFuture<'_> {

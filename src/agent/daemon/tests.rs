@@ -33,6 +33,11 @@ impl Drop for TempDir {
 }
 
 fn registry(dir: &Path) -> ExecRegistry {
+    registry_inheriting(dir, Vec::new())
+}
+
+/// A registry whose execs inherit `secrets` (as values of the daemon's environment).
+fn registry_inheriting(dir: &Path, secrets: Vec<String>) -> ExecRegistry {
     let supervisor = Supervisor::new(SupervisorConfig {
         adopt_orphans: false,
         ..SupervisorConfig::default()
@@ -44,6 +49,7 @@ fn registry(dir: &Path) -> ExecRegistry {
         supervisor,
         LogConfig::default(),
         LogBudget::new(1 << 30),
+        secrets,
     );
     registry.load().unwrap();
     registry
@@ -211,4 +217,44 @@ async fn a_secret_env_variable_reaches_only_its_exec_and_is_redacted_everywhere(
         ))
         .unwrap_err();
     assert_eq!(refused.field.as_deref(), Some("secret_env.T"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_inherited_from_the_daemon_are_redacted_from_every_exec() {
+    let dir = TempDir::new();
+    let secret = "inherited-hunter2";
+    let registry = registry_inheriting(&dir.0, vec![secret.to_owned()]);
+    // The value reaches the command through its text and its environment, split across two
+    // writes; it must reach neither the log nor the record.
+    let status = registry
+        .start(&args(json!({
+            "command": format!("printf %s {secret}; printf 'inherited-' >&2; sleep 0.1; printf 'hunter2\\n' >&2"),
+            "env": {"ALSO": secret},
+        })))
+        .unwrap();
+    let id = status["exec_id"].as_str().unwrap().to_owned();
+    let exec_dir = dir.0.join("execs").join(&id);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !is_final(&ExecMeta::load(&exec_dir).unwrap().state) {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let log = log_bytes(&dir.0, &id);
+    assert!(
+        contains(&log, "[REDACTED]"),
+        "{}",
+        String::from_utf8_lossy(&log)
+    );
+    assert!(
+        !contains(&log, "hunter2"),
+        "{}",
+        String::from_utf8_lossy(&log)
+    );
+    let meta = std::fs::read(exec_dir.join("meta.json")).unwrap();
+    // (The command's text holds the two halves, which are no secret by themselves.)
+    assert!(
+        !contains(&meta, secret),
+        "{}",
+        String::from_utf8_lossy(&meta)
+    );
 }

@@ -6,6 +6,8 @@ use std::io;
 
 use serde::Serialize;
 
+use crate::channel::message::ErrorCode;
+
 /// What went wrong, in the terms of the product's error model (ARCHITECTURE.md §4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -25,15 +27,16 @@ pub enum FileErrorKind {
 }
 
 impl FileErrorKind {
-    /// The stable code used on the wire.
-    pub fn code(self) -> &'static str {
+    /// The protocol's error code for this kind: the one mapping between the two models. An
+    /// I/O failure is the agent's own (`internal`), never the caller's.
+    pub fn code(self) -> ErrorCode {
         match self {
-            Self::InvalidArgument => "invalid_argument",
-            Self::NotFound => "not_found",
-            Self::Conflict => "conflict",
-            Self::Permission => "permission",
-            Self::Limit => "limit",
-            Self::Io => "io",
+            Self::InvalidArgument => ErrorCode::InvalidArgument,
+            Self::NotFound => ErrorCode::NotFound,
+            Self::Conflict => ErrorCode::Conflict,
+            Self::Permission => ErrorCode::Permission,
+            Self::Limit => ErrorCode::Limit,
+            Self::Io => ErrorCode::Internal,
         }
     }
 }
@@ -121,7 +124,7 @@ impl FileError {
 
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} [{}]", self.message, self.kind.code())
+        write!(f, "{} [{}]", self.message, self.kind.code().as_str())
     }
 }
 
@@ -140,6 +143,9 @@ mod tests {
         assert_eq!(kind(libc::EEXIST), FileErrorKind::Conflict);
         assert_eq!(kind(libc::ENOSPC), FileErrorKind::Limit);
         assert_eq!(kind(libc::EIO), FileErrorKind::Io);
+        // On the wire an I/O failure is the agent's, not the caller's.
+        assert_eq!(FileErrorKind::Io.code(), ErrorCode::Internal);
+        assert_eq!(FileErrorKind::NotFound.code(), ErrorCode::NotFound);
     }
 
     #[test]
