@@ -269,6 +269,8 @@ class StreamReader:
 
     async def read_until_lost(self, client: AgentClient) -> None:
         """Reads what the cache still has after the transport died, until reads fail."""
+        # A stream already read to its end has nothing left to lose: the kill proved nothing.
+        assert not self.done, "the exec ended before its transport was killed"
         with pytest.raises(AgentError) as err:
             await asyncio.wait_for(self.read(client), 4 * SOON)
         assert err.value.code == "unavailable"

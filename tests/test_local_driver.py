@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from modal_workspace_core import policy
 from modal_workspace_core.drivers.base import WorkspaceSpec
-from modal_workspace_core.drivers.local import WORKSPACE_ID_ENV, IsolationMode, LocalDriver
+from modal_workspace_core.drivers.local import IsolationMode, LocalDriver
 from modal_workspace_core.errors import ConflictError, InvalidArgumentError, NotFoundError
 from support.agent_exec import drain, run
 from support.git_server import GitServer, insteadof_config
+from support.processes import pid_alive, processes_of
 
 
 @pytest.fixture
@@ -37,27 +38,6 @@ async def destroy_all(local: LocalDriver) -> None:
     for record in await local.list():
         await local.destroy(record.workspace_id)
     await local.close()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
-
-
-def processes_of(workspace_id: str) -> list[int]:
-    """Host pids of every process carrying the workspace's marker variable."""
-    needle = f"\0{WORKSPACE_ID_ENV}={workspace_id}\0".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and needle in b"\0" + (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 async def test_create_list_get_tag_and_destroy(driver: LocalDriver) -> None:

@@ -1,6 +1,6 @@
 """The Python API in-process over the real local driver and agent: `async with Workspaces()`,
-`exec`, an iterator that follows an exec to its end, generated methods, and a workspace whose
-agent died answering again on the next call."""
+`exec`, an iterator that follows an exec to its end, generated methods, a workspace whose
+agent died answering again on the next call, and a workspace's secrets kept out of all output."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from pathlib import Path
 import modal_workspace_core as mwc
 import pytest
 from modal_workspace_core.config import load_settings
-
-local = pytest.importorskip("modal_workspace_core.drivers.local")
+from support.processes import pid_alive, processes_of
 
 
 @pytest.fixture
@@ -29,26 +28,6 @@ async def wss(tmp_path: Path) -> AsyncIterator[mwc.Workspaces]:
         finally:
             for ws in await client.list():
                 await ws.terminate()
-
-
-def processes_of(workspace_id: str) -> list[int]:
-    needle = f"\0{local.WORKSPACE_ID_ENV}={workspace_id}\0".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and needle in b"\0" + (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"  # a zombie has ended
 
 
 async def test_exec_and_the_event_iterator_follow_a_command_to_its_end(
@@ -93,7 +72,7 @@ async def test_a_workspace_whose_agent_died_answers_again(wss: mwc.Workspaces) -
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while any(alive(pid) for pid in victims):
+    while any(pid_alive(pid) for pid in victims):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     # The cached channel is dead; the service reopens it (the driver restarts the agent).
