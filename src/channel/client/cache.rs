@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::page::ReceivedPage;
 use super::wire::ChannelError;
 use crate::channel::message::ErrorCode;
+use crate::channel::subscription::MAX_PUSH_PAGE_BYTES;
 use crate::policy::PolicyError;
-use crate::ring::EventRing;
+use crate::ring::{EventRing, MIN_PAGE_BYTES};
 
 /// Bounds of the cache and the flow-control window of each stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +34,15 @@ impl Default for CacheConfig {
 }
 
 impl CacheConfig {
+    /// The window granted to the agent: at most `credit`, and small enough that a window plus
+    /// the one page the agent may send past it fits in the stream's cache, so events a reader
+    /// has not read yet are never evicted from it (a cache too small for that still grants
+    /// one page).
+    pub fn window(&self) -> usize {
+        let room = self.stream_bytes.saturating_sub(MAX_PUSH_PAGE_BYTES);
+        self.credit.min(room.max(MIN_PAGE_BYTES))
+    }
+
     pub fn check(&self) -> Result<(), PolicyError> {
         let positive = [
             ("cache.stream-bytes", self.stream_bytes),
@@ -231,7 +241,7 @@ impl StreamCache {
     /// window instead of one per page); the agent stops only after a whole window is
     /// unreturned, so a reader that keeps up never stalls it.
     pub fn reader_at(&mut self, name: &str, cursor: u64) -> Option<usize> {
-        let half_window = self.config.credit.div_ceil(2);
+        let half_window = self.config.window().div_ceil(2);
         let stream = self.streams.get_mut(name)?;
         while let Some(&(last_seq, bytes)) = stream.unread.front() {
             if last_seq > cursor {

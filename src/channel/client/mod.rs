@@ -288,7 +288,7 @@ impl AgentChannel {
         let args = serde_json::json!({
             "stream": stream,
             "cursor": cursor,
-            "credit": self.cache.config().credit,
+            "credit": self.cache.config().window(),
         })
         .to_string();
         let id = self.internal("subscribe", &args);

@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use super::tests::{agent, connected};
 use super::*;
+use crate::channel::subscription::MAX_PUSH_PAGE_BYTES;
 use crate::channel::FrameKind;
 use crate::event::EventType;
 
@@ -67,6 +68,21 @@ fn credits(bytes: &[u8]) -> Vec<(String, u64)> {
             )
         })
         .collect()
+}
+
+#[test]
+fn the_window_leaves_room_in_the_cache_for_the_page_the_agent_may_send_past_it() {
+    let config = CacheConfig {
+        stream_bytes: 1 << 20,
+        credit: 1 << 20,
+        ..CacheConfig::default()
+    };
+    assert_eq!(config.window(), (1 << 20) - MAX_PUSH_PAGE_BYTES);
+    let small = CacheConfig {
+        credit: 4096,
+        ..config
+    };
+    assert_eq!(small.window(), 4096);
 }
 
 #[test]
