@@ -5,6 +5,7 @@ expects, every call is counted, and calls it does not implement fail loudly."""
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -158,10 +159,14 @@ def test_in_bubblewrap_processes_see_container_paths_and_a_private_tmp(
 ) -> None:
     sandbox = modal.Sandbox.create(app=_app(), workdir="/workspace")
     record = modal_control_plane.sandbox(sandbox.object_id)
-
-    script = sandbox.exec("sh", "-c", "pwd; echo $HOME; ls -A /tmp | wc -l; echo x > /run/mwc/f")
-
-    assert script.stdout.read().split() == ["/workspace", "/run/home", "0"]
+    # A file of the host's /tmp must not show in the sandbox's (only the Python environment is
+    # shown there, read-only, when the checkout itself lives under /tmp).
+    with tempfile.NamedTemporaryFile(dir="/tmp", prefix="host-only-") as planted:
+        name = Path(planted.name).name
+        script = sandbox.exec(
+            "sh", "-c", f"pwd; echo $HOME; ls -A /tmp | grep -c {name}; echo x > /run/mwc/f"
+        )
+        assert script.stdout.read().split() == ["/workspace", "/run/home", "0"]
     assert (record.directory / "run" / "mwc" / "f").read_text() == "x\n"
 
 

@@ -13,6 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,10 +37,27 @@ def bwrap_argv(bwrap: str, binds: Mapping[str, Path], cwd: str, argv: Sequence[s
         elif os.path.isdir(path):
             out += ["--ro-bind", path, path]
     out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for path in _python_under_private_dirs():
+        out += ["--ro-bind", path, path]
     for container, host in sorted(binds.items()):
         out += ["--bind", str(host), container]
     out += ["--chdir", cwd, "--", *argv]
     return out
+
+
+@functools.cache
+def _python_under_private_dirs() -> list[str]:
+    """The Python environment and this package's checkout, when they live under a directory the
+    sandbox gets privately (a checkout under /tmp, say): sandbox processes run this interpreter,
+    the agent and test scripts from them, so they must still see them, read-only."""
+    import modal_workspace_core
+
+    package_source = Path(modal_workspace_core.__file__).resolve().parent.parent
+    # From a checkout, the whole repository: tests start sandboxes with scripts from tests/.
+    checkout = package_source.parent
+    shown = checkout if (checkout / "Cargo.toml").exists() else package_source
+    paths = {sys.prefix, sys.base_prefix, str(shown)}
+    return sorted(p for p in paths if p.strip("/").split("/")[0] in _PRIVATE)
 
 
 @functools.cache
