@@ -225,9 +225,11 @@ class AgentChannel:
     the agent's seqs, bounded by `stream_bytes` per stream and `max_streams` streams (the least
     recently used stream that no reader has pinned is dropped and unsubscribed). Credit is
     returned to the agent as readers consume pages: `read_cached` at a cursor consumes every
-    page up to it, and the credit it frees (in half-`credit` batches) is queued for
+    page up to it, and the credit it frees (in half-window batches) is queued for
     `take_outgoing`; so the agent pushes no further than one window ahead of the most advanced
-    reader, and a stream nobody reads waits in the agent's log. Safe to share between threads
+    reader, and a stream nobody reads waits in the agent's log. The window is `credit`, but
+    never more than `stream_bytes` less one pushed page (64 KiB): the agent may send one page
+    past its credit, and that page must not evict events a reader has not read yet. Safe to share between threads
     (one lock inside).
 
     Raises `PolicyError` when a bound is not positive.
