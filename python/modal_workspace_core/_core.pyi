@@ -229,8 +229,8 @@ class AgentChannel:
     `take_outgoing`; so the agent pushes no further than one window ahead of the most advanced
     reader, and a stream nobody reads waits in the agent's log. The window is `credit`, but
     never more than `stream_bytes` less one pushed page (64 KiB): the agent may send one page
-    past its credit, and that page must not evict events a reader has not read yet. Safe to share between threads
-    (one lock inside).
+    past its credit, and that page must not evict events a reader has not read yet. Safe to
+    share between threads (one lock inside).
 
     Raises `PolicyError` when a bound is not positive.
     """
