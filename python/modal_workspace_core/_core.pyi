@@ -1,7 +1,9 @@
 """Type stubs for the compiled core, `modal_workspace_core._core`. Kept in step with `src/`."""
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, Self, final
+
+from typing_extensions import disjoint_base
 
 __all__ = [
     "AgentChannel",
@@ -9,8 +11,9 @@ __all__ = [
     "GitHubRepo",
     "Page",
     "PolicyError",
+    "_LoopBell",
+    "_RingWatch",
     "__version__",
-    "_drain_async_runtime",
     "agent_main",
     "allowed",
     "check_id",
@@ -143,7 +146,7 @@ class Page:
         """The page as one JSON object, never longer than the read's (raised) `max_bytes`."""
     def __len__(self) -> int: ...
 
-@final
+@disjoint_base
 class EventRing:
     """A stream's events numbered `seq = 1, 2, 3, …`, bounded in encoded bytes (and optionally
     in count); the oldest are evicted first, never the newest. Share it between threads and
@@ -194,14 +197,29 @@ class EventRing:
     def wait(self, cursor: int, timeout: float) -> bool:
         """Blocks (without the GIL) until an event after `cursor` exists or the ring is closed
         (True), or `timeout` seconds pass (False). `timeout` must be from 0 to 86 400."""
-    def wait_async(self, cursor: int, timeout: float) -> Awaitable[bool]:
-        """`wait` as an awaitable, for asyncio code: a future of the running event loop (call it
-        from the loop's thread), resolved by the append or close that makes the ring ready —
-        at once when that runs on the loop's thread, through `call_soon_threadsafe` otherwise —
-        or with the ring's readiness at `timeout`. Cancelling it leaves nothing behind."""
+    def _ready(self, cursor: int, timeout: float) -> bool:
+        """Whether an event after `cursor` exists or the ring is closed, with both arguments
+        checked as `wait` checks them (the first step of `wait_async`, in `ring.py`)."""
+    def _watch(self, cursor: int, bell: _LoopBell, token: int) -> _RingWatch | None:
+        """Rings `bell` with `token` once `_ready(cursor)` would be true, from the appending or
+        closing thread and without the GIL; None (and nothing registered) if it already is."""
 
-def _drain_async_runtime(timeout: float) -> None:
-    """Lets in-flight `wait_async` calls finish before the interpreter exits (atexit hook)."""
+@final
+class _LoopBell:
+    """An event loop's doorbell: a pipe the loop watches, readable once a watch has rung it."""
+
+    def __new__(cls) -> Self: ...
+    def fileno(self) -> int:
+        """The pipe's read end, open while this bell or a watch that rings it lives."""
+    def take(self) -> list[int]:
+        """The tokens rung since the last call; read the pipe's byte first."""
+
+@final
+class _RingWatch:
+    """A wait registered by `EventRing._watch`."""
+
+    def cancel(self) -> None:
+        """Takes the wait back (a ring already under way on another thread may still land)."""
 
 # --- agent --------------------------------------------------------------------------------------
 

@@ -25,7 +25,13 @@ const MAX_WAIT_SECONDS: f64 = 86_400.0;
 const DETACH_APPEND_BYTES: usize = 64 * 1024;
 
 /// A stream's events, bounded in encoded bytes; safe to share between threads and tasks.
-#[pyclass(frozen, name = "EventRing", module = "modal_workspace_core._core")]
+/// Subclassed in Python (`ring.py`), which adds `wait_async`.
+#[pyclass(
+    frozen,
+    subclass,
+    name = "EventRing",
+    module = "modal_workspace_core._core"
+)]
 pub struct PyEventRing {
     ring: Arc<EventRing>,
 }
@@ -137,15 +143,23 @@ impl PyEventRing {
         Ok(py.detach(move || ring.wait(cursor, timeout)))
     }
 
-    fn wait_async<'py>(
-        &self,
-        py: Python<'py>,
-        cursor: i64,
-        timeout: f64,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    /// Whether an event after `cursor` exists or the ring is closed, with `cursor` and `timeout`
+    /// checked as `wait` checks them: the first step of `wait_async`.
+    fn _ready(&self, cursor: i64, timeout: f64) -> PyResult<bool> {
         let cursor = to_cursor(cursor)?;
-        let timeout = to_timeout(timeout)?;
-        wait::wait_async(py, &self.ring, cursor, timeout)
+        to_timeout(timeout)?;
+        Ok(self.ring.wait(cursor, Duration::ZERO))
+    }
+
+    /// Rings `bell` with `token` once `_ready(cursor)` would be true; `None` if it already is.
+    fn _watch(
+        &self,
+        cursor: i64,
+        bell: &wait::PyLoopBell,
+        token: u64,
+    ) -> PyResult<Option<wait::PyRingWatch>> {
+        let cursor = to_cursor(cursor)?;
+        Ok(wait::watch(&self.ring, cursor, bell, token))
     }
 
     fn __repr__(&self) -> String {
@@ -271,6 +285,5 @@ fn to_timeout(timeout: f64) -> PyResult<Duration> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEventRing>()?;
     m.add_class::<PyPage>()?;
-    m.add_function(wrap_pyfunction!(wait::_drain_async_runtime, m)?)?;
-    Ok(())
+    wait::register(m)
 }

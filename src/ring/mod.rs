@@ -1,6 +1,7 @@
 //! The byte-budgeted cursor ring: appends number events 1, 2, 3, … and evict the oldest, readers
 //! page from a cursor and learn exactly what they lost, and waiters wake on a notification.
 
+mod doorbell;
 pub mod ledger;
 mod mirror;
 mod page;
@@ -19,6 +20,7 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+pub use doorbell::Doorbell;
 pub use ready::{ReadyCallback, WaiterId};
 use writer::Writer;
 
