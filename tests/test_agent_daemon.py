@@ -189,6 +189,49 @@ def test_a_command_that_traps_term_is_killed_after_the_grace(daemon: Daemon) -> 
     assert group_members(status["pid"]) == []
 
 
+TRAPS_TERM = "trap '' TERM; echo armed; while true; do sleep 0.1; done"
+
+
+def start_armed(w: Wire, count: int) -> list[str]:
+    """Starts `count` execs that ignore SIGTERM and waits until each has set its trap."""
+    ids = [start(w, TRAPS_TERM) for _ in range(count)]
+    for exec_id in ids:
+        while b"armed" not in output(w.read_all(exec_id)):
+            time.sleep(0.05)
+    return ids
+
+
+def test_cancelling_50_execs_that_trap_term_costs_one_grace_not_50(daemon: Daemon) -> None:
+    w = daemon.wire()
+    ids = start_armed(w, 50)
+    cancelled_at = time.monotonic()
+    for exec_id in ids:
+        w.call("exec.cancel", {"exec_id": exec_id, "grace_seconds": 1.0})
+    statuses = [w.wait_done(exec_id) for exec_id in ids]
+    elapsed = time.monotonic() - cancelled_at
+    assert {(s["state"], s["signal"]) for s in statuses} == {("cancelled", signal.SIGKILL)}
+    # One grace after another would take 50 s; together they take about one. The bound is
+    # generous on purpose: it catches a serial path, not a slow machine.
+    assert elapsed < 20
+
+
+def test_a_daemon_stopping_with_50_execs_that_trap_term_ends_all_together(base: Path) -> None:
+    d = start_daemon(base)
+    ids = start_armed(d.wire(), 50)
+    stopped_at = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(120) == 0
+    # Its grace is 2 s: one exec after another would take 100 s.
+    assert time.monotonic() - stopped_at < 20
+    d2 = start_daemon(base)
+    try:
+        w = d2.wire()
+        states = {w.call("exec.status", {"exec_id": i})["state"] for i in ids}
+        assert states == {"cancelled"}, "every end was recorded before the daemon exited"
+    finally:
+        d2.stop()
+
+
 def test_cancel_before_start_means_the_command_never_runs(daemon: Daemon) -> None:
     w = daemon.wire()
     exec_id = "ex-" + "0123456789abcdef" * 2

@@ -206,14 +206,25 @@ impl OutputSink for LogSink {
         self.store(EventType::Stdout, &out);
         let err = self.stderr.lock().finish();
         self.store(EventType::Stderr, &err);
-        self.record.conclude(
-            state_name(status.state),
-            status.exit,
-            status.error.clone(),
-            status.started_at,
-            status.ended_at,
-        );
-        Box::pin(async {})
+        // The end is several file writes (log segment, index, meta.json). On the blocking pool
+        // they overlap with the ends of other execs; on the runtime's few workers (two on a
+        // two-core machine) a cancel of many execs would queue every one behind the others.
+        let record = Arc::clone(&self.record);
+        let status = status.clone();
+        Box::pin(async move {
+            let conclude = move || {
+                record.conclude(
+                    state_name(status.state),
+                    status.exit,
+                    status.error.clone(),
+                    status.started_at,
+                    status.ended_at,
+                );
+            };
+            if let Err(e) = tokio::task::spawn_blocking(conclude).await {
+                tracing::error!(error = %e, "recording an exec's end failed");
+            }
+        })
     }
 }
 
