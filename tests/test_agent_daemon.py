@@ -313,3 +313,38 @@ def test_sigterm_stops_the_daemon_and_records_the_end_of_running_execs(base: Pat
         assert status["state"] == "cancelled", "its end was recorded: not lost"
     finally:
         d2.stop()
+
+
+def test_only_the_newest_ended_execs_are_kept_and_never_a_running_one(base: Path) -> None:
+    d = start_daemon(base, "--max-ended-execs", "3")
+    try:
+        w = d.wire()
+        running = start(w, "echo up; sleep 1000")  # the oldest of all, and still running
+        ended = []
+        for n in range(5):
+            exec_id = start(w, f"echo {n}")
+            assert w.wait_done(exec_id)["state"] == "finished"
+            ended.append(exec_id)
+        # The prune runs once the end is recorded: wait for it rather than guess.
+        deadline = time.monotonic() + 30
+        while len(w.call("exec.list")["execs"]) > 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        listed = [s["exec_id"] for s in w.call("exec.list")["execs"]]
+        assert sorted(listed) == sorted([running, *ended[2:]])
+        for gone in ended[:2]:
+            with pytest.raises(AgentError) as err:
+                w.call("exec.status", {"exec_id": gone})
+            assert err.value.code == "not_found"
+            assert not (d.state / "execs" / gone).exists()
+        assert output(w.read_all(ended[4])) == b"4\n"
+        assert w.call("exec.status", {"exec_id": running})["state"] == "running"
+    finally:
+        d.stop()
+    # At start too: the running exec was cancelled by the stop and counts as ended now.
+    d2 = start_daemon(base, "--max-ended-execs", "2")
+    try:
+        listed = [s["exec_id"] for s in d2.wire().call("exec.list")["execs"]]
+        assert sorted(listed) == sorted([ended[4], running])
+        assert sorted(p.name for p in (d2.state / "execs").iterdir()) == sorted(listed)
+    finally:
+        d2.stop()

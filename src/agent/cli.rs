@@ -8,7 +8,7 @@ use super::daemon::{self, DaemonConfig};
 const USAGE: &str = "\
 usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
-                        [--redact-env NAME,...]
+                        [--max-ended-execs N] [--redact-env NAME,...]
        mwc-agent connect --socket PATH
        mwc-agent --help
 
@@ -16,6 +16,9 @@ daemon   supervise the workspace's processes, files and watches, keep durable ex
          --state-dir, and serve the channel protocol on the unix socket --socket (mode 0600).
          Byte counts take an optional K, M or G suffix (powers of 1024). Logs go to stderr;
          MWC_AGENT_LOG sets the level (error, warn, info, debug; default info).
+         --max-ended-execs (default 1000) bounds the ended execs kept, records and logs: past
+         it the ones that ended first are deleted (at start and as execs end) and answer
+         not_found. Running execs are never deleted.
          --redact-env names variables of the daemon's environment that hold secrets: their
          values are redacted from every exec's events and records, like an exec's own secrets.
 connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
@@ -109,6 +112,7 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
         "--max-log-bytes",
         "--max-total-log-bytes",
         "--max-watches",
+        "--max-ended-execs",
         "--redact-env",
     ];
     let Some(opts) = options(args, &known)? else {
@@ -133,6 +137,13 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
             .ok()
             .filter(|&n: &usize| n > 0)
             .ok_or("--max-watches must be a positive integer")?;
+    }
+    if let Some(v) = get("--max-ended-execs") {
+        config.max_ended_execs = v
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n > 0)
+            .ok_or("--max-ended-execs must be a positive integer")?;
     }
     if let Some(v) = get("--redact-env") {
         config.redact_env = v
@@ -252,6 +263,8 @@ mod tests {
             "1G",
             "--max-watches",
             "3",
+            "--max-ended-execs",
+            "50",
             "--redact-env",
             "GH_TOKEN,DB_PASSWORD",
         ]))
@@ -262,6 +275,7 @@ mod tests {
         assert_eq!(config.max_log_bytes, 64 << 20);
         assert_eq!(config.max_total_log_bytes, 1 << 30);
         assert_eq!(config.max_watches, 3);
+        assert_eq!(config.max_ended_execs, 50);
         assert_eq!(config.redact_env, ["GH_TOKEN", "DB_PASSWORD"]);
     }
 

@@ -14,6 +14,7 @@ use super::agent_env::AgentEnv;
 use super::args::{internal, policy, Args};
 use super::exec_io::InputJob;
 use super::meta::{ExecMeta, PtyMeta};
+use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::process::{ExecSpec, Redactor, Supervisor, DEFAULT_KILL_GRACE};
@@ -35,7 +36,9 @@ pub(crate) struct ExecRegistry {
     agent_env: AgentEnv,
     /// Secret values every exec inherits from the daemon's environment: redacted from all.
     inherited_secrets: Vec<String>,
-    pub(super) entries: Mutex<HashMap<String, Entry>>,
+    pub(super) entries: Arc<Mutex<HashMap<String, Entry>>>,
+    /// How many ended execs are kept (see `prune`).
+    max_ended: usize,
 }
 
 fn redact_text(redactor: &Redactor, text: &str) -> String {
@@ -62,7 +65,21 @@ impl ExecRegistry {
             budget,
             agent_env: AgentEnv::default(),
             inherited_secrets,
-            entries: Mutex::new(HashMap::new()),
+            entries: Arc::new(Mutex::new(HashMap::new())),
+            max_ended: super::prune::DEFAULT_MAX_ENDED_EXECS,
+        }
+    }
+
+    /// Keep at most `max_ended` ended execs (the oldest to end go first).
+    pub(crate) fn with_max_ended(mut self, max_ended: usize) -> Self {
+        self.max_ended = max_ended;
+        self
+    }
+
+    fn pruner(&self) -> Pruner {
+        Pruner {
+            entries: Arc::clone(&self.entries),
+            max_ended: self.max_ended,
         }
     }
 
@@ -72,7 +89,8 @@ impl ExecRegistry {
         self
     }
 
-    /// Loads the execs of earlier daemons; those not ended in their meta become `lost`.
+    /// Loads the execs of earlier daemons (those not ended in their meta become `lost`), then
+    /// prunes the ended ones past the limit; returns how many it kept.
     pub(crate) fn load(&self) -> std::io::Result<usize> {
         std::fs::create_dir_all(&self.dir)?;
         let mut count = 0;
@@ -112,7 +130,7 @@ impl ExecRegistry {
             );
             count += 1;
         }
-        Ok(count)
+        Ok(count - self.pruner().prune())
     }
 
     pub(crate) fn record(&self, id: &str) -> Result<Arc<ExecRecord>, ErrorBody> {
@@ -247,9 +265,13 @@ impl ExecRegistry {
         let (input_tx, input_rx) = mpsc::unbounded_channel();
         tokio::spawn(super::exec_io::pump_input(exec.clone(), input_rx));
         let announcer = Arc::clone(&record);
+        let pruner = self.pruner();
         tokio::spawn(async move {
             exec.started().await;
             announcer.announce();
+            // Once it has ended (and its end is recorded), older ended execs may have to go.
+            exec.wait().await;
+            let _ = tokio::task::spawn_blocking(move || pruner.prune()).await;
         });
         entries.insert(
             id.clone(),
@@ -302,6 +324,8 @@ impl ExecRegistry {
                 input: None,
             },
         );
+        drop(entries);
+        self.pruner().prune();
         Ok(status)
     }
 

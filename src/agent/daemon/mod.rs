@@ -8,6 +8,7 @@ mod execs;
 mod file_ops;
 mod lock;
 mod meta;
+mod prune;
 mod record;
 mod service;
 mod watches;
@@ -24,6 +25,7 @@ use crate::agent::files::Workspace;
 use crate::agent::process::{Supervisor, SupervisorConfig};
 use crate::agent::watch::DEFAULT_MAX_WATCHES;
 use crate::channel::server;
+pub use prune::DEFAULT_MAX_ENDED_EXECS;
 pub use service::Daemon;
 
 /// How long running execs get to end when the daemon is asked to stop.
@@ -39,6 +41,8 @@ pub struct DaemonConfig {
     pub max_log_bytes: u64,
     pub max_total_log_bytes: u64,
     pub max_watches: usize,
+    /// How many ended execs are kept (records and logs); the ones that ended first go first.
+    pub max_ended_execs: usize,
     /// Variables of the daemon's own environment that hold secrets (names, never values):
     /// every exec inherits them, so their values are redacted from every exec.
     pub redact_env: Vec<String>,
@@ -53,6 +57,7 @@ impl DaemonConfig {
             max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
             max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
             max_watches: DEFAULT_MAX_WATCHES,
+            max_ended_execs: DEFAULT_MAX_ENDED_EXECS,
             redact_env: Vec::new(),
         }
     }
@@ -86,7 +91,8 @@ impl Daemon {
             budget,
             inherited_secrets(&config.redact_env),
         )
-        .with_agent_env(agent_env);
+        .with_agent_env(agent_env)
+        .with_max_ended(config.max_ended_execs);
         let loaded = execs
             .load()
             .map_err(|e| format!("cannot load earlier execs: {e}"))?;
