@@ -63,11 +63,14 @@ impl ExecRecord {
 
     /// Applies `change` to the meta and writes it, unless the exec has already ended.
     fn update_meta(&self, change: impl FnOnce(&mut ExecMeta)) {
-        let mut meta = self.meta.lock();
+        self.change_meta(&mut self.meta.lock(), change);
+    }
+
+    fn change_meta(&self, meta: &mut ExecMeta, change: impl FnOnce(&mut ExecMeta)) {
         if is_final(&meta.state) {
             return;
         }
-        change(&mut meta);
+        change(meta);
         if let Err(e) = meta.save(&self.dir) {
             tracing::error!(exec_id = %self.id, error = %e, "cannot write an exec's meta.json");
         }
@@ -121,6 +124,10 @@ impl ExecRecord {
         if let Some(error) = &error {
             exit_fields["error"] = Value::String(error.clone());
         }
+        // The meta's lock is held from before the log closes until the meta says the exec
+        // ended: a client that saw the closed log and asks for the status (which takes this
+        // lock) gets the final one, never `running`.
+        let mut meta = self.meta.lock();
         let appended = self
             .log
             .append(EventType::Exit, None, &fields(exit_fields))
@@ -132,7 +139,7 @@ impl ExecRecord {
         if let Err(e) = appended {
             tracing::error!(exec_id = %self.id, error = %e, "cannot log an exec's end");
         }
-        self.update_meta(|meta| {
+        self.change_meta(&mut meta, |meta| {
             meta.state = state.to_owned();
             meta.returncode = returncode;
             meta.signal = signal;
@@ -142,12 +149,14 @@ impl ExecRecord {
             }
             meta.ended_at = time_string(ended_at.or_else(|| Some(SystemTime::now())));
         });
+        drop(meta);
         tracing::info!(exec_id = %self.id, state, ?returncode, "exec ended");
     }
 
     /// Marks an exec that an earlier daemon did not see end: `lost`, never finished. Its log
     /// gets a `status` event (no `exit`: nobody knows how it ended) and is closed.
     pub(crate) fn mark_lost(&self) {
+        let mut meta = self.meta.lock(); // as in `conclude`
         if !self.log.is_closed() {
             let lost = fields(json!({"state": "lost"}));
             let result = self
@@ -158,10 +167,11 @@ impl ExecRecord {
                 tracing::error!(exec_id = %self.id, error = %e, "cannot log that an exec was lost");
             }
         }
-        self.update_meta(|meta| {
+        self.change_meta(&mut meta, |meta| {
             meta.state = "lost".into();
             meta.ended_at = time_string(Some(SystemTime::now()));
         });
+        drop(meta);
         tracing::warn!(exec_id = %self.id, "exec lost: an earlier agent ran it and did not record its end");
     }
 }
