@@ -26,6 +26,12 @@ impl FdIo {
         self.fd.get_ref().as_fd()
     }
 
+    /// Waits until a read would not block (data, end of file or an error), reading nothing.
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        // The guard is dropped without clearing the readiness: the next `read` uses it.
+        self.fd.readable().await.map(drop)
+    }
+
     /// Reads up to `buf.len()` bytes; `Ok(0)` is end of file. Cancel-safe: no byte is consumed
     /// unless the future completes.
     pub(crate) async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {

@@ -146,18 +146,28 @@ async fn read_stream(
     sink: &dyn OutputSink,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut buf = vec![0u8; MAX_CHUNK];
+    let mut buf = Vec::new();
     loop {
         let n = tokio::select! {
             biased;
             _ = stop.wait_for(|stop| *stop) => return,
-            read = io.read(&mut buf) => match read {
+            read = read_lazily(io, &mut buf) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             },
         };
         sink.output(stream, &buf[..n]).await;
     }
+}
+
+/// Reads into `buf`, which gets its [`MAX_CHUNK`] bytes only once there is something to read:
+/// an exec that prints nothing (an idle one waiting for input or time) holds no buffer.
+async fn read_lazily(io: &FdIo, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    if buf.is_empty() {
+        io.readable().await?;
+        buf.resize(MAX_CHUNK, 0);
+    }
+    io.read(buf).await
 }
 
 async fn finish(
