@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import modal_workspace_core as mwc
 import pytest
@@ -45,6 +46,56 @@ async def test_exec_and_the_event_iterator_follow_a_command_to_its_end(
     assert text == "line 1\nline 2\nline 3\n"
     assert "exit" in kinds
     assert [w.id for w in await wss.list()] == [ws.id]
+
+
+async def test_a_page_says_the_state_its_events_show_and_asks_the_agent_only_when_they_cannot(
+    wss: mwc.Workspaces, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = await wss.create()
+    service = wss.service
+    asked: list[str] = []
+    real_request = service.request
+
+    async def request(workspace_id: str, op: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(op)
+        return await real_request(workspace_id, op, *args, **kwargs)
+
+    monkeypatch.setattr(service, "request", request)
+    started = await ws.realtime_exec_start("sleep 0.3; for i in 1 2 3; do echo $i; sleep 0.2; done")
+    cursor, pages = 0, []
+    while True:
+        asked.clear()
+        page = await ws.realtime_exec_events(started.exec_id, cursor=cursor, wait_seconds=10)
+        kinds = [event.type for event in page.events]
+        pages.append((kinds, page.state, page.returncode, "exec.status" in asked))
+        cursor = page.next_cursor
+        if page.done:
+            break
+    output_only = [p for p in pages if p[0] and set(p[0]) <= {"stdout"}]
+    assert output_only, pages
+    # A page woken by output needs no second round trip to the agent: it says `running`.
+    assert all(state == "running" and rc is None and not ask for _, state, rc, ask in output_only)
+    ended = next(p for p in pages if "exit" in p[0])
+    assert (ended[1], ended[2]) == ("finished", 0), pages
+    # What the pages said matches the agent's own record at the end.
+    status = await ws.realtime_exec_status(started.exec_id)
+    assert (status.state, status.returncode) == ("finished", 0)
+
+
+async def test_a_watch_is_followed_by_pages_until_it_is_cancelled(wss: mwc.Workspaces) -> None:
+    ws = await wss.create()
+    watch = await ws.file_watch_start(path="/workspace", kinds=["create"])
+    await ws.file_write("made.txt", "x")
+    page = await ws.file_watch_events(watch.watch_id, wait_seconds=10)
+    assert [(e.type, e.model_extra["path"]) for e in page.events] == [("fs", "made.txt")]
+    assert (page.state, page.done) == ("watching", False)
+    await ws.file_watch_cancel(watch.watch_id)
+    cursor, states = page.next_cursor, []
+    while not page.done:
+        page = await ws.file_watch_events(watch.watch_id, cursor=cursor, wait_seconds=10)
+        states.append(page.state)
+        cursor = page.next_cursor
+    assert states[-1] == "cancelled", states
 
 
 async def test_generated_methods_take_required_fields_positionally(wss: mwc.Workspaces) -> None:

@@ -109,10 +109,38 @@ def decode_input(text: str, encoding: str, field: str) -> bytes:
         raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None
 
 
+# The state a stream is in while it is live: the state of its first `status` event.
+_LIVE_STATES = frozenset({"running", "watching"})
+
+
+def state_shown(events: list[dict[str, Any]], live_state: str) -> dict[str, Any] | None:
+    """The stream's state as a page's events show it, or None when only the agent can tell.
+
+    Output and file events are written only while a stream is live, and an exec's `exit` event
+    carries its final state and return code; a page that shows either needs no round trip to
+    the agent (the common case: a long-poll woken by output). An empty page, or one whose last
+    word is a closing or `lost` status, is answered from the agent's record instead.
+    """
+    for event in reversed(events):
+        kind = event.get("type")
+        if kind == "exit":
+            return {"state": event.get("state"), "returncode": event.get("returncode")}
+        if kind == "status":
+            state = event.get("state")
+            return {"state": state} if state in _LIVE_STATES else None
+    return {"state": live_state} if events else None
+
+
 async def stream_page(
-    svc: Service, inp: ExecEvents | WatchEvents, stream: str, status_op: str, id_arg: str
+    svc: Service,
+    inp: ExecEvents | WatchEvents,
+    stream: str,
+    status_op: str,
+    id_arg: str,
+    live_state: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One page of an exec's or a watch's events as `inp` asks, and the stream's status."""
+    """One page of an exec's or a watch's events as `inp` asks, and the stream's state as of
+    that page (`live_state` while the page holds only output or file events)."""
     page = await svc.read_events(
         inp.workspace_id,
         stream,
@@ -121,6 +149,9 @@ async def stream_page(
         max_bytes=inp.max_bytes,
         wait_seconds=inp.wait_seconds,
     )
+    shown = state_shown(page.get("events") or [], live_state)
+    if shown is not None:
+        return page, shown
     status, _ = await svc.request(inp.workspace_id, status_op, {id_arg: stream})
     return page, status
 
@@ -268,7 +299,9 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
 
 
 async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> EventPage:
-    page, status = await stream_page(svc, inp, inp.exec_id, "exec.status", "exec_id")
+    page, status = await stream_page(
+        svc, inp, inp.exec_id, "exec.status", "exec_id", live_state="running"
+    )
     return page_out(page, status)
 
 
