@@ -153,7 +153,9 @@ def test_the_whole_job_through_rest(
     # Cancel a command that would run for ten minutes.
     sleeper = ok(api.post(f"/workspaces/{ws}/realtime-execs", json={"command": "sleep 600"}))
     sleep_url = f"/workspaces/{ws}/realtime-execs/{sleeper['exec_id']}"
-    ok(api.post(f"{sleep_url}/cancel", json={"grace_seconds": 1}))
+    # The reply waits for the end: the exec is cancelled, not "running".
+    cancelled = ok(api.post(f"{sleep_url}/cancel", json={"grace_seconds": 1}))
+    assert cancelled["state"] == "cancelled", cancelled
     events, last = drain(api, ws, sleeper["exec_id"])
     assert last["state"] == "cancelled"
     listed = ok(api.get(f"/workspaces/{ws}/realtime-execs"))["execs"]

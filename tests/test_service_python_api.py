@@ -82,6 +82,21 @@ async def test_a_page_says_the_state_its_events_show_and_asks_the_agent_only_whe
     assert (status.state, status.returncode) == ("finished", 0)
 
 
+async def test_cancel_answers_once_the_exec_has_ended_even_one_that_ignores_sigterm(
+    wss: mwc.Workspaces,
+) -> None:
+    ws = await wss.create()
+    stubborn = await ws.realtime_exec_start("trap '' TERM; echo ready; while :; do sleep 0.1; done")
+    page = await ws.realtime_exec_events(stubborn.exec_id, wait_seconds=10)
+    while "ready" not in "".join(e.data or "" for e in page.events):
+        page = await ws.realtime_exec_events(
+            stubborn.exec_id, cursor=page.next_cursor, wait_seconds=10
+        )
+    ended = await ws.realtime_exec_cancel(stubborn.exec_id, grace_seconds=1)
+    # SIGTERM was ignored; SIGKILL after the grace period ended it, before the reply.
+    assert (ended.state, ended.returncode) == ("cancelled", -9), ended
+
+
 async def test_a_watch_is_followed_by_pages_until_it_is_cancelled(wss: mwc.Workspaces) -> None:
     ws = await wss.create()
     watch = await ws.file_watch_start(path="/workspace", kinds=["create"])

@@ -200,6 +200,10 @@ OPERATIONS: tuple[Operation, ...] = (
         summary=(
             "Cancel a realtime exec: SIGTERM to its process group, SIGKILL after grace_seconds."
         ),
+        limits=(
+            "Answers once the exec has ended (state cancelled), waiting at most grace_seconds "
+            "(up to 20) plus 2 s; after that its exit event tells how it ended."
+        ),
     ),
     Operation(
         name="workspace_realtime_exec_list",
