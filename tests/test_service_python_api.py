@@ -4,6 +4,7 @@ agent died answering again on the next call, and a workspace's secrets kept out 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -111,6 +112,67 @@ async def test_a_watch_is_followed_by_pages_until_it_is_cancelled(wss: mwc.Works
         states.append(page.state)
         cursor = page.next_cursor
     assert states[-1] == "cancelled", states
+
+
+async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(tmp_path: Path) -> None:
+    settings = load_settings({}, data_root=tmp_path / "data")
+    # A repository whose ref updates are slow (a reference-transaction hook), so the fetch is
+    # still running when the first gateway goes away.
+    setup = (
+        "git init -q -b main origin && git -C origin -c user.name=t -c user.email=t@t "
+        "commit -q --allow-empty -m one && git clone -q origin repo && "
+        "printf '#!/bin/sh\\nsleep 1\\n' > repo/.git/hooks/reference-transaction && "
+        "chmod +x repo/.git/hooks/reference-transaction && git -C origin -c user.name=t "
+        "-c user.email=t@t commit -q --allow-empty -m two"  # so the fetch updates a ref
+    )
+    async with mwc.Workspaces(settings=settings) as first:
+        ws = await first.create()
+        assert (await ws.exec(setup)).returncode == 0
+        fetch = await ws.repo_fetch("/workspace/repo")
+    async with mwc.Workspaces(settings=settings) as second:
+        try:
+            again = await second.get(ws.id)
+            # Nobody recorded it: the first gateway is gone and the fetch has not ended.
+            assert "repo-fetched-at" not in again.info.tags
+            assert (await again.realtime_exec_status(fetch.exec_id)).state in (
+                "starting",
+                "running",
+            )
+            deadline = time.monotonic() + 60
+            while "repo-fetched-at" not in (await again.refresh()).tags:
+                assert time.monotonic() < deadline, "the second gateway never recorded the tag"
+                await asyncio.sleep(0.2)
+            while (await again.file_list(path=".mwc")).entries:
+                assert time.monotonic() < deadline, "the bookkeeping files stayed"
+                await asyncio.sleep(0.2)
+        finally:
+            await again.terminate()
+
+
+async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Path) -> None:
+    settings = load_settings({}, data_root=tmp_path / "data")
+    async with mwc.Workspaces(settings=settings) as first:
+        ws = await first.create()
+        done = await ws.realtime_exec_start("true")
+        forged = {"exec_id": done.exec_id, "tags": {"repo-url": "https://evil.example/o/r"}}
+        path = f".mwc/pending-{done.exec_id}.json"
+        await ws.file_write(path, json.dumps(forged), create_parents=True)
+        honest = await ws.realtime_exec_start("true")
+        path2 = f".mwc/pending-{honest.exec_id}.json"
+        record = {"exec_id": honest.exec_id, "tags": {"repo-path": "/workspace/ok"}}
+        await ws.file_write(path2, json.dumps(record))
+    async with mwc.Workspaces(settings=settings) as second:
+        again = await second.get(ws.id)
+        try:
+            await again.exec("true")  # the first channel of this gateway settles the records
+            deadline = time.monotonic() + 30
+            while (await again.file_list(path=".mwc")).entries:
+                assert time.monotonic() < deadline, "the records stayed"
+                await asyncio.sleep(0.2)
+            tags = (await again.refresh()).tags
+            assert "repo-url" not in tags and tags["repo-path"] == "/workspace/ok"
+        finally:
+            await again.terminate()
 
 
 async def test_generated_methods_take_required_fields_positionally(wss: mwc.Workspaces) -> None:

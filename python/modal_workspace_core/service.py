@@ -19,6 +19,7 @@ from . import ops_execs as ex
 from . import ops_files as fs
 from . import ops_repo as repo
 from . import ops_workspaces as wsp
+from . import repo_pending
 from . import results as r
 from .errors import InvalidArgumentError, WorkspaceError, validation_error
 from .service_core import Service, translate_error
@@ -393,6 +394,8 @@ OPERATIONS: tuple[Operation, ...] = (
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}
+
+Service.on_first_connect = (repo_pending.resume_pending,)
 
 
 def operation(name: str) -> Operation:
