@@ -5,10 +5,28 @@ package re-exports it and holds the Python glue (service, drivers, REST, MCP, CL
 """
 
 import atexit
+from typing import TYPE_CHECKING, Any
 
 from ._core import EventRing, Page, PolicyError, __version__, _drain_async_runtime
-from .client import Workspace, Workspaces
-from .errors import WorkspaceError
+
+if TYPE_CHECKING:
+    from .client import Workspace, Workspaces
+    from .errors import WorkspaceError
+
+# Imported on first use: the agent (`python -m modal_workspace_core.agent`, in every workspace)
+# needs only the compiled core, not the service's FastAPI, pydantic and MCP (~30 MiB and half a
+# second of start-up, paid by the daemon and by every `connect`).
+_LAZY = {"Workspace": ".client", "Workspaces": ".client", "WorkspaceError": ".errors"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _drain_async_waits() -> None:
