@@ -178,7 +178,7 @@ async def test_allowlisted_secrets_and_volumes_reach_the_sandbox(
     assert not any("sk-test" in arg for arg in sandbox.definition.entrypoint_args)
 
 
-@pytest.mark.parametrize("key", ["workspace-id", "managed-by", "workspace-root"])
+@pytest.mark.parametrize("key", ["workspace-id", "managed-by", "workspace-root", "created-at"])
 async def test_caller_tags_cannot_overwrite_managed_tags(
     driver: ModalDriver, modal_control_plane: ControlPlane, key: str
 ) -> None:

@@ -27,7 +27,7 @@ from ..errors import (
     UpstreamError,
     WorkspaceError,
 )
-from ..policy import check_id
+from ..policy import WORKSPACE_TAGS, check_id, stored_tag
 from .base import WorkspaceRecord, WorkspaceSpec
 from .modal_channel import ChannelClient, ExecChannel
 from .modal_config import (
@@ -44,17 +44,14 @@ if TYPE_CHECKING:
     from ..agent_client import AgentClient
     from ..config import Settings
 
-__all__ = ["MANAGED_TAGS", "ModalDriver", "ModalSettings"]
+__all__ = ["ModalDriver", "ModalSettings"]
 
 log = logging.getLogger(__name__)
 
 MANAGED_BY = "modal-workspace-mcp"
-TAG_MANAGED_BY = "managed-by"
-TAG_WORKSPACE_ID = "workspace-id"
-TAG_WORKSPACE_ROOT = "workspace-root"
-TAG_CREATED_AT = "created-at"
-# Tags only the driver writes: a caller's tags can never replace them.
-MANAGED_TAGS = (TAG_MANAGED_BY, TAG_WORKSPACE_ID, TAG_WORKSPACE_ROOT, TAG_CREATED_AT)
+# The tags only the driver writes (their names live in the core's policy): a caller's tags can
+# never replace them.
+TAG_MANAGED_BY, TAG_WORKSPACE_ID, TAG_WORKSPACE_ROOT, TAG_CREATED_AT = WORKSPACE_TAGS
 # How long a filesystem snapshot is kept unless the caller says otherwise.
 DEFAULT_SNAPSHOT_TTL_SECONDS = 7 * 24 * 3600
 
@@ -106,16 +103,16 @@ def _workspace_id(workspace_id: str) -> str:
 
 
 def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[str, str]:
-    """The caller's tags, refused where they would change a managed tag."""
+    """The caller's tags, refused where a key is malformed or would change a managed tag (the
+    core's `stored_tag` rule)."""
     out: dict[str, str] = {}
     for key, value in tags.items():
-        if key in MANAGED_TAGS and managed.get(key) != value:
-            raise InvalidArgumentError(
-                "invalid_argument",
-                f"tag {key!r} is managed by the gateway and cannot be set",
-                f"tags.{key}",
-            )
-        out[str(key)] = str(value)
+        try:
+            stored_tag(key, value, managed.get(key))
+        except PolicyError as exc:
+            field = f"tags.{key[:32]}"
+            raise InvalidArgumentError("invalid_argument", f"{field}: {exc}", field) from None
+        out[key] = value
     return out
 
 
@@ -280,7 +277,7 @@ class ModalDriver:
         async with _modal_errors(workspace_id):
             sandbox = await self._running(workspace_id)
             current = await sandbox.get_tags.aio()
-            managed = {k: v for k, v in current.items() if k in MANAGED_TAGS}
+            managed = {k: v for k, v in current.items() if k in WORKSPACE_TAGS}
             merged = {**_caller_tags(tags, managed), **managed}
             await sandbox.set_tags.aio(merged)
         return self._record(workspace_id, merged, running=True)
