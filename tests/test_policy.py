@@ -48,7 +48,9 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "git_ref",
         "github_repo",
         "idempotency_key",
+        "name_allowlist",
         "new_id",
+        "secret_allowlist",
         "stored_tag",
         "workspace_path",
     }
@@ -246,6 +248,21 @@ def test_idempotency_key_returns_valid_keys_unchanged() -> None:
     assert info.value.rule == "idempotency-key.chars"
 
 
+def test_secret_allowlist_maps_names_to_their_listed_variables() -> None:
+    assert policy.secret_allowlist("openai:OPENAI_API_KEY:ORG, github,") == {
+        "openai": ("OPENAI_API_KEY", "ORG"),
+        "github": (),
+    }
+    assert list(policy.secret_allowlist("b,a")) == ["b", "a"]
+    with pytest.raises(PolicyError) as info:
+        policy.secret_allowlist("openai:1BAD")
+    assert info.value.rule == "env.first-char"
+    assert policy.name_allowlist("cache, data") == ["cache", "data"]
+    with pytest.raises(PolicyError) as info:
+        policy.name_allowlist("cache:X")
+    assert info.value.rule == "allowlist.keys"
+
+
 def test_a_lone_surrogate_is_a_policy_error() -> None:
     with pytest.raises(PolicyError) as info:
         policy.git_ref("main\ud800")
@@ -306,7 +323,7 @@ def test_ids_names_and_allowlists_raise_only_policy_errors(a: str, b: str) -> No
 
 @PROFILE
 @given(st.dictionaries(any_text, any_text, max_size=40), any_text)
-def test_tags_and_idempotency_keys_raise_only_policy_errors(
+def test_tags_idempotency_keys_and_allowlist_settings_raise_only_policy_errors(
     tags: dict[str, str], text: str
 ) -> None:
     out = _policy_error_or(lambda: policy.caller_tags(tags))
@@ -318,3 +335,5 @@ def test_tags_and_idempotency_keys_raise_only_policy_errors(
         text_of_values = "".join(tags.values())
         assert not any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text_of_values)
     assert _policy_error_or(lambda: policy.idempotency_key(text)) in (None, text)
+    _policy_error_or(lambda: policy.secret_allowlist(text))
+    _policy_error_or(lambda: policy.name_allowlist(text))

@@ -24,8 +24,10 @@ __all__ = [
     "git_ref",
     "github_repo",
     "idempotency_key",
+    "name_allowlist",
     "new_id",
     "parse_page",
+    "secret_allowlist",
     "stored_tag",
     "workspace_path",
 ]
@@ -145,6 +147,21 @@ def stored_tag(key: str, value: str, fixed: str | None = None) -> None:
 def idempotency_key(text: str) -> str:
     """Check an idempotency key (1-128 ASCII letters, digits, `.`, `_`, `:` or `-`) and return
     it unchanged. Raises `PolicyError` (rules `idempotency-key.*`)."""
+
+# --- allowlist settings ---------------------------------------------------------------------
+
+def secret_allowlist(text: str) -> dict[str, tuple[str, ...]]:
+    """Parse the secret allowlist setting: comma-separated `NAME[:VAR[:VAR...]]` entries, e.g.
+    `openai:OPENAI_API_KEY,github`. Returns `{name: variables}` in the setting's order; the
+    variables are empty when the entry lists none. Empty entries are skipped.
+
+    Raises `PolicyError` for a name that is not a Modal object name, a variable that is not an
+    environment variable name, or a name listed twice (`allowlist.duplicate`).
+    """
+
+def name_allowlist(text: str) -> list[str]:
+    """Parse a comma-separated allowlist of Modal object names (volumes). Raises `PolicyError`
+    for an invalid or repeated name, or an entry with `:` (`allowlist.keys`)."""
 
 # --- the event ring -------------------------------------------------------------------------
 

@@ -22,7 +22,9 @@ from ._core import (
     git_ref,
     github_repo,
     idempotency_key,
+    name_allowlist,
     new_id,
+    secret_allowlist,
     stored_tag,
     workspace_path,
 )
@@ -42,7 +44,9 @@ __all__ = [
     "git_ref",
     "github_repo",
     "idempotency_key",
+    "name_allowlist",
     "new_id",
+    "secret_allowlist",
     "stored_tag",
     "workspace_path",
 ]

@@ -147,6 +147,26 @@ fn idempotency_key(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::idempotency_key(self::text(text)?).map_err(policy_error)
 }
 
+/// Parses the secret allowlist setting into `{name: (VAR, ...)}`, in the setting's order.
+#[pyfunction]
+fn secret_allowlist<'py>(
+    py: Python<'py>,
+    text: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let parsed = policy::secret_allowlist(self::text(text)?).map_err(policy_error)?;
+    let out = PyDict::new(py);
+    for secret in parsed {
+        out.set_item(secret.name, PyTuple::new(py, secret.keys)?)?;
+    }
+    Ok(out)
+}
+
+/// Parses an allowlist setting of names only (volumes).
+#[pyfunction]
+fn name_allowlist(text: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
+    policy::name_allowlist(self::text(text)?).map_err(policy_error)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
@@ -159,6 +179,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(caller_tags, m)?)?;
     m.add_function(wrap_pyfunction!(stored_tag, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key, m)?)?;
+    m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
+    m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;
     // The managed tag names have this one home; Python reads them from here.
     let py = m.py();
     m.add("MANAGED_TAGS", PyTuple::new(py, policy::MANAGED_TAGS)?)?;

@@ -1,7 +1,8 @@
 //! Every rule that decides whether a client's input is safe to hand to a shell, git, the disk or
-//! a provider.
+//! a provider, and the operator's allowlist settings those rules read.
 //! Each function returns the input in canonical form or a [`PolicyError`] naming the rule.
 
+mod allowlist;
 mod error;
 mod git_ref;
 mod id;
@@ -10,6 +11,7 @@ mod path;
 mod repo;
 mod tags;
 
+pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
 pub use error::{echo, PolicyError, ECHO_CHARS};
 pub use git_ref::{git_ref, MAX_REF_BYTES};
 pub use id::{check_id, new_id, IdKind};

@@ -6,18 +6,20 @@ checked before any call to Modal.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .._core import PolicyError
 from ..errors import InvalidArgumentError, PermissionDeniedError
-from ..policy import allowed, env_name, workspace_path
+from ..policy import allowed, env_name, name_allowlist, secret_allowlist, workspace_path
 from .base import ExecSecret, WorkspaceSecrets
 
 __all__ = ["PRIVATE_ENV", "ModalSecrets", "ModalSettings", "SandboxOptions", "sandbox_options"]
 
 WORKSPACE_ROOT = "/workspace"
+SECRETS_SETTING = "MODAL_WORKSPACE_ALLOWED_SECRETS"
+VOLUMES_SETTING = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
 # The agent withholds the variables named here from every exec (see docs/protocol.md).
 PRIVATE_ENV = "MWC_PRIVATE_ENV"
 # The predecessor's defaults: (request, limit).
@@ -25,10 +27,15 @@ DEFAULT_CPU = (2.0, 4.0)
 DEFAULT_MEMORY_MIB = (4096, 8192)
 DEFAULT_TIMEOUT_SECONDS = 3600
 MAX_TIMEOUT_SECONDS = 24 * 3600
+T = TypeVar("T")
 
 
-def _split(value: str | None) -> tuple[str, ...]:
-    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+def _setting(env: Mapping[str, str], setting: str, parse: Callable[[str], T]) -> T:
+    """An allowlist setting through the core's parser; a bad one names the variable."""
+    try:
+        return parse(env.get(setting, ""))
+    except PolicyError as exc:
+        raise InvalidArgumentError("invalid_argument", f"{setting}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,8 @@ class ModalSettings:
 
     app_name: str = "modal-workspace-sandboxes"
     allowed_secrets: tuple[str, ...] = ()
+    # secret name -> the variables the allowlist lists for it (`openai:OPENAI_API_KEY`).
+    secret_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     allowed_volumes: tuple[str, ...] = ()
     # A published image (`modal-workspace image publish`) used instead of building the default.
     default_image_name: str | None = None
@@ -61,10 +70,12 @@ class ModalSettings:
                 "invalid_argument",
                 "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS must be a number of seconds",
             ) from None
+        secrets = _setting(env, SECRETS_SETTING, secret_allowlist)
         return cls(
             app_name=env.get("MODAL_WORKSPACE_SANDBOX_APP") or cls.app_name,
-            allowed_secrets=_split(env.get("MODAL_WORKSPACE_ALLOWED_SECRETS")),
-            allowed_volumes=_split(env.get("MODAL_WORKSPACE_ALLOWED_VOLUMES")),
+            allowed_secrets=tuple(secrets),
+            secret_keys={name: keys for name, keys in secrets.items() if keys},
+            allowed_volumes=tuple(_setting(env, VOLUMES_SETTING, name_allowlist)),
             default_image_name=env.get("MODAL_WORKSPACE_DEFAULT_IMAGE_NAME") or None,
             channel_idle_seconds=idle_seconds,
         )
@@ -217,15 +228,13 @@ def sandbox_options(resources: Mapping[str, Any], settings: ModalSettings) -> Sa
         raise InvalidArgumentError("invalid_argument", "image_id must start with 'im-'", "image_id")
     for i, name in enumerate(_strings(r.get("secret_names"), "secret_names") or []):
         options.secret_names.append(
-            _allowed(name, settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS", i, "secret")
+            _allowed(name, settings.allowed_secrets, SECRETS_SETTING, i, "secret")
         )
     volumes = r.get("volumes") or {}
     if not isinstance(volumes, Mapping):
         raise InvalidArgumentError("invalid_argument", "volumes must map paths to names", "volumes")
     for i, (mount, name) in enumerate(volumes.items()):
-        checked = _allowed(
-            str(name), settings.allowed_volumes, "MODAL_WORKSPACE_ALLOWED_VOLUMES", i, "volume"
-        )
+        checked = _allowed(str(name), settings.allowed_volumes, VOLUMES_SETTING, i, "volume")
         try:
             path = workspace_path("/", str(mount))
         except PolicyError as exc:
