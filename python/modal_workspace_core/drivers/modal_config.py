@@ -15,7 +15,14 @@ from ..errors import InvalidArgumentError, PermissionDeniedError
 from ..policy import allowed, env_name, name_allowlist, secret_allowlist, workspace_path
 from .base import ExecSecret, WorkspaceSecrets
 
-__all__ = ["PRIVATE_ENV", "ModalSecrets", "ModalSettings", "SandboxOptions", "sandbox_options"]
+__all__ = [
+    "PRIVATE_ENV",
+    "ModalSecrets",
+    "ModalSettings",
+    "SandboxOptions",
+    "redacted_env",
+    "sandbox_options",
+]
 
 WORKSPACE_ROOT = "/workspace"
 SECRETS_SETTING = "MODAL_WORKSPACE_ALLOWED_SECRETS"
@@ -80,7 +87,11 @@ class ModalSettings:
             channel_idle_seconds=idle_seconds,
         )
 
-    def daemon_argv(self) -> tuple[str, ...]:
+    def daemon_argv(self, redact_env: Sequence[str] = ()) -> tuple[str, ...]:
+        """The sandbox's entrypoint. `redact_env` names the variables of the sandbox's
+        environment that hold secrets: the agent redacts their values from every exec's output.
+        Names only: the values never leave Modal."""
+        redact = ("--redact-env", ",".join(redact_env)) if redact_env else ()
         return (
             *self.agent_command,
             "daemon",
@@ -90,6 +101,7 @@ class ModalSettings:
             self.agent_state_dir,
             "--socket",
             self.agent_socket,
+            *redact,
         )
 
     def connect_argv(self) -> tuple[str, ...]:
@@ -272,23 +284,52 @@ class ModalSecrets:
     """Secrets stay in Modal: a workspace gets its allowlisted secrets as `Secret.from_name` on
     its sandbox, so their values never pass through the gateway.
 
+    Where the allowlist lists a secret's variables (`openai:OPENAI_API_KEY`), the driver asks
+    Modal to check the secret holds them and the agent redacts their values from every exec's
+    output; the values of a secret listed without variables reach commands unredacted.
+
     The GitHub secret (when allowlisted) is put on every sandbox, but private: the agent withholds
     its `GH_TOKEN` from commands and copies it into the one git exec that `use_github_token` runs
     (its GIT_ASKPASS script reads it), redacting it from that exec's output. A workspace that
     names the GitHub secret in `secret_names` gets it as an ordinary variable instead.
     """
 
-    def __init__(self, allowed_secrets: tuple[str, ...], github_secret: str) -> None:
+    def __init__(
+        self,
+        allowed_secrets: tuple[str, ...],
+        github_secret: str,
+        secret_keys: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self.allowed_secrets = allowed_secrets
         self.github_secret = github_secret
+        self.secret_keys = dict(secret_keys or {})
 
     def for_workspace(self, names: Sequence[str]) -> WorkspaceSecrets:
         private: dict[str, list[str]] = {}
         github = self.github_secret
         if github and github in self.allowed_secrets and github not in names:
             private[github] = ["GH_TOKEN"]
-        return WorkspaceSecrets(secret_names=list(dict.fromkeys(names)), private_secrets=private)
+        attached = list(dict.fromkeys([*names, *private]))
+        keys = {name: list(self.secret_keys[name]) for name in attached if name in self.secret_keys}
+        return WorkspaceSecrets(
+            secret_names=list(dict.fromkeys(names)), private_secrets=private, secret_keys=keys
+        )
 
     def for_exec(self, secret: str, key: str, as_env: str) -> ExecSecret:
         # The sandbox has `key` from the Modal secret (private or not); the agent looks it up.
         return ExecSecret(agent_env={as_env: key})
+
+
+def redacted_env(
+    names: Sequence[str],
+    secret_keys: Mapping[str, Sequence[str]],
+    private_secrets: Mapping[str, Sequence[str]],
+    secret_env: Mapping[str, str],
+) -> list[str]:
+    """The variables of a sandbox's environment whose values the agent redacts from every exec:
+    those listed for its named secrets, the private ones (withheld from commands, and redacted
+    too in case a command reads them from the agent's environment), and those of `secret_env`."""
+    out = {key for name in names for key in secret_keys.get(name, ())}
+    out.update(key for keys in private_secrets.values() for key in keys)
+    out.update(secret_env)
+    return sorted(out)
