@@ -150,6 +150,7 @@ async def test_malformed_ids_are_refused_naming_the_field(
         {"workspace-root": "/"},
         {"repo-url": "https://github.com/o/r.git"},
         {"idempotency-key": "k"},
+        {"created-at": "2020-01-01"},
         {"bad key": "v"},
         {"k": "line\nbreak"},
     ],
