@@ -131,7 +131,9 @@ def serve(
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
     env |= {
         "MODAL_WORKSPACE_MCP_TOKEN": TOKEN,
-        "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
+        # As the README recommends: on Modal the secret must then hold GH_TOKEN, and its value
+        # is redacted from every command's output.
+        "MODAL_WORKSPACE_ALLOWED_SECRETS": "github:GH_TOKEN",
         **backend.env,
     }
     log = tmp / f"server-{port}.log"

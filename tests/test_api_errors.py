@@ -150,6 +150,7 @@ async def test_malformed_ids_are_refused_naming_the_field(
         {"workspace-root": "/"},
         {"repo-url": "https://github.com/o/r.git"},
         {"idempotency-key": "k"},
+        {"created-at": "2020-01-01"},
         {"bad key": "v"},
         {"k": "line\nbreak"},
     ],
@@ -229,6 +230,37 @@ async def test_a_body_that_is_not_json_is_400(client: httpx2.AsyncClient) -> Non
     )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_bodies_that_are_not_objects_or_name_a_path_parameter_are_400(
+    client: httpx2.AsyncClient, driver: RecordingDriver
+) -> None:
+    url = f"/api/workspaces/{WS}/exec"
+    for body in (b"[1, 2]", b'"text"', b"42"):
+        response = await client.post(
+            url, content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["message"] == "the body must be a JSON object"
+    # The workspace comes from the path alone: a body (or a query) naming another is refused.
+    other = "ws-" + "9" * 32
+    body = {"command": "true", "workspace_id": other}
+    assert_refused(await client.post(url, json=body), 400, "workspace_id")
+    events = f"/api/workspaces/{WS}/realtime-execs/{EX}/events"
+    assert_refused(await client.get(events, params={"exec_id": EX}), 400, "exec_id")
+    assert_refused(await client.get(events, params={"colour": "red"}), 400, "colour")
+    assert driver.names() == []
+
+
+async def test_query_values_are_parsed_by_the_operation_model(
+    client: httpx2.AsyncClient, driver: RecordingDriver
+) -> None:
+    events = f"/api/workspaces/{WS}/realtime-execs/{EX}/events"
+    assert_refused(await client.get(events, params={"cursor": "two"}), 400, "cursor")
+    # Well-formed values get as far as the driver (which knows no workspace: 404).
+    ok = await client.get(events, params={"cursor": "2", "wait_seconds": "0.5"})
+    assert ok.status_code == 404, ok.text
+    assert driver.names() == ["get"]
 
 
 async def test_a_missing_workspace_is_404_not_400(

@@ -112,7 +112,10 @@ async def test_the_whole_job_through_mcp(served: Served, git_server: GitServer, 
         assert stdout(events) == "ping\n"
 
         sleeper = await call("workspace_realtime_exec_start", workspace_id=ws, command="sleep 600")
-        await call("workspace_realtime_exec_cancel", workspace_id=ws, exec_id=sleeper["exec_id"])
+        ended = await call(
+            "workspace_realtime_exec_cancel", workspace_id=ws, exec_id=sleeper["exec_id"]
+        )
+        assert ended["state"] == "cancelled", ended
         _, last = await call.drain(ws, sleeper["exec_id"])
         assert last["state"] == "cancelled"
 

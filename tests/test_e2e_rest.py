@@ -138,7 +138,10 @@ def test_the_whole_job_through_rest(
         time.sleep(0.2)
     assert tags["repo-url"] == "https://github.com/octo/hello.git"
     assert tags["repo-path"] == "/workspace/hello" and tags["repo-ref"] == "feature"
-    assert not ok(api.get(f"/workspaces/{ws}/files", params={"path": ".mwc"}))["entries"]
+    # Then the askpass script and the pending record go (the gateway's files in `.mwc`).
+    while ok(api.get(f"/workspaces/{ws}/files", params={"path": ".mwc"}))["entries"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
 
     # A realtime exec with stdin.
     cat = ok(api.post(f"/workspaces/{ws}/realtime-execs", json={"command": "cat; echo done"}))
@@ -153,7 +156,9 @@ def test_the_whole_job_through_rest(
     # Cancel a command that would run for ten minutes.
     sleeper = ok(api.post(f"/workspaces/{ws}/realtime-execs", json={"command": "sleep 600"}))
     sleep_url = f"/workspaces/{ws}/realtime-execs/{sleeper['exec_id']}"
-    ok(api.post(f"{sleep_url}/cancel", json={"grace_seconds": 1}))
+    # The reply waits for the end: the exec is cancelled, not "running".
+    cancelled = ok(api.post(f"{sleep_url}/cancel", json={"grace_seconds": 1}))
+    assert cancelled["state"] == "cancelled", cancelled
     events, last = drain(api, ws, sleeper["exec_id"])
     assert last["state"] == "cancelled"
     listed = ok(api.get(f"/workspaces/{ws}/realtime-execs"))["execs"]

@@ -290,6 +290,20 @@ def test_env_and_named_secrets_reach_the_entrypoint_and_execs(
     assert output.stdout.read() == "value s3cret x\n"
 
 
+def test_a_named_secret_without_a_required_key_is_refused_as_modal_does(
+    modal_control_plane: ControlPlane,
+) -> None:
+    modal_control_plane.add_secret("openai", {"OPENAI_API_KEY": "sk-x", "OTHER": "y"})
+    held = modal.Secret.from_name("openai", required_keys=["OPENAI_API_KEY", "OTHER"])
+    sandbox = modal.Sandbox.create(app=_app(), secrets=[held])
+    assert sandbox.exec("printenv", "OTHER").stdout.read() == "y\n"
+
+    lacking = modal.Secret.from_name("openai", required_keys=["OPENAI_API_KEY", "ORG_ID"])
+    with pytest.raises(modal.exception.ConflictError, match=r"missing key\(s\): ORG_ID"):
+        modal.Sandbox.create(app=_app(), secrets=[lacking])
+    assert len(modal_control_plane.sandboxes()) == 1
+
+
 def test_named_images_resolve_by_name_and_unknown_ones_are_not_found(
     modal_control_plane: ControlPlane,
 ) -> None:

@@ -178,7 +178,53 @@ async def test_allowlisted_secrets_and_volumes_reach_the_sandbox(
     assert not any("sk-test" in arg for arg in sandbox.definition.entrypoint_args)
 
 
-@pytest.mark.parametrize("key", ["workspace-id", "managed-by", "workspace-root"])
+async def test_the_variables_listed_for_secrets_are_required_and_redacted_by_name(
+    modal_control_plane: ControlPlane,
+) -> None:
+    modal_control_plane.publish_image(IMAGE, "im-workspacetestimage00")
+    modal_control_plane.add_secret("openai", {"OPENAI_API_KEY": "sk-test", "ORG": "o"})
+    modal_control_plane.add_secret("github", {"GH_TOKEN": "gh-test"})
+    driver = ModalDriver(_settings(secret_keys={"openai": ("OPENAI_API_KEY",)}))
+    try:
+        await driver.create(
+            new_id("ws"),
+            WorkspaceSpec(
+                resources={"secret_names": ["openai"]},
+                private_secrets={"github": ["GH_TOKEN"]},
+                secret_env={"FROM_GATEWAY": "held-value"},
+            ),
+        )
+    finally:
+        await driver.close()
+
+    (sandbox,) = modal_control_plane.sandboxes()
+    args = list(sandbox.definition.entrypoint_args)
+    # Names only, after the daemon's own options: never a value.
+    assert args[-2:] == ["--redact-env", "FROM_GATEWAY,GH_TOKEN,OPENAI_API_KEY"]
+    assert not any(v in arg for arg in args for v in ("sk-test", "gh-test", "held-value"))
+    # A variable the allowlist does not list is in the sandbox, just not redacted.
+    assert sandbox.env["ORG"] == "o"
+
+
+async def test_a_secret_lacking_a_listed_variable_is_refused_by_modal(
+    modal_control_plane: ControlPlane,
+) -> None:
+    modal_control_plane.publish_image(IMAGE, "im-workspacetestimage00")
+    modal_control_plane.add_secret("openai", {"OPENAI_KEY": "sk-test"})
+    driver = ModalDriver(_settings(secret_keys={"openai": ("OPENAI_API_KEY",)}))
+    try:
+        with pytest.raises(UpstreamError) as refused:
+            await driver.create(new_id("ws"), WorkspaceSpec(resources={"secret_names": ["openai"]}))
+    finally:
+        await driver.close()
+
+    assert "MODAL_WORKSPACE_ALLOWED_SECRETS" in refused.value.message
+    assert "OPENAI_API_KEY" in refused.value.message
+    assert "sk-test" not in refused.value.message
+    assert modal_control_plane.sandboxes() == []
+
+
+@pytest.mark.parametrize("key", ["workspace-id", "managed-by", "workspace-root", "created-at"])
 async def test_caller_tags_cannot_overwrite_managed_tags(
     driver: ModalDriver, modal_control_plane: ControlPlane, key: str
 ) -> None:

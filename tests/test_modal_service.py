@@ -14,7 +14,7 @@ from modal_control_plane.isolation import usable_bwrap
 from modal_workspace_core.client import Workspaces
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.modal import ModalDriver, ModalSettings
-from modal_workspace_core.errors import PermissionDeniedError
+from modal_workspace_core.errors import PermissionDeniedError, UpstreamError
 from support.git_server import GitServer, insteadof_config
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
@@ -33,8 +33,17 @@ def idle_seconds() -> float:
 
 
 @pytest.fixture
+def allowed_secrets() -> str:
+    return "github,openai"
+
+
+@pytest.fixture
 async def workspaces(
-    modal_control_plane: ControlPlane, git_server: GitServer, tmp_path: Path, idle_seconds: float
+    modal_control_plane: ControlPlane,
+    git_server: GitServer,
+    tmp_path: Path,
+    idle_seconds: float,
+    allowed_secrets: str,
 ) -> AsyncIterator[Workspaces]:
     modal_control_plane.publish_image(IMAGE, "im-servicetestimage0000")
     # The values live in Modal only: the gateway's settings name the secrets, never hold them.
@@ -43,7 +52,7 @@ async def workspaces(
     settings = load_settings(
         {
             "MODAL_WORKSPACE_DRIVER": "modal",
-            "MODAL_WORKSPACE_ALLOWED_SECRETS": "github,openai",
+            "MODAL_WORKSPACE_ALLOWED_SECRETS": allowed_secrets,
             "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data"),
         }
     )
@@ -98,6 +107,8 @@ async def test_named_secrets_reach_commands_as_modal_secrets_not_as_values(
 
     ws = await workspaces.create(secret_names=["openai"])
 
+    # Allowlisted without its variables ("openai", not "openai:OPENAI_API_KEY"): the secret
+    # works, and its value is not redacted, as docs/modal.md says.
     assert (await ws.exec("printenv OPENAI_API_KEY")).stdout == "sk-modal-held\n"
     # Looked up by name (openai, and the private github secret); none made from values, which
     # the gateway does not have (its settings hold no secret values).
@@ -133,3 +144,39 @@ async def test_a_secret_off_the_allowlist_is_refused_before_any_modal_call(
 
     assert refused.value.field == "secret_names[0]"
     assert modal_control_plane.calls() == before
+
+
+@pytest.mark.parametrize("allowed_secrets", ["github:GH_TOKEN,openai:OPENAI_API_KEY"])
+async def test_a_listed_secret_value_is_redacted_from_every_command_even_split_across_writes(
+    workspaces: Workspaces,
+) -> None:
+    ws = await workspaces.create(secret_names=["openai"])
+    # The command has the value; its output never shows it, even when it arrives in two
+    # writes (a pause between them makes the agent read them separately).
+    split = (
+        'test "$OPENAI_API_KEY" = sk-modal-held && echo has-it; v="$OPENAI_API_KEY"; '
+        'printf %s "${v:0:6}"; sleep 0.3; printf "%s\\n" "${v:6}"; '
+        'printf %s "${v:0:3}" >&2; sleep 0.3; printf "%s!\\n" "${v:3}" >&2'
+    )
+
+    result = await ws.exec(split)
+
+    assert result.stdout == "has-it\n[REDACTED]\n"
+    assert result.stderr == "[REDACTED]!\n"
+    started = await ws.realtime_exec_start(split)
+    events = [e async for e in ws.follow(started.exec_id)]
+    output = "".join(e.data or "" for e in events)
+    assert "sk-modal-held" not in output
+    assert output.count("[REDACTED]") == 2
+
+
+@pytest.mark.parametrize("allowed_secrets", ["github,openai:OPENAI_API_KEY:OPENAI_ORG_ID"])
+async def test_a_secret_lacking_a_listed_variable_is_refused_at_create(
+    workspaces: Workspaces, modal_control_plane: ControlPlane
+) -> None:
+    with pytest.raises(UpstreamError) as refused:
+        await workspaces.create(secret_names=["openai"])
+
+    assert "OPENAI_ORG_ID" in refused.value.message
+    assert "sk-modal-held" not in refused.value.message
+    assert modal_control_plane.sandboxes() == []

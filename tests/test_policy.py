@@ -6,6 +6,7 @@ Python caller sees. `HYPOTHESIS_PROFILE=long` runs the property tests for much l
 
 import os
 import re
+import unicodedata
 
 import modal_workspace_core as mwc
 import pytest
@@ -33,14 +34,24 @@ MAX_MESSAGE_CHARS = 400
 
 def test_policy_module_reexports_the_core_functions() -> None:
     assert set(policy.__all__) == {
+        "IDEMPOTENCY_TAG",
+        "MANAGED_TAGS",
+        "MANAGED_TAG_PREFIXES",
+        "MAX_TAGS",
+        "WORKSPACE_TAGS",
         "GitHubRepo",
         "PolicyError",
         "allowed",
+        "caller_tags",
         "check_id",
         "env_name",
         "git_ref",
         "github_repo",
+        "idempotency_key",
+        "name_allowlist",
         "new_id",
+        "secret_allowlist",
+        "stored_tag",
         "workspace_path",
     }
     for name in policy.__all__:
@@ -194,6 +205,64 @@ def test_allowed_refuses_a_bare_string_as_the_list() -> None:
         policy.allowed("a", "a", "SECRET_ALLOWLIST")
 
 
+def test_the_managed_tag_names_come_from_the_core() -> None:
+    assert policy.WORKSPACE_TAGS == ("managed-by", "workspace-id", "workspace-root", "created-at")
+    assert (*policy.WORKSPACE_TAGS, policy.IDEMPOTENCY_TAG) == policy.MANAGED_TAGS
+    assert policy.IDEMPOTENCY_TAG == "idempotency-key"
+    assert policy.MANAGED_TAG_PREFIXES == ("repo-",)
+    assert policy.MAX_TAGS == 32
+
+
+def test_caller_tags_returns_the_same_dict_or_names_the_rule() -> None:
+    tags = {"team": "a", "owner": "Zoë"}
+    assert policy.caller_tags(tags) is tags
+    for bad, rule in [
+        ({"created-at": "now"}, "tag.managed"),
+        ({"repo-url": "x"}, "tag.managed"),
+        ({"bad key": "v"}, "tag.key-chars"),
+        ({"k": "line\nbreak"}, "tag.value-chars"),
+        ({"k": "x" * 257}, "tag.value-too-long"),
+        ({f"k{i}": "v" for i in range(33)}, "tag.too-many"),
+        ({"k": "v\ud800"}, "text.not-unicode"),
+    ]:
+        with pytest.raises(PolicyError) as info:
+            policy.caller_tags(bad)
+        assert info.value.rule == rule, bad
+
+
+def test_stored_tag_keeps_workspace_tags_and_takes_the_service_ones() -> None:
+    policy.stored_tag("workspace-id", "ws-1", "ws-1")
+    policy.stored_tag("repo-path", "/workspace/" + "d" * 300)
+    policy.stored_tag("idempotency-key", "k")
+    with pytest.raises(PolicyError) as info:
+        policy.stored_tag("workspace-id", "ws-2", "ws-1")
+    assert info.value.rule == "tag.managed"
+    with pytest.raises(PolicyError):
+        policy.stored_tag("created-at", "now")
+
+
+def test_idempotency_key_returns_valid_keys_unchanged() -> None:
+    assert policy.idempotency_key("retry:1.a_b-c") == "retry:1.a_b-c"
+    with pytest.raises(PolicyError) as info:
+        policy.idempotency_key("a b")
+    assert info.value.rule == "idempotency-key.chars"
+
+
+def test_secret_allowlist_maps_names_to_their_listed_variables() -> None:
+    assert policy.secret_allowlist("openai:OPENAI_API_KEY:ORG, github,") == {
+        "openai": ("OPENAI_API_KEY", "ORG"),
+        "github": (),
+    }
+    assert list(policy.secret_allowlist("b,a")) == ["b", "a"]
+    with pytest.raises(PolicyError) as info:
+        policy.secret_allowlist("openai:1BAD")
+    assert info.value.rule == "env.first-char"
+    assert policy.name_allowlist("cache, data") == ["cache", "data"]
+    with pytest.raises(PolicyError) as info:
+        policy.name_allowlist("cache:X")
+    assert info.value.rule == "allowlist.keys"
+
+
 def test_a_lone_surrogate_is_a_policy_error() -> None:
     with pytest.raises(PolicyError) as info:
         policy.git_ref("main\ud800")
@@ -250,3 +319,21 @@ def test_ids_names_and_allowlists_raise_only_policy_errors(a: str, b: str) -> No
     _policy_error_or(lambda: policy.new_id(a))  # type: ignore[arg-type]
     _policy_error_or(lambda: policy.env_name(a))
     _policy_error_or(lambda: policy.allowed(a, [b], "VOLUME_ALLOWLIST"))
+
+
+@PROFILE
+@given(st.dictionaries(any_text, any_text, max_size=40), any_text)
+def test_tags_idempotency_keys_and_allowlist_settings_raise_only_policy_errors(
+    tags: dict[str, str], text: str
+) -> None:
+    out = _policy_error_or(lambda: policy.caller_tags(tags))
+    if out is not None:
+        assert out is tags
+        assert len(tags) <= policy.MAX_TAGS
+        # Categories that are stable across Unicode versions (Python's and the core's tables
+        # may differ on characters assigned lately, so `str.isprintable` is not the oracle).
+        text_of_values = "".join(tags.values())
+        assert not any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text_of_values)
+    assert _policy_error_or(lambda: policy.idempotency_key(text)) in (None, text)
+    _policy_error_or(lambda: policy.secret_allowlist(text))
+    _policy_error_or(lambda: policy.name_allowlist(text))

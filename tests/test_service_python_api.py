@@ -4,6 +4,7 @@ agent died answering again on the next call, and a workspace's secrets kept out 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -12,6 +13,7 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import modal_workspace_core as mwc
 import pytest
@@ -45,6 +47,132 @@ async def test_exec_and_the_event_iterator_follow_a_command_to_its_end(
     assert text == "line 1\nline 2\nline 3\n"
     assert "exit" in kinds
     assert [w.id for w in await wss.list()] == [ws.id]
+
+
+async def test_a_page_says_the_state_its_events_show_and_asks_the_agent_only_when_they_cannot(
+    wss: mwc.Workspaces, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = await wss.create()
+    service = wss.service
+    asked: list[str] = []
+    real_request = service.request
+
+    async def request(workspace_id: str, op: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(op)
+        return await real_request(workspace_id, op, *args, **kwargs)
+
+    monkeypatch.setattr(service, "request", request)
+    started = await ws.realtime_exec_start("sleep 0.3; for i in 1 2 3; do echo $i; sleep 0.2; done")
+    cursor, pages = 0, []
+    while True:
+        asked.clear()
+        page = await ws.realtime_exec_events(started.exec_id, cursor=cursor, wait_seconds=10)
+        kinds = [event.type for event in page.events]
+        pages.append((kinds, page.state, page.returncode, "exec.status" in asked))
+        cursor = page.next_cursor
+        if page.done:
+            break
+    output_only = [p for p in pages if p[0] and set(p[0]) <= {"stdout"}]
+    assert output_only, pages
+    # A page woken by output needs no second round trip to the agent: it says `running`.
+    assert all(state == "running" and rc is None and not ask for _, state, rc, ask in output_only)
+    ended = next(p for p in pages if "exit" in p[0])
+    assert (ended[1], ended[2]) == ("finished", 0), pages
+    # What the pages said matches the agent's own record at the end.
+    status = await ws.realtime_exec_status(started.exec_id)
+    assert (status.state, status.returncode) == ("finished", 0)
+
+
+async def test_cancel_answers_once_the_exec_has_ended_even_one_that_ignores_sigterm(
+    wss: mwc.Workspaces,
+) -> None:
+    ws = await wss.create()
+    stubborn = await ws.realtime_exec_start("trap '' TERM; echo ready; while :; do sleep 0.1; done")
+    page = await ws.realtime_exec_events(stubborn.exec_id, wait_seconds=10)
+    while "ready" not in "".join(e.data or "" for e in page.events):
+        page = await ws.realtime_exec_events(
+            stubborn.exec_id, cursor=page.next_cursor, wait_seconds=10
+        )
+    ended = await ws.realtime_exec_cancel(stubborn.exec_id, grace_seconds=1)
+    # SIGTERM was ignored; SIGKILL after the grace period ended it, before the reply.
+    assert (ended.state, ended.returncode) == ("cancelled", -9), ended
+
+
+async def test_a_watch_is_followed_by_pages_until_it_is_cancelled(wss: mwc.Workspaces) -> None:
+    ws = await wss.create()
+    watch = await ws.file_watch_start(path="/workspace", kinds=["create"])
+    await ws.file_write("made.txt", "x")
+    page = await ws.file_watch_events(watch.watch_id, wait_seconds=10)
+    assert [(e.type, e.model_extra["path"]) for e in page.events] == [("fs", "made.txt")]
+    assert (page.state, page.done) == ("watching", False)
+    await ws.file_watch_cancel(watch.watch_id)
+    cursor, states = page.next_cursor, []
+    while not page.done:
+        page = await ws.file_watch_events(watch.watch_id, cursor=cursor, wait_seconds=10)
+        states.append(page.state)
+        cursor = page.next_cursor
+    assert states[-1] == "cancelled", states
+
+
+async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(tmp_path: Path) -> None:
+    settings = load_settings({}, data_root=tmp_path / "data")
+    # A repository whose ref updates are slow (a reference-transaction hook), so the fetch is
+    # still running when the first gateway goes away.
+    setup = (
+        "git init -q -b main origin && git -C origin -c user.name=t -c user.email=t@t "
+        "commit -q --allow-empty -m one && git clone -q origin repo && "
+        "printf '#!/bin/sh\\nsleep 1\\n' > repo/.git/hooks/reference-transaction && "
+        "chmod +x repo/.git/hooks/reference-transaction && git -C origin -c user.name=t "
+        "-c user.email=t@t commit -q --allow-empty -m two"  # so the fetch updates a ref
+    )
+    async with mwc.Workspaces(settings=settings) as first:
+        ws = await first.create()
+        assert (await ws.exec(setup)).returncode == 0
+        fetch = await ws.repo_fetch("/workspace/repo")
+    async with mwc.Workspaces(settings=settings) as second:
+        try:
+            again = await second.get(ws.id)
+            # Nobody recorded it: the first gateway is gone and the fetch has not ended.
+            assert "repo-fetched-at" not in again.info.tags
+            assert (await again.realtime_exec_status(fetch.exec_id)).state in (
+                "starting",
+                "running",
+            )
+            deadline = time.monotonic() + 60
+            while "repo-fetched-at" not in (await again.refresh()).tags:
+                assert time.monotonic() < deadline, "the second gateway never recorded the tag"
+                await asyncio.sleep(0.2)
+            while (await again.file_list(path=".mwc")).entries:
+                assert time.monotonic() < deadline, "the bookkeeping files stayed"
+                await asyncio.sleep(0.2)
+        finally:
+            await again.terminate()
+
+
+async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Path) -> None:
+    settings = load_settings({}, data_root=tmp_path / "data")
+    async with mwc.Workspaces(settings=settings) as first:
+        ws = await first.create()
+        done = await ws.realtime_exec_start("true")
+        forged = {"exec_id": done.exec_id, "tags": {"repo-url": "https://evil.example/o/r"}}
+        path = f".mwc/pending-{done.exec_id}.json"
+        await ws.file_write(path, json.dumps(forged), create_parents=True)
+        honest = await ws.realtime_exec_start("true")
+        path2 = f".mwc/pending-{honest.exec_id}.json"
+        record = {"exec_id": honest.exec_id, "tags": {"repo-path": "/workspace/ok"}}
+        await ws.file_write(path2, json.dumps(record))
+    async with mwc.Workspaces(settings=settings) as second:
+        again = await second.get(ws.id)
+        try:
+            await again.exec("true")  # the first channel of this gateway settles the records
+            deadline = time.monotonic() + 30
+            while (await again.file_list(path=".mwc")).entries:
+                assert time.monotonic() < deadline, "the records stayed"
+                await asyncio.sleep(0.2)
+            tags = (await again.refresh()).tags
+            assert "repo-url" not in tags and tags["repo-path"] == "/workspace/ok"
+        finally:
+            await again.terminate()
 
 
 async def test_generated_methods_take_required_fields_positionally(wss: mwc.Workspaces) -> None:

@@ -77,6 +77,16 @@ def test_every_path_parameter_is_a_field_of_the_input_model() -> None:
         assert set(op.path_params) <= set(op.input.model_fields), op.name
 
 
+def test_query_string_inputs_are_scalars() -> None:
+    # A REST query is parsed one value per name (the last one wins): a GET or DELETE input that
+    # took a list would need repeated names, which the route does not read.
+    for op in OPERATIONS:
+        if op.method not in ("GET", "DELETE"):
+            continue
+        for name, info in op.input.model_fields.items():
+            assert "list" not in str(info.annotation), (op.name, name, info.annotation)
+
+
 def test_rest_routes_are_generated_one_per_operation(service: Service) -> None:
     app = create_app(service, [TOKEN])
     routes = {

@@ -6,6 +6,11 @@ from typing import Any, Literal, Self, final
 from typing_extensions import disjoint_base
 
 __all__ = [
+    "IDEMPOTENCY_TAG",
+    "MANAGED_TAGS",
+    "MANAGED_TAG_PREFIXES",
+    "MAX_TAGS",
+    "WORKSPACE_TAGS",
     "AgentChannel",
     "EventRing",
     "GitHubRepo",
@@ -16,12 +21,17 @@ __all__ = [
     "__version__",
     "agent_main",
     "allowed",
+    "caller_tags",
     "check_id",
     "env_name",
     "git_ref",
     "github_repo",
+    "idempotency_key",
+    "name_allowlist",
     "new_id",
     "parse_page",
+    "secret_allowlist",
+    "stored_tag",
     "workspace_path",
 ]
 
@@ -107,6 +117,54 @@ def allowed(name: str, allowlist: Sequence[str], setting: str) -> str:
     `setting` is the name of the configuration setting that holds the list; the `PolicyError`
     message tells the operator to change it and never lists the names that are allowed.
     """
+
+# --- tags and idempotency keys -------------------------------------------------------------
+
+WORKSPACE_TAGS: tuple[str, str, str, str]
+"""The tags a driver writes when it creates a workspace, in this order: `managed-by`,
+`workspace-id`, `workspace-root`, `created-at`. They never change."""
+IDEMPOTENCY_TAG: str
+"""`idempotency-key`: the tag under which the service records a create's idempotency key."""
+MANAGED_TAGS: tuple[str, ...]
+"""Every exact tag name the gateway manages: `WORKSPACE_TAGS` and `IDEMPOTENCY_TAG`."""
+MANAGED_TAG_PREFIXES: tuple[str, ...]
+"""Prefixes of the tags the service writes after git operations (`repo-`)."""
+MAX_TAGS: int
+"""Most tags a client may set on one workspace (32)."""
+
+def caller_tags(tags: dict[str, str]) -> dict[str, str]:
+    """Check the tags a client asks to put on a workspace and return the same dict.
+
+    At most `MAX_TAGS`; each key 1-63 ASCII letters, digits, `.`, `_` or `-`, starting with a
+    letter or digit, and not managed (`MANAGED_TAGS`, `MANAGED_TAG_PREFIXES`); each value at
+    most 256 characters, none of them control, format or separator characters other than the
+    space (Python's `str.isprintable`). Raises `PolicyError` (rules `tag.*`); a value is never
+    quoted in the message.
+    """
+
+def stored_tag(key: str, value: str, fixed: str | None = None) -> None:
+    """Check one tag a driver is asked to store: the key has the tag-key shape, and a workspace
+    tag (`WORKSPACE_TAGS`) keeps the value it already has (`fixed`; `None` while creating).
+    Raises `PolicyError` (rule `tag.managed` for a changed workspace tag)."""
+
+def idempotency_key(text: str) -> str:
+    """Check an idempotency key (1-128 ASCII letters, digits, `.`, `_`, `:` or `-`) and return
+    it unchanged. Raises `PolicyError` (rules `idempotency-key.*`)."""
+
+# --- allowlist settings ---------------------------------------------------------------------
+
+def secret_allowlist(text: str) -> dict[str, tuple[str, ...]]:
+    """Parse the secret allowlist setting: comma-separated `NAME[:VAR[:VAR...]]` entries, e.g.
+    `openai:OPENAI_API_KEY,github`. Returns `{name: variables}` in the setting's order; the
+    variables are empty when the entry lists none. Empty entries are skipped.
+
+    Raises `PolicyError` for a name that is not a Modal object name, a variable that is not an
+    environment variable name, or a name listed twice (`allowlist.duplicate`).
+    """
+
+def name_allowlist(text: str) -> list[str]:
+    """Parse a comma-separated allowlist of Modal object names (volumes). Raises `PolicyError`
+    for an invalid or repeated name, or an entry with `:` (`allowlist.keys`)."""
 
 # --- the event ring -------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ._core import PolicyError
-from .policy import env_name
+from .policy import env_name, name_allowlist, secret_allowlist
 
 __all__ = ["ConfigError", "Settings", "default_data_root", "load_settings"]
 
@@ -48,6 +48,9 @@ class Settings(BaseModel):
     driver: DriverName = "local"
     data_root: Path
     allowed_secrets: tuple[str, ...] = ()
+    # secret name -> the variables it holds, where the allowlist lists them
+    # (`openai:OPENAI_API_KEY`): their values are redacted from every command's output.
+    secret_keys: Mapping[str, tuple[str, ...]] = {}
     allowed_volumes: tuple[str, ...] = ()
     github_secret: str = "github"
     # secret name -> {ENV_NAME: value}; locally from MODAL_WORKSPACE_LOCAL_SECRETS_FILE.
@@ -106,6 +109,37 @@ def _load_tokens(env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
     return tuple(dict.fromkeys(tokens)), source
 
 
+def _load_allowlists(
+    env: Mapping[str, str],
+) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """The secret allowlist (names, and the variables listed for them) and the volume one."""
+    try:
+        secrets = secret_allowlist(env.get(ALLOWED_SECRETS_ENV, ""))
+    except PolicyError as exc:
+        raise ConfigError(f"{ALLOWED_SECRETS_ENV}: {exc}") from None
+    try:
+        volumes = name_allowlist(env.get(ALLOWED_VOLUMES_ENV, ""))
+    except PolicyError as exc:
+        raise ConfigError(f"{ALLOWED_VOLUMES_ENV}: {exc}") from None
+    keys = {name: listed for name, listed in secrets.items() if listed}
+    return tuple(secrets), keys, tuple(volumes)
+
+
+def _check_listed_keys(
+    values: Mapping[str, Mapping[str, str]], keys: Mapping[str, tuple[str, ...]]
+) -> None:
+    # Where the gateway holds a secret's values, the variables the allowlist lists for it must
+    # be there, as Modal checks a named secret's (`required_keys`).
+    for name, listed in keys.items():
+        held = values.get(name)
+        missing = [key for key in listed if held is not None and key not in held]
+        if missing:
+            raise ConfigError(
+                f"{LOCAL_SECRETS_FILE_ENV}: secret {name!r} has no {', '.join(missing)}, which "
+                f"{ALLOWED_SECRETS_ENV} lists for it"
+            )
+
+
 def _load_secret_values(path: str | None) -> dict[str, dict[str, str]]:
     if not path:
         return {}
@@ -149,14 +183,18 @@ def load_settings(
     if chosen not in ("local", "modal"):
         raise ConfigError(f"{DRIVER_ENV}: unknown driver {chosen[:32]!r}; use 'local' or 'modal'")
     root = Path(data_root or env.get(DATA_ROOT_ENV) or default_data_root(env)).expanduser()
+    allowed_secrets, secret_keys, allowed_volumes = _load_allowlists(env)
+    secret_values = _load_secret_values(env.get(LOCAL_SECRETS_FILE_ENV))
+    _check_listed_keys(secret_values, secret_keys)
     return Settings(
         tokens=tokens,
         token_source=source,
         driver=chosen,  # type: ignore[arg-type]  # checked just above
         data_root=root,
-        allowed_secrets=_split(env.get(ALLOWED_SECRETS_ENV)),
-        allowed_volumes=_split(env.get(ALLOWED_VOLUMES_ENV)),
+        allowed_secrets=allowed_secrets,
+        secret_keys=secret_keys,
+        allowed_volumes=allowed_volumes,
         github_secret=env.get(GITHUB_SECRET_ENV) or "github",
-        secret_values=_load_secret_values(env.get(LOCAL_SECRETS_FILE_ENV)),
+        secret_values=secret_values,
         allowed_hosts=_split(env.get(ALLOWED_HOSTS_ENV)),
     )

@@ -6,7 +6,6 @@ URL, paths normalised under `/workspace`), so nothing downstream re-parses clien
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -14,10 +13,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from . import policy
 
 WORKSPACE_ROOT = "/workspace"
-# Tags the gateway and drivers own; a caller setting one could forge a workspace's identity,
-# its root, or the record of what was cloned into it.
-MANAGED_TAGS = frozenset({"managed-by", "workspace-id", "workspace-root", "idempotency-key"})
-MANAGED_TAG_PREFIXES = ("repo-",)
 MAX_WAIT_SECONDS = 25
 DEFAULT_PAGE_BYTES = 48_000  # one page stays well under GPT Actions' 100 000 characters
 MAX_PAGE_BYTES = 1_048_576
@@ -25,9 +20,6 @@ MAX_COMMAND_CHARS = 65_536
 MAX_ENV_VALUE_CHARS = 32_768
 MAX_OUTPUT_BYTES = 1_048_576
 MAX_FILE_BYTES = 8 * 1024 * 1024
-
-_TAG_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-_IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class Input(BaseModel):
@@ -49,22 +41,6 @@ def _repository(text: str) -> str:
     return policy.github_repo(text).url
 
 
-def _tags(tags: dict[str, str]) -> dict[str, str]:
-    for key, value in tags.items():
-        if not _TAG_KEY.fullmatch(key):
-            raise ValueError(
-                f"tag key {key[:32]!r} must be 1-63 letters, digits, '.', '_' or '-', "
-                "starting with a letter or digit"
-            )
-        if key in MANAGED_TAGS or key.startswith(MANAGED_TAG_PREFIXES):
-            raise ValueError(f"tag {key!r} is managed by the service and cannot be set")
-        if len(value) > 256 or not value.isprintable():
-            raise ValueError(f"tag {key!r}: a value must be at most 256 printable characters")
-    if len(tags) > 32:
-        raise ValueError("at most 32 tags")
-    return tags
-
-
 def _env(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         policy.env_name(key)
@@ -75,12 +51,6 @@ def _env(env: dict[str, str]) -> dict[str, str]:
     if len(env) > 256:
         raise ValueError("at most 256 environment variables")
     return env
-
-
-def _idempotency_key(key: str) -> str:
-    if not _IDEMPOTENCY_KEY.fullmatch(key):
-        raise ValueError("an idempotency key is 1-128 letters, digits, '.', '_', ':' or '-'")
-    return key
 
 
 WorkspaceId = Annotated[
@@ -105,9 +75,11 @@ GitRef = Annotated[
     AfterValidator(policy.git_ref),
     Field(description="A branch, tag or commit (no leading '-', no revision expressions)."),
 ]
-Tags = Annotated[dict[str, str], AfterValidator(_tags)]
+# Managed keys (`policy.MANAGED_TAGS`, `policy.MANAGED_TAG_PREFIXES`) are refused: a caller
+# setting one could forge a workspace's identity, its root, or the record of what was cloned.
+Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
-IdempotencyKey = Annotated[str, AfterValidator(_idempotency_key)]
+IdempotencyKey = Annotated[str, AfterValidator(policy.idempotency_key)]
 Cursor = Annotated[
     int,
     Field(

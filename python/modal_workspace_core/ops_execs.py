@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 FINAL_STATES = frozenset({"finished", "cancelled", "failed", "timed_out", "lost"})
 # The agent holds an event to 16 KiB, so a page of this budget always holds one.
 _DRAIN_PAGE_BYTES = 1_048_576
+# How long a cancel waits for the exec to end: its grace period (at most this much) and slack
+# for the SIGKILL and the exit to be recorded.
+_CANCEL_WAIT_MAX = 20.0
+_CANCEL_SLACK = 2.0
 
 
 def derived_exec_id(workspace_id: str, key: str) -> str:
@@ -109,10 +113,38 @@ def decode_input(text: str, encoding: str, field: str) -> bytes:
         raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None
 
 
+# The state a stream is in while it is live: the state of its first `status` event.
+_LIVE_STATES = frozenset({"running", "watching"})
+
+
+def state_shown(events: list[dict[str, Any]], live_state: str) -> dict[str, Any] | None:
+    """The stream's state as a page's events show it, or None when only the agent can tell.
+
+    Output and file events are written only while a stream is live, and an exec's `exit` event
+    carries its final state and return code; a page that shows either needs no round trip to
+    the agent (the common case: a long-poll woken by output). An empty page, or one whose last
+    word is a closing or `lost` status, is answered from the agent's record instead.
+    """
+    for event in reversed(events):
+        kind = event.get("type")
+        if kind == "exit":
+            return {"state": event.get("state"), "returncode": event.get("returncode")}
+        if kind == "status":
+            state = event.get("state")
+            return {"state": state} if state in _LIVE_STATES else None
+    return {"state": live_state} if events else None
+
+
 async def stream_page(
-    svc: Service, inp: ExecEvents | WatchEvents, stream: str, status_op: str, id_arg: str
+    svc: Service,
+    inp: ExecEvents | WatchEvents,
+    stream: str,
+    status_op: str,
+    id_arg: str,
+    live_state: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One page of an exec's or a watch's events as `inp` asks, and the stream's status."""
+    """One page of an exec's or a watch's events as `inp` asks, and the stream's state as of
+    that page (`live_state` while the page holds only output or file events)."""
     page = await svc.read_events(
         inp.workspace_id,
         stream,
@@ -121,6 +153,9 @@ async def stream_page(
         max_bytes=inp.max_bytes,
         wait_seconds=inp.wait_seconds,
     )
+    shown = state_shown(page.get("events") or [], live_state)
+    if shown is not None:
+        return page, shown
     status, _ = await svc.request(inp.workspace_id, status_op, {id_arg: stream})
     return page, status
 
@@ -268,7 +303,9 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
 
 
 async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> EventPage:
-    page, status = await stream_page(svc, inp, inp.exec_id, "exec.status", "exec_id")
+    page, status = await stream_page(
+        svc, inp, inp.exec_id, "exec.status", "exec_id", live_state="running"
+    )
     return page_out(page, status)
 
 
@@ -287,7 +324,37 @@ async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputRe
 async def workspace_realtime_exec_cancel(svc: Service, inp: ExecCancel) -> ExecStatus:
     args = {"exec_id": inp.exec_id, "grace_seconds": inp.grace_seconds}
     result, _ = await svc.request(inp.workspace_id, "exec.cancel", args)
+    if result.get("state") not in FINAL_STATES:
+        # Answer with how it ended rather than "running": a process that obeys SIGTERM ends at
+        # once, one that ignores it at the grace period's SIGKILL. Past the bound the reply says
+        # what the agent says then, and the exec's `exit` event tells the rest.
+        bound = min(inp.grace_seconds, _CANCEL_WAIT_MAX) + _CANCEL_SLACK
+        result = await wait_ended(svc, inp.workspace_id, inp.exec_id, result, bound)
     return status_out(inp.exec_id, result)
+
+
+async def wait_ended(
+    svc: Service, workspace_id: str, exec_id: str, status: dict[str, Any], seconds: float
+) -> dict[str, Any]:
+    """Follows an exec's stream from `status` until its `exit` event (or `seconds` pass), then
+    answers its status. Woken by the event itself, so it costs no polling."""
+    cursor = int(status.get("last_seq") or 0)
+    deadline = time.monotonic() + seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        page = await svc.read_events(
+            workspace_id,
+            exec_id,
+            cursor,
+            max_events=1000,
+            max_bytes=_DRAIN_PAGE_BYTES,
+            wait_seconds=min(remaining, MAX_WAIT_SECONDS),
+        )
+        events = page.get("events") or []
+        if page.get("closed") or any(e.get("type") == "exit" for e in events):
+            break
+        cursor = int(page.get("next_cursor", cursor))
+    result, _ = await svc.request(workspace_id, "exec.status", {"exec_id": exec_id})
+    return result
 
 
 async def workspace_realtime_exec_list(svc: Service, inp: ExecListInput) -> ExecListResult:

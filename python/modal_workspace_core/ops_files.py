@@ -154,7 +154,9 @@ async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStat
 
 
 async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> EventPage:
-    page, status = await stream_page(svc, inp, inp.watch_id, "watch.status", "watch_id")
+    page, status = await stream_page(
+        svc, inp, inp.watch_id, "watch.status", "watch_id", live_state="watching"
+    )
     return page_out(page, {"state": status.get("state")})
 
 

@@ -8,7 +8,6 @@ environment (Modal); either way the agent redacts it from every event.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import posixpath
 from datetime import UTC, datetime
@@ -25,7 +24,8 @@ from .models import (
     RepoStatusInput,
 )
 from .models import relative as rel
-from .ops_execs import exec_args, run_to_end, wait_final
+from .ops_execs import exec_args, run_to_end
+from .repo_pending import GATEWAY_DIR, pending_path, record_pending, remove_quietly, settle
 from .results import RepoDiff, RepoOperation, RepoStatus
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .service_core import Service
 
 log = logging.getLogger("modal_workspace_core.repo")
-ASKPASS_DIR = ".mwc"
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 
 
@@ -45,7 +44,8 @@ async def _start_git(
     use_token: bool,
     tags: dict[str, str],
 ) -> str:
-    """Starts `argv` as a realtime exec and records `tags` in the background once it succeeds."""
+    """Starts `argv` as a realtime exec and records `tags` in the background once it succeeds
+    (`repo_pending`: a restarted gateway finishes what this one could not)."""
     ws = record.workspace_id
     exec_id = policy.new_id("ex")
     env = dict(_GIT_ENV)
@@ -56,7 +56,7 @@ async def _start_git(
         # The driver says how the token reaches this exec: as a value the gateway holds, or
         # copied by the agent from the workspace's own (private) environment.
         token = svc.github_token(gitcmd.TOKEN_ENV)
-        askpass = f"{ASKPASS_DIR}/askpass-{exec_id}"
+        askpass = f"{GATEWAY_DIR}/askpass-{exec_id}"
         args = {"path": askpass, "create_parents": True}
         await svc.request(ws, "file.write", args, gitcmd.ASKPASS_SCRIPT.encode())
         argv = gitcmd.with_askpass(argv, posixpath.join(record.root, askpass))
@@ -68,32 +68,15 @@ async def _start_git(
     if secret_env:
         args["secret_env"] = secret_env
     try:
+        await record_pending(svc, ws, exec_id, tags, askpass)
         await svc.request(ws, "exec.start", args)
     except WorkspaceError:
         if askpass:
-            await _remove_quietly(svc, ws, askpass)
+            await remove_quietly(svc, ws, askpass)
+        await remove_quietly(svc, ws, pending_path(exec_id))
         raise
-    svc.spawn(_finish(svc, ws, exec_id, tags, askpass))
+    svc.spawn(settle(svc, ws, exec_id, tags, askpass))
     return exec_id
-
-
-async def _finish(
-    svc: Service, ws: str, exec_id: str, tags: dict[str, str], askpass: str | None
-) -> None:
-    try:
-        status = await wait_final(svc, ws, exec_id)
-        if status.get("state") == "finished" and status.get("returncode") == 0 and tags:
-            await svc.merge_tags(ws, tags)
-    except WorkspaceError as exc:
-        log.warning("could not record the repo tags of %s in %s: %s", exec_id, ws, exc)
-    finally:
-        if askpass:
-            await _remove_quietly(svc, ws, askpass)
-
-
-async def _remove_quietly(svc: Service, ws: str, path: str) -> None:
-    with contextlib.suppress(WorkspaceError):
-        await svc.request(ws, "file.remove", {"path": path, "recursive": False})
 
 
 def _operation(exec_id: str, operation: str, dest: str, **extra: Any) -> RepoOperation:

@@ -15,8 +15,6 @@ from .results import TerminateResult, Workspace, WorkspaceListResult
 if TYPE_CHECKING:
     from .service_core import Service
 
-IDEMPOTENCY_TAG = "idempotency-key"
-
 
 def _out(record: WorkspaceRecord) -> Workspace:
     return Workspace.model_validate(record.model_dump())
@@ -33,12 +31,12 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     key = inp.idempotency_key
     if key is None:
         return _out(await _create(svc, tags, inp, resources, secrets))
-    tags[IDEMPOTENCY_TAG] = key
+    tags[policy.IDEMPOTENCY_TAG] = key
     # The key lives in the workspace's own tags, so it holds across gateway restarts; the lock
     # closes the window between looking and creating within this gateway.
     async with svc.create_lock:
         for record in await svc.driver.list():
-            if record.tags.get(IDEMPOTENCY_TAG) == key and record.state != "terminated":
+            if record.tags.get(policy.IDEMPOTENCY_TAG) == key and record.state != "terminated":
                 return _out(record)
         return _out(await _create(svc, tags, inp, resources, secrets))
 

@@ -2,29 +2,51 @@
 
 The rules live in the compiled core; this module is their public Python name. Each function
 returns the input in canonical form or raises `modal_workspace_core.PolicyError`, whose `rule`
-attribute names the rule that failed (for example `"repo.userinfo"` or `"ref.double-dot"`).
+attribute names the rule that failed (for example `"repo.userinfo"` or `"tag.managed"`). The
+managed tag names live in the core too (`MANAGED_TAGS`, `MANAGED_TAG_PREFIXES`,
+`WORKSPACE_TAGS`): read them from here, never spell them again.
 """
 
 from ._core import (
+    IDEMPOTENCY_TAG,
+    MANAGED_TAG_PREFIXES,
+    MANAGED_TAGS,
+    MAX_TAGS,
+    WORKSPACE_TAGS,
     GitHubRepo,
     PolicyError,
     allowed,
+    caller_tags,
     check_id,
     env_name,
     git_ref,
     github_repo,
+    idempotency_key,
+    name_allowlist,
     new_id,
+    secret_allowlist,
+    stored_tag,
     workspace_path,
 )
 
 __all__ = [
+    "IDEMPOTENCY_TAG",
+    "MANAGED_TAGS",
+    "MANAGED_TAG_PREFIXES",
+    "MAX_TAGS",
+    "WORKSPACE_TAGS",
     "GitHubRepo",
     "PolicyError",
     "allowed",
+    "caller_tags",
     "check_id",
     "env_name",
     "git_ref",
     "github_repo",
+    "idempotency_key",
+    "name_allowlist",
     "new_id",
+    "secret_allowlist",
+    "stored_tag",
     "workspace_path",
 ]

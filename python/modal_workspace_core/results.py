@@ -115,8 +115,12 @@ class EventPage(Output):
     next_cursor: int = Field(description="Pass as cursor to the next call.")
     has_more: bool = Field(description="More events are ready now: call again at once.")
     done: bool = Field(description="The stream ended and its last event was delivered: stop.")
-    state: str | None = None
-    returncode: int | None = None
+    state: str | None = Field(
+        None,
+        description="The stream's state as of this page: running (a watch: watching) while "
+        "its events are output; from the exit event or the agent once it ends.",
+    )
+    returncode: int | None = Field(None, description="Set once the exec has ended.")
     first_seq: int = 0
     cursor_expired: bool = Field(False, description="Events after your cursor were dropped.")
     dropped_events: int = 0

@@ -19,6 +19,7 @@ from . import ops_execs as ex
 from . import ops_files as fs
 from . import ops_repo as repo
 from . import ops_workspaces as wsp
+from . import repo_pending
 from . import results as r
 from .errors import InvalidArgumentError, WorkspaceError, validation_error
 from .service_core import Service, translate_error
@@ -199,6 +200,10 @@ OPERATIONS: tuple[Operation, ...] = (
         handler=ex.workspace_realtime_exec_cancel,
         summary=(
             "Cancel a realtime exec: SIGTERM to its process group, SIGKILL after grace_seconds."
+        ),
+        limits=(
+            "Answers once the exec has ended (state cancelled), waiting at most grace_seconds "
+            "(up to 20) plus 2 s; after that its exit event tells how it ended."
         ),
     ),
     Operation(
@@ -389,6 +394,8 @@ OPERATIONS: tuple[Operation, ...] = (
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}
+
+Service.on_first_connect = (repo_pending.resume_pending,)
 
 
 def operation(name: str) -> Operation:

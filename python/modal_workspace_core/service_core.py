@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from . import policy
 from ._core import PolicyError
@@ -88,6 +88,10 @@ def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceEr
 class Service:
     """The state behind the operation table: one per server (or per `Workspaces` client)."""
 
+    # Work owed to a workspace whenever this process first reaches its agent (set by the table
+    # in `service.py`): e.g. repo bookkeeping a restarted gateway left unfinished.
+    on_first_connect: ClassVar[tuple[Callable[[Service, str], Coroutine[Any, Any, None]], ...]] = ()
+
     def __init__(self, driver: Driver, settings: Settings) -> None:
         self.driver = driver
         self.settings = settings
@@ -98,6 +102,8 @@ class Service:
         self._tag_locks: dict[str, asyncio.Lock] = {}
         self.create_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._claimed: set[str] = set()
+        self._reached: set[str] = set()
         self._closed = False
 
     # --- workspaces and channels ----------------------------------------------------------------
@@ -121,6 +127,10 @@ class Service:
             await self.record(workspace_id)
             client = await self.driver.connect(workspace_id)
             self._clients[workspace_id] = client
+            if workspace_id not in self._reached:
+                self._reached.add(workspace_id)
+                for owed in self.on_first_connect:
+                    self.spawn(owed(self, workspace_id))
             return client
 
     async def drop_agent(self, workspace_id: str) -> None:
@@ -228,6 +238,17 @@ class Service:
         return checked
 
     # --- background work ------------------------------------------------------------------------
+
+    def claim(self, key: str) -> bool:
+        """True for the first claim of `key` until it is released: one task per piece of
+        background work, however many ways it was started."""
+        if key in self._claimed:
+            return False
+        self._claimed.add(key)
+        return True
+
+    def release(self, key: str) -> None:
+        self._claimed.discard(key)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -2,7 +2,7 @@
 //! Every rejection becomes `modal_workspace_core.PolicyError` through `errors::policy_error`.
 
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::errors::policy_error;
 use crate::policy::{self, PolicyError};
@@ -110,6 +110,63 @@ fn allowed(
     policy::allowed(text(name)?, &allowlist, &setting.to_string_lossy()).map_err(policy_error)
 }
 
+/// Checks the tags a client asks to put on a workspace (count, key shape, managed keys, values)
+/// and returns the same dict.
+#[pyfunction]
+fn caller_tags<'py>(tags: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    let mut pairs = Vec::with_capacity(tags.len());
+    for (key, value) in tags.iter() {
+        let (Ok(key), Ok(value)) = (key.cast_into::<PyString>(), value.cast_into::<PyString>())
+        else {
+            return Err(policy_error(PolicyError::without_echo(
+                "tag.not-text",
+                "tag keys and values must be strings",
+            )));
+        };
+        pairs.push((text(&key)?.to_owned(), text(&value)?.to_owned()));
+    }
+    policy::caller_tags(&pairs).map_err(policy_error)?;
+    Ok(tags.clone())
+}
+
+/// Checks one tag a driver is asked to store; `fixed` is the value a workspace tag already has.
+#[pyfunction]
+#[pyo3(signature = (key, value, fixed=None))]
+fn stored_tag(
+    key: &Bound<'_, PyString>,
+    value: &Bound<'_, PyString>,
+    fixed: Option<&Bound<'_, PyString>>,
+) -> PyResult<()> {
+    let fixed = fixed.map(text).transpose()?;
+    policy::stored_tag(text(key)?, text(value)?, fixed).map_err(policy_error)
+}
+
+/// Checks an idempotency key and returns it unchanged.
+#[pyfunction]
+fn idempotency_key(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::idempotency_key(self::text(text)?).map_err(policy_error)
+}
+
+/// Parses the secret allowlist setting into `{name: (VAR, ...)}`, in the setting's order.
+#[pyfunction]
+fn secret_allowlist<'py>(
+    py: Python<'py>,
+    text: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let parsed = policy::secret_allowlist(self::text(text)?).map_err(policy_error)?;
+    let out = PyDict::new(py);
+    for secret in parsed {
+        out.set_item(secret.name, PyTuple::new(py, secret.keys)?)?;
+    }
+    Ok(out)
+}
+
+/// Parses an allowlist setting of names only (volumes).
+#[pyfunction]
+fn name_allowlist(text: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
+    policy::name_allowlist(self::text(text)?).map_err(policy_error)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
@@ -119,5 +176,20 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_id, m)?)?;
     m.add_function(wrap_pyfunction!(env_name, m)?)?;
     m.add_function(wrap_pyfunction!(allowed, m)?)?;
+    m.add_function(wrap_pyfunction!(caller_tags, m)?)?;
+    m.add_function(wrap_pyfunction!(stored_tag, m)?)?;
+    m.add_function(wrap_pyfunction!(idempotency_key, m)?)?;
+    m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
+    m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;
+    // The managed tag names have this one home; Python reads them from here.
+    let py = m.py();
+    m.add("MANAGED_TAGS", PyTuple::new(py, policy::MANAGED_TAGS)?)?;
+    m.add(
+        "MANAGED_TAG_PREFIXES",
+        PyTuple::new(py, policy::MANAGED_TAG_PREFIXES)?,
+    )?;
+    m.add("WORKSPACE_TAGS", PyTuple::new(py, policy::WORKSPACE_TAGS)?)?;
+    m.add("IDEMPOTENCY_TAG", policy::IDEMPOTENCY_TAG)?;
+    m.add("MAX_TAGS", policy::MAX_TAGS)?;
     Ok(())
 }

@@ -1,19 +1,28 @@
-//! Every rule that decides whether a client's input is safe to hand to a shell, git or the disk.
+//! Every rule that decides whether a client's input is safe to hand to a shell, git, the disk or
+//! a provider, and the operator's allowlist settings those rules read.
 //! Each function returns the input in canonical form or a [`PolicyError`] naming the rule.
 
+mod allowlist;
 mod error;
 mod git_ref;
 mod id;
 mod names;
 mod path;
 mod repo;
+mod tags;
 
+pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
 pub use error::{echo, PolicyError, ECHO_CHARS};
 pub use git_ref::{git_ref, MAX_REF_BYTES};
 pub use id::{check_id, new_id, IdKind};
 pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAME_CHARS};
 pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
 pub use repo::{github_repo, GitHubRepo, MAX_REPO_INPUT_CHARS};
+pub use tags::{
+    caller_tags, idempotency_key, is_managed_tag, stored_tag, tag_key, IDEMPOTENCY_TAG,
+    MANAGED_TAGS, MANAGED_TAG_PREFIXES, MAX_IDEMPOTENCY_KEY_CHARS, MAX_TAGS, MAX_TAG_KEY_CHARS,
+    MAX_TAG_VALUE_CHARS, WORKSPACE_TAGS,
+};
 
 /// How many cases each property test runs: ~2000 by default, `PROPTEST_CASES` for longer runs.
 #[cfg(test)]

@@ -121,6 +121,13 @@ class ObjectsServicer:
             env = self.state.secrets.get(request.deployment_name)
             if env is None:
                 raise GRPCError(Status.NOT_FOUND, f"Secret '{request.deployment_name}' not found")
+            # As Modal answers `Secret.from_name(..., required_keys=[...])` for a secret that
+            # lacks one of them (the SDK raises it as a ConflictError).
+            missing = [key for key in request.required_keys if key not in env]
+            if missing:
+                raise GRPCError(
+                    Status.FAILED_PRECONDITION, f"Secret is missing key(s): {', '.join(missing)}"
+                )
             secret_id = self.state.new_secret(env)
         await stream.send_message(api_pb2.SecretGetOrCreateResponse(secret_id=secret_id))
 

@@ -56,6 +56,9 @@ class WorkspaceSpec(BaseModel):
     # ... or, for these, withheld from commands: name -> variables an exec gets only through
     # the agent's `secret_env` (the GitHub token `use_github_token` hands to git).
     private_secrets: dict[str, list[str]] = {}
+    # Of the secrets above, name -> the variables the operator's allowlist says it holds: the
+    # provider checks they are there, and the agent redacts their values from all output.
+    secret_keys: dict[str, list[str]] = {}
 
 
 class WorkspaceSecrets(BaseModel):
@@ -64,6 +67,7 @@ class WorkspaceSecrets(BaseModel):
     secret_env: dict[str, str] = {}
     secret_names: list[str] = []
     private_secrets: dict[str, list[str]] = {}
+    secret_keys: dict[str, list[str]] = {}
 
 
 class ExecSecret(BaseModel):

@@ -95,6 +95,7 @@ class LocalDriver:
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord:
         ws = self._dir(workspace_id)
+        _check_tags(spec.tags)
         _check_env(spec.env, "env")
         _check_env(spec.secret_env, "secret_env")
         if spec.block_network and not self.isolation.enabled:
@@ -136,6 +137,7 @@ class LocalDriver:
 
     async def set_tags(self, workspace_id: str, tags: dict[str, str]) -> WorkspaceRecord:
         ws = self._dir(workspace_id)
+        _check_tags(tags)
         return await asyncio.to_thread(self._set_tags_sync, ws, dict(tags))
 
     async def connect(self, workspace_id: str) -> AgentClient:
@@ -339,6 +341,17 @@ def _marker(workspace_id: str) -> str:
 def _state(ws: WorkspaceDir) -> str:
     # Cheap and local: is the recorded daemon process alive? (`connect` restarts a stopped one.)
     return "running" if local_daemon.running(ws.pid_file) else "stopped"
+
+
+def _check_tags(tags: dict[str, str]) -> None:
+    # The core's rule for stored tags: this driver writes no workspace tags (its record has the
+    # id, root and creation time as fields), so no request may set one.
+    for key, value in tags.items():
+        try:
+            policy.stored_tag(key, value)
+        except policy.PolicyError as err:
+            field = f"tags.{key[:32]}"
+            raise InvalidArgumentError("invalid_argument", f"{field}: {err}", field) from err
 
 
 def _check_env(env: dict[str, str], field: str) -> None:

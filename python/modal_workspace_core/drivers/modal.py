@@ -27,16 +27,18 @@ from ..errors import (
     UpstreamError,
     WorkspaceError,
 )
-from ..policy import check_id
+from ..policy import WORKSPACE_TAGS, check_id, stored_tag
 from .base import WorkspaceRecord, WorkspaceSpec
 from .modal_channel import ChannelClient, ExecChannel
 from .modal_config import (
     PRIVATE_ENV,
+    SECRETS_SETTING,
     WORKSPACE_ROOT,
     ModalSecrets,
     ModalSettings,
     SandboxOptions,
     check_env,
+    redacted_env,
     sandbox_options,
 )
 
@@ -44,17 +46,14 @@ if TYPE_CHECKING:
     from ..agent_client import AgentClient
     from ..config import Settings
 
-__all__ = ["MANAGED_TAGS", "ModalDriver", "ModalSettings"]
+__all__ = ["ModalDriver", "ModalSettings"]
 
 log = logging.getLogger(__name__)
 
 MANAGED_BY = "modal-workspace-mcp"
-TAG_MANAGED_BY = "managed-by"
-TAG_WORKSPACE_ID = "workspace-id"
-TAG_WORKSPACE_ROOT = "workspace-root"
-TAG_CREATED_AT = "created-at"
-# Tags only the driver writes: a caller's tags can never replace them.
-MANAGED_TAGS = (TAG_MANAGED_BY, TAG_WORKSPACE_ID, TAG_WORKSPACE_ROOT, TAG_CREATED_AT)
+# The tags only the driver writes (their names live in the core's policy): a caller's tags can
+# never replace them.
+TAG_MANAGED_BY, TAG_WORKSPACE_ID, TAG_WORKSPACE_ROOT, TAG_CREATED_AT = WORKSPACE_TAGS
 # How long a filesystem snapshot is kept unless the caller says otherwise.
 DEFAULT_SNAPSHOT_TTL_SECONDS = 7 * 24 * 3600
 
@@ -87,12 +86,22 @@ async def _modal_errors(workspace_id: str) -> AsyncIterator[None]:
 @contextlib.asynccontextmanager
 async def _missing_objects() -> AsyncIterator[None]:
     """While creating, "not found" means a secret, volume or image named in the request or the
-    configuration is missing in Modal, not the workspace."""
+    configuration is missing in Modal, not the workspace; and a secret that lacks a variable
+    the allowlist lists for it is refused by Modal (FAILED_PRECONDITION, "Secret is missing
+    key(s): …")."""
     try:
         yield
     except modal.exception.NotFoundError as exc:
         raise UpstreamError(
             "upstream", f"Modal has no such object: {exc}; create it or fix the configuration"
+        ) from None
+    except modal.exception.ConflictError as exc:
+        if "missing key" not in str(exc):
+            raise
+        raise UpstreamError(
+            "upstream",
+            f"a Modal secret lacks a variable that {SECRETS_SETTING} lists for it ({exc}); "
+            "add the variable to the secret or fix the setting",
         ) from None
 
 
@@ -106,16 +115,16 @@ def _workspace_id(workspace_id: str) -> str:
 
 
 def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[str, str]:
-    """The caller's tags, refused where they would change a managed tag."""
+    """The caller's tags, refused where a key is malformed or would change a managed tag (the
+    core's `stored_tag` rule)."""
     out: dict[str, str] = {}
     for key, value in tags.items():
-        if key in MANAGED_TAGS and managed.get(key) != value:
-            raise InvalidArgumentError(
-                "invalid_argument",
-                f"tag {key!r} is managed by the gateway and cannot be set",
-                f"tags.{key}",
-            )
-        out[str(key)] = str(value)
+        try:
+            stored_tag(key, value, managed.get(key))
+        except PolicyError as exc:
+            field = f"tags.{key[:32]}"
+            raise InvalidArgumentError("invalid_argument", f"{field}: {exc}", field) from None
+        out[key] = value
     return out
 
 
@@ -136,7 +145,16 @@ class ModalDriver:
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
-        return ModalSecrets(settings.allowed_secrets, settings.github_secret)
+        unlisted = [name for name in settings.allowed_secrets if name not in settings.secret_keys]
+        if unlisted:
+            log.warning(
+                "the values of the secrets %s are NOT redacted from the output of workspaces "
+                "that name them in secret_names: %s lists no variables for them "
+                "(NAME:VAR1:VAR2 does)",
+                ", ".join(unlisted),
+                SECRETS_SETTING,
+            )
+        return ModalSecrets(settings.allowed_secrets, settings.github_secret, settings.secret_keys)
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -199,17 +217,26 @@ class ModalDriver:
         tags = {**_caller_tags(spec.tags, managed), **managed}
         # Secrets by name: Modal puts their values into the sandbox, the gateway never sees them.
         names = [*options.secret_names, *spec.secret_names, *spec.private_secrets]
-        private = sorted({key for keys in spec.private_secrets.values() for key in keys})
+        names = list(dict.fromkeys(names))
+        keys = {**self.settings.secret_keys, **spec.secret_keys}
+        private = sorted({key for listed in spec.private_secrets.values() for key in listed})
         if private:
             env[PRIVATE_ENV] = ",".join(private)  # last: a caller's env cannot unset it
+        # The variables whose values the agent redacts from every exec: names, never values.
+        redact = redacted_env(names, keys, spec.private_secrets, spec.secret_env)
         async with _modal_errors(workspace_id), _missing_objects():
             app = await self._sandbox_app()
-            secrets = [modal.Secret.from_name(name) for name in dict.fromkeys(names)]
+            # With `required_keys`, Modal refuses a secret that lacks a listed variable, so a
+            # variable the agent is told to redact is one the sandbox really has.
+            secrets = [
+                modal.Secret.from_name(name, required_keys=list(keys.get(name, ())))
+                for name in names
+            ]
             if spec.secret_env:
                 # Values travel inside the create request, never in argv.
                 secrets.append(modal.Secret.from_dict(dict(spec.secret_env)))
             await modal.Sandbox.create.aio(
-                *self.settings.daemon_argv(),
+                *self.settings.daemon_argv(redact),
                 app=app,
                 name=workspace_id,
                 tags=tags,
@@ -280,7 +307,7 @@ class ModalDriver:
         async with _modal_errors(workspace_id):
             sandbox = await self._running(workspace_id)
             current = await sandbox.get_tags.aio()
-            managed = {k: v for k, v in current.items() if k in MANAGED_TAGS}
+            managed = {k: v for k, v in current.items() if k in WORKSPACE_TAGS}
             merged = {**_caller_tags(tags, managed), **managed}
             await sandbox.set_tags.aio(merged)
         return self._record(workspace_id, merged, running=True)

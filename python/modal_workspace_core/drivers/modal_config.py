@@ -6,18 +6,27 @@ checked before any call to Modal.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .._core import PolicyError
 from ..errors import InvalidArgumentError, PermissionDeniedError
-from ..policy import allowed, env_name, workspace_path
+from ..policy import allowed, env_name, name_allowlist, secret_allowlist, workspace_path
 from .base import ExecSecret, WorkspaceSecrets
 
-__all__ = ["PRIVATE_ENV", "ModalSecrets", "ModalSettings", "SandboxOptions", "sandbox_options"]
+__all__ = [
+    "PRIVATE_ENV",
+    "ModalSecrets",
+    "ModalSettings",
+    "SandboxOptions",
+    "redacted_env",
+    "sandbox_options",
+]
 
 WORKSPACE_ROOT = "/workspace"
+SECRETS_SETTING = "MODAL_WORKSPACE_ALLOWED_SECRETS"
+VOLUMES_SETTING = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
 # The agent withholds the variables named here from every exec (see docs/protocol.md).
 PRIVATE_ENV = "MWC_PRIVATE_ENV"
 # The predecessor's defaults: (request, limit).
@@ -25,10 +34,15 @@ DEFAULT_CPU = (2.0, 4.0)
 DEFAULT_MEMORY_MIB = (4096, 8192)
 DEFAULT_TIMEOUT_SECONDS = 3600
 MAX_TIMEOUT_SECONDS = 24 * 3600
+T = TypeVar("T")
 
 
-def _split(value: str | None) -> tuple[str, ...]:
-    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+def _setting(env: Mapping[str, str], setting: str, parse: Callable[[str], T]) -> T:
+    """An allowlist setting through the core's parser; a bad one names the variable."""
+    try:
+        return parse(env.get(setting, ""))
+    except PolicyError as exc:
+        raise InvalidArgumentError("invalid_argument", f"{setting}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,8 @@ class ModalSettings:
 
     app_name: str = "modal-workspace-sandboxes"
     allowed_secrets: tuple[str, ...] = ()
+    # secret name -> the variables the allowlist lists for it (`openai:OPENAI_API_KEY`).
+    secret_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     allowed_volumes: tuple[str, ...] = ()
     # A published image (`modal-workspace image publish`) used instead of building the default.
     default_image_name: str | None = None
@@ -61,15 +77,21 @@ class ModalSettings:
                 "invalid_argument",
                 "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS must be a number of seconds",
             ) from None
+        secrets = _setting(env, SECRETS_SETTING, secret_allowlist)
         return cls(
             app_name=env.get("MODAL_WORKSPACE_SANDBOX_APP") or cls.app_name,
-            allowed_secrets=_split(env.get("MODAL_WORKSPACE_ALLOWED_SECRETS")),
-            allowed_volumes=_split(env.get("MODAL_WORKSPACE_ALLOWED_VOLUMES")),
+            allowed_secrets=tuple(secrets),
+            secret_keys={name: keys for name, keys in secrets.items() if keys},
+            allowed_volumes=tuple(_setting(env, VOLUMES_SETTING, name_allowlist)),
             default_image_name=env.get("MODAL_WORKSPACE_DEFAULT_IMAGE_NAME") or None,
             channel_idle_seconds=idle_seconds,
         )
 
-    def daemon_argv(self) -> tuple[str, ...]:
+    def daemon_argv(self, redact_env: Sequence[str] = ()) -> tuple[str, ...]:
+        """The sandbox's entrypoint. `redact_env` names the variables of the sandbox's
+        environment that hold secrets: the agent redacts their values from every exec's output.
+        Names only: the values never leave Modal."""
+        redact = ("--redact-env", ",".join(redact_env)) if redact_env else ()
         return (
             *self.agent_command,
             "daemon",
@@ -79,6 +101,7 @@ class ModalSettings:
             self.agent_state_dir,
             "--socket",
             self.agent_socket,
+            *redact,
         )
 
     def connect_argv(self) -> tuple[str, ...]:
@@ -217,15 +240,13 @@ def sandbox_options(resources: Mapping[str, Any], settings: ModalSettings) -> Sa
         raise InvalidArgumentError("invalid_argument", "image_id must start with 'im-'", "image_id")
     for i, name in enumerate(_strings(r.get("secret_names"), "secret_names") or []):
         options.secret_names.append(
-            _allowed(name, settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS", i, "secret")
+            _allowed(name, settings.allowed_secrets, SECRETS_SETTING, i, "secret")
         )
     volumes = r.get("volumes") or {}
     if not isinstance(volumes, Mapping):
         raise InvalidArgumentError("invalid_argument", "volumes must map paths to names", "volumes")
     for i, (mount, name) in enumerate(volumes.items()):
-        checked = _allowed(
-            str(name), settings.allowed_volumes, "MODAL_WORKSPACE_ALLOWED_VOLUMES", i, "volume"
-        )
+        checked = _allowed(str(name), settings.allowed_volumes, VOLUMES_SETTING, i, "volume")
         try:
             path = workspace_path("/", str(mount))
         except PolicyError as exc:
@@ -263,23 +284,52 @@ class ModalSecrets:
     """Secrets stay in Modal: a workspace gets its allowlisted secrets as `Secret.from_name` on
     its sandbox, so their values never pass through the gateway.
 
+    Where the allowlist lists a secret's variables (`openai:OPENAI_API_KEY`), the driver asks
+    Modal to check the secret holds them and the agent redacts their values from every exec's
+    output; the values of a secret listed without variables reach commands unredacted.
+
     The GitHub secret (when allowlisted) is put on every sandbox, but private: the agent withholds
     its `GH_TOKEN` from commands and copies it into the one git exec that `use_github_token` runs
     (its GIT_ASKPASS script reads it), redacting it from that exec's output. A workspace that
     names the GitHub secret in `secret_names` gets it as an ordinary variable instead.
     """
 
-    def __init__(self, allowed_secrets: tuple[str, ...], github_secret: str) -> None:
+    def __init__(
+        self,
+        allowed_secrets: tuple[str, ...],
+        github_secret: str,
+        secret_keys: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self.allowed_secrets = allowed_secrets
         self.github_secret = github_secret
+        self.secret_keys = dict(secret_keys or {})
 
     def for_workspace(self, names: Sequence[str]) -> WorkspaceSecrets:
         private: dict[str, list[str]] = {}
         github = self.github_secret
         if github and github in self.allowed_secrets and github not in names:
             private[github] = ["GH_TOKEN"]
-        return WorkspaceSecrets(secret_names=list(dict.fromkeys(names)), private_secrets=private)
+        attached = list(dict.fromkeys([*names, *private]))
+        keys = {name: list(self.secret_keys[name]) for name in attached if name in self.secret_keys}
+        return WorkspaceSecrets(
+            secret_names=list(dict.fromkeys(names)), private_secrets=private, secret_keys=keys
+        )
 
     def for_exec(self, secret: str, key: str, as_env: str) -> ExecSecret:
         # The sandbox has `key` from the Modal secret (private or not); the agent looks it up.
         return ExecSecret(agent_env={as_env: key})
+
+
+def redacted_env(
+    names: Sequence[str],
+    secret_keys: Mapping[str, Sequence[str]],
+    private_secrets: Mapping[str, Sequence[str]],
+    secret_env: Mapping[str, str],
+) -> list[str]:
+    """The variables of a sandbox's environment whose values the agent redacts from every exec:
+    those listed for its named secrets, the private ones (withheld from commands, and redacted
+    too in case a command reads them from the agent's environment), and those of `secret_env`."""
+    out = {key for name in names for key in secret_keys.get(name, ())}
+    out.update(key for keys in private_secrets.values() for key in keys)
+    out.update(secret_env)
+    return sorted(out)

@@ -59,6 +59,7 @@ pub use remove::RemoveOutcome;
 pub use resolve::{RelPath, Resolver, MAX_SYMLINKS};
 pub use search::{GlobQuery, GrepQuery, SearchHit, SearchResult};
 pub use stat::{EntryKind, Stat};
+pub(crate) use write::{agent_write_temp, AgentWrite};
 pub use write::{WriteOptions, WriteOutcome};
 
 /// The workspace root, held open: the anchor every operation resolves beneath.

@@ -31,6 +31,47 @@ pub struct WriteOutcome {
 
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// The agent's temporary files are `.mwc-write-{pid}-{seq}.{new|old}.tmp`: `new` when the
+/// rename creates the file, `old` when it replaces one. Watches hide them and report the
+/// rename as what it means for the final name (`watch::tree`).
+const TEMP_PREFIX: &str = ".mwc-write-";
+
+/// What the rename of one of the agent's temporary files does to its final name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AgentWrite {
+    Creates,
+    Replaces,
+}
+
+/// `Some` when `name` (a file name, no directory) is one of the agent's temporary files. The
+/// whole shape must match, so a user's file that merely starts alike is never hidden.
+pub(crate) fn agent_write_temp(name: &str) -> Option<AgentWrite> {
+    let rest = name.strip_prefix(TEMP_PREFIX)?.strip_suffix(".tmp")?;
+    let (ids, intent) = rest.rsplit_once('.')?;
+    let (pid, seq) = ids.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(seq) {
+        return None;
+    }
+    match intent {
+        "new" => Some(AgentWrite::Creates),
+        "old" => Some(AgentWrite::Replaces),
+        _ => None,
+    }
+}
+
+fn temp_name(intent: AgentWrite) -> String {
+    let intent = match intent {
+        AgentWrite::Creates => "new",
+        AgentWrite::Replaces => "old",
+    };
+    format!(
+        "{TEMP_PREFIX}{}-{}.{intent}.tmp",
+        std::process::id(),
+        TEMP_SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl Workspace {
     /// Replaces the content of `path` with `data`. A final symlink that stays inside the root is
     /// written through (its target is replaced); one that points outside is refused.
@@ -136,11 +177,11 @@ fn replace(
     data: &[u8],
     mode: Option<u32>,
 ) -> std::io::Result<()> {
-    let temp = format!(
-        ".mwc-write-{}-{}.tmp",
-        std::process::id(),
-        TEMP_SEQ.fetch_add(1, Ordering::Relaxed)
-    );
+    let temp = temp_name(if mode.is_some() {
+        AgentWrite::Replaces
+    } else {
+        AgentWrite::Creates
+    });
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
     let fd = sys::openat(dir, temp.as_bytes(), flags, 0o666)?;
     let result = (|| {
@@ -162,6 +203,25 @@ fn replace(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_whole_shape_of_a_temporary_name_is_the_agents() {
+        use super::{agent_write_temp, temp_name, AgentWrite};
+        for intent in [AgentWrite::Creates, AgentWrite::Replaces] {
+            assert_eq!(agent_write_temp(&temp_name(intent)), Some(intent));
+        }
+        for name in [
+            ".mwc-write-1-2.tmp",
+            ".mwc-write-1-2.new.tmp.bak",
+            ".mwc-write-x-2.new.tmp",
+            ".mwc-write--2.old.tmp",
+            ".mwc-write-1-2.other.tmp",
+            "mwc-write-1-2.new.tmp",
+            "notes.txt",
+        ] {
+            assert_eq!(agent_write_temp(name), None, "{name}");
+        }
+    }
+
     use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::AtomicBool;
 

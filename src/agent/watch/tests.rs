@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{
     EventKind, KindFilter, WatchEnd, WatchEvent, WatchMessage, WatchRegistry, WatchRequest,
 };
-use crate::agent::files::{FileErrorKind, Workspace};
+use crate::agent::files::{FileErrorKind, Workspace, WriteOptions};
 
 /// Generous: only a broken watch waits this long.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -200,4 +200,34 @@ fn a_tree_made_at_once_is_reported_whole_parents_first() {
         }
     }
     assert_eq!(creates, ["w/a", "w/a/b", "w/a/b/c", "w/a/b/c/f.txt"]);
+}
+
+#[test]
+fn the_agents_own_writes_are_a_create_or_a_modify_of_the_file_never_its_temporary() {
+    let fx = Fixture::new("agent-write");
+    let ws = Workspace::open(fx.at("")).unwrap();
+    let rx = fx.start(WatchRequest::new("fw-1", "w"));
+    ws.write("w/made.txt", b"one", WriteOptions::default())
+        .unwrap();
+    assert_eq!(next_event(&rx), ev(EventKind::Create, "w/made.txt", false));
+    ws.write("w/made.txt", b"two", WriteOptions::default())
+        .unwrap();
+    assert_eq!(next_event(&rx), ev(EventKind::Modify, "w/made.txt", false));
+    // A file of the user's that only looks alike is reported as it is.
+    std::fs::write(fx.at("w/.mwc-write-notes.tmp"), "").unwrap();
+    assert_eq!(
+        next_event(&rx),
+        ev(EventKind::Create, "w/.mwc-write-notes.tmp", false)
+    );
+    assert!(fx.registry.cancel("fw-1"));
+    // Nothing else came: no event names a temporary file.
+    loop {
+        match rx.recv_timeout(PATIENCE).expect("the end") {
+            WatchMessage::Ended(end) => break assert_eq!(end, WatchEnd::Cancelled),
+            WatchMessage::Event(e) => assert!(
+                !e.path.contains(".mwc-write-") || e.path.ends_with("notes.tmp"),
+                "{e:?}"
+            ),
+        }
+    }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::inotify::{self, RawEvent};
 use super::{EventKind, WatchEnd, WatchEvent};
 use crate::agent::files::sys;
+use crate::agent::files::{agent_write_temp, AgentWrite};
 use crate::agent::files::{FileError, Workspace};
 
 /// A rename's first half, held until its second half (same cookie) arrives or does not.
@@ -29,6 +30,31 @@ pub struct Tree {
     synthesized: HashSet<String>,
     pending: Option<PendingMove>,
     last: Option<WatchEvent>,
+}
+
+/// The agent's own atomic writes as what they mean: its temporary file is never reported, and
+/// the temporary file's rename over the final name is that file's create (or modify).
+fn as_meant(event: WatchEvent) -> Option<WatchEvent> {
+    let temp = |path: &str| agent_write_temp(path.rsplit('/').next().unwrap_or(path));
+    if event.is_dir || event.kind == EventKind::Overflow {
+        return Some(event);
+    }
+    if event.kind == EventKind::Rename {
+        let kind = match event.from.as_deref().and_then(temp) {
+            Some(AgentWrite::Creates) => EventKind::Create,
+            Some(AgentWrite::Replaces) => EventKind::Modify,
+            None => return Some(event),
+        };
+        return Some(WatchEvent {
+            kind,
+            from: None,
+            ..event
+        });
+    }
+    match temp(&event.path) {
+        Some(_) => None,
+        None => Some(event),
+    }
 }
 
 fn join(dir: &str, name: &str) -> String {
@@ -166,6 +192,9 @@ impl Tree {
     }
 
     fn send(&mut self, emit: &mut dyn FnMut(WatchEvent), event: WatchEvent) {
+        let Some(event) = as_meant(event) else {
+            return;
+        };
         // One write() is one IN_MODIFY: a burst of them on one file is reported once.
         if event.kind == EventKind::Modify && self.last.as_ref() == Some(&event) {
             return;

@@ -1,0 +1,74 @@
+"""The allowlist settings as the gateway reads them at start: secret names with the variables
+they hold (`openai:OPENAI_API_KEY`), volume names, and a bad entry stopping the start with a
+message that names the variable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from modal_workspace_core.config import ConfigError, load_settings
+from modal_workspace_core.drivers.modal_config import ModalSettings
+from modal_workspace_core.errors import InvalidArgumentError
+
+SECRETS = "MODAL_WORKSPACE_ALLOWED_SECRETS"
+VOLUMES = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
+
+
+def test_secret_names_and_their_listed_variables_are_read_once() -> None:
+    settings = load_settings(
+        {SECRETS: "openai:OPENAI_API_KEY:OPENAI_ORG_ID, github:GH_TOKEN ,db", VOLUMES: "cache"}
+    )
+
+    assert settings.allowed_secrets == ("openai", "github", "db")
+    assert settings.secret_keys == {
+        "openai": ("OPENAI_API_KEY", "OPENAI_ORG_ID"),
+        "github": ("GH_TOKEN",),
+    }
+    assert settings.allowed_volumes == ("cache",)
+
+
+def test_the_modal_driver_reads_the_same_setting_the_same_way() -> None:
+    modal = ModalSettings.from_env({SECRETS: "openai:OPENAI_API_KEY,github", VOLUMES: "a,b"})
+
+    assert modal.allowed_secrets == ("openai", "github")
+    assert modal.secret_keys == {"openai": ("OPENAI_API_KEY",)}
+    assert modal.allowed_volumes == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "rule_text"),
+    [
+        (SECRETS, "openai:OPENAI-KEY", "environment variable name"),
+        (SECRETS, "openai:", "environment variable name"),
+        (SECRETS, "open ai", "Modal object name"),
+        (SECRETS, "openai,openai:KEY", "listed twice"),
+        (VOLUMES, "cache:KEY", "names only"),
+    ],
+)
+def test_a_bad_allowlist_entry_stops_the_start_naming_the_variable(
+    variable: str, value: str, rule_text: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings({variable: value})
+    assert str(refused.value).startswith(f"{variable}: entry '")
+    assert rule_text in str(refused.value)
+
+    with pytest.raises(InvalidArgumentError, match=variable):
+        ModalSettings.from_env({variable: value})
+
+
+def test_local_secret_values_must_hold_the_variables_listed_for_them(tmp_path: Path) -> None:
+    values = tmp_path / "secrets.json"
+    values.write_text(json.dumps({"openai": {"OPENAI_API_KEY": "sk-local"}}))
+    env = {"MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(values)}
+
+    ok = load_settings({**env, SECRETS: "openai:OPENAI_API_KEY"})
+    assert ok.secret_values["openai"] == {"OPENAI_API_KEY": "sk-local"}
+
+    with pytest.raises(ConfigError) as refused:
+        load_settings({**env, SECRETS: "openai:OPENAI_API_KEY:OPENAI_ORG_ID"})
+    message = str(refused.value)
+    assert "OPENAI_ORG_ID" in message and SECRETS in message
+    assert "sk-local" not in message
