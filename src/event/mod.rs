@@ -1,6 +1,7 @@
 //! The event model: what a stream carries (`seq`, timestamp, type, bytes or fields) and its
 //! JSON framing, encoded once at append time with every event's size bounded.
 
+mod canonical;
 mod decode;
 pub mod json;
 pub mod timestamp;
