@@ -17,6 +17,11 @@ const SPARSE_STEP: u64 = 64 * 1024;
 /// Reads through segment files in chunks of this size.
 const READ_BUFFER: usize = 64 * 1024;
 
+/// Scans of record headers read in chunks of this size: records larger than it (an output
+/// event is up to 32 KiB) are skipped with a seek instead of being read, so finding the sizes
+/// of a segment's records before it is deleted reads a fraction of it, not all of it again.
+const SCAN_BUFFER: usize = 4 * 1024;
+
 /// The file name of the segment whose first record has `first_seq`: zero-padded, so names sort
 /// in seq order.
 pub fn file_name(first_seq: u64) -> String {
@@ -151,7 +156,7 @@ pub fn scan(
     mut each: impl FnMut(RecordAt) -> bool,
 ) -> io::Result<ScanEnd> {
     let size = file.metadata()?.len();
-    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
+    let mut reader = BufReader::with_capacity(SCAN_BUFFER, file);
     reader.seek(SeekFrom::Start(offset))?;
     let mut end = ScanEnd {
         offset,
