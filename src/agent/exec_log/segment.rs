@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::event::MAX_EVENT_JSON;
@@ -17,9 +18,8 @@ const SPARSE_STEP: u64 = 64 * 1024;
 /// Reads through segment files in chunks of this size.
 const READ_BUFFER: usize = 64 * 1024;
 
-/// Scans of record headers read in chunks of this size: records larger than it (an output
-/// event is up to 32 KiB) are skipped with a seek instead of being read, so finding the sizes
-/// of a segment's records before it is deleted reads a fraction of it, not all of it again.
+/// Scans of record headers read this much at a time while records are small; after a record
+/// at least this large they read the next header alone (see [`Headers`]).
 const SCAN_BUFFER: usize = 4 * 1024;
 
 /// The file name of the segment whose first record has `first_seq`: zero-padded, so names sort
@@ -156,20 +156,18 @@ pub fn scan(
     mut each: impl FnMut(RecordAt) -> bool,
 ) -> io::Result<ScanEnd> {
     let size = file.metadata()?.len();
-    let mut reader = BufReader::with_capacity(SCAN_BUFFER, file);
-    reader.seek(SeekFrom::Start(offset))?;
+    let mut headers = Headers::new(file);
     let mut end = ScanEnd {
         offset,
         next_seq: seq,
         torn: false,
     };
     while end.offset < size {
-        let mut header = [0u8; RECORD_HEADER as usize];
         if size - end.offset < RECORD_HEADER {
             end.torn = true;
             break;
         }
-        reader.read_exact(&mut header)?;
+        let header = headers.at(end.offset, size)?;
         let (len, record_seq) = parse_header(&header);
         if record_seq != end.next_seq
             || len > MAX_EVENT_JSON as u64 * 2
@@ -186,11 +184,52 @@ pub fn scan(
         if !each(record) {
             break;
         }
-        reader.seek_relative(i64::try_from(len).unwrap_or(i64::MAX))?;
         end.offset += RECORD_HEADER + len;
         end.next_seq += 1;
     }
     Ok(end)
+}
+
+/// Record headers read at their offsets, never the JSON between them in bulk: finding the
+/// sizes of a segment's records before it is deleted (for exact `dropped_bytes`) would otherwise
+/// read the whole segment again. Small records are served from a window of [`SCAN_BUFFER`]
+/// bytes that holds several headers; past a large record, the next header is read alone.
+struct Headers<'a> {
+    file: &'a File,
+    window: Vec<u8>,
+    /// The file offset of `window[0]`.
+    start: u64,
+}
+
+impl<'a> Headers<'a> {
+    fn new(file: &'a File) -> Self {
+        Self {
+            file,
+            window: Vec::new(),
+            start: 0,
+        }
+    }
+
+    /// The header at `offset` (the caller checked that it lies within `size`).
+    fn at(&mut self, offset: u64, size: u64) -> io::Result<[u8; RECORD_HEADER as usize]> {
+        let end = self.start + self.window.len() as u64;
+        if offset < self.start || offset + RECORD_HEADER > end {
+            // A record far past the window (one larger than it) suggests the next ones are
+            // large too: read just the header. Otherwise refill the window from here.
+            let skipped_large = offset >= end + SCAN_BUFFER as u64 - RECORD_HEADER;
+            let want = match skipped_large {
+                true => RECORD_HEADER,
+                false => SCAN_BUFFER as u64,
+            };
+            self.window.resize(want.min(size - offset) as usize, 0);
+            self.file.read_exact_at(&mut self.window, offset)?;
+            self.start = offset;
+        }
+        let at = (offset - self.start) as usize;
+        let mut header = [0u8; RECORD_HEADER as usize];
+        header.copy_from_slice(&self.window[at..at + RECORD_HEADER as usize]);
+        Ok(header)
+    }
 }
 
 fn parse_header(header: &[u8; RECORD_HEADER as usize]) -> (u64, u64) {
@@ -263,6 +302,42 @@ mod tests {
         assert_eq!(parse_name("42.seg"), None);
         assert_eq!(parse_name("index.json"), None);
         assert!(file_name(9) < file_name(10));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_scan_finds_every_record_whatever_their_sizes(
+            lens in proptest::collection::vec(
+                proptest::prop_oneof![0usize..64, 3_000usize..5_000, 10_000usize..20_000], 0..40),
+            torn in 0usize..20,
+        ) {
+            let dir = std::env::temp_dir()
+                .join(format!("seg-scan-{}-{}", std::process::id(), lens.len()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(file_name(1));
+            let mut bytes = Vec::new();
+            let mut expected = Vec::new();
+            for (i, &len) in lens.iter().enumerate() {
+                let seq = i as u64 + 1;
+                encode_record(&mut bytes, seq, &"x".repeat(len));
+                expected.push((seq, len as u64));
+            }
+            // A torn record at the end: part of a header, or a header and part of its JSON.
+            let whole = bytes.len() as u64;
+            encode_record(&mut bytes, lens.len() as u64 + 1, &"y".repeat(30));
+            bytes.truncate(whole as usize + torn);
+            File::create(&path).unwrap().write_all(&bytes).unwrap();
+            let mut seen = Vec::new();
+            let end = scan(&File::open(&path).unwrap(), 0, 1, |r| {
+                seen.push((r.seq, r.json_len));
+                true
+            })
+            .unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            proptest::prop_assert_eq!(seen, expected);
+            proptest::prop_assert_eq!(end.offset, whole);
+            proptest::prop_assert_eq!(end.torn, torn > 0);
+        }
     }
 
     #[test]
