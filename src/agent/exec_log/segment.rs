@@ -2,7 +2,7 @@
 //! named by their first seq, plus a sparse in-memory index of record offsets for seeking.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -241,40 +241,87 @@ fn parse_header(header: &[u8; RECORD_HEADER as usize]) -> (u64, u64) {
 
 /// Reads the records of `file` from `offset` (a record of `seq_at_offset` starts there),
 /// skipping those before `from_seq`, and hands each later record's JSON to `take` until it
-/// returns false or `last_seq` has been read.
+/// returns false or `last_seq` has been read. The file is read in windows of [`READ_BUFFER`]
+/// (or one record, when larger) straight into one buffer, and each JSON is lent from it: a
+/// page read back costs one copy out of the page cache, not one per layer.
 pub fn read_records(
     file: &File,
     offset: u64,
     seq_at_offset: u64,
     from_seq: u64,
     last_seq: u64,
-    mut take: impl FnMut(u64, String) -> bool,
+    mut take: impl FnMut(u64, &str) -> bool,
 ) -> io::Result<()> {
-    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
-    reader.seek(SeekFrom::Start(offset))?;
+    let damaged = |seq: u64, why: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("record {seq} of an exec log is damaged ({why})"),
+        )
+    };
+    let mut window: Vec<u8> = Vec::new();
+    // The file offset of `window[0]`, and where the next record starts.
+    let (mut start, mut at) = (offset, offset);
     let mut seq = seq_at_offset;
     while seq <= last_seq {
+        let header_end = (at - start) as usize + RECORD_HEADER as usize;
+        if header_end > window.len() {
+            refill(file, &mut window, &mut start, at, READ_BUFFER)?;
+        }
+        let h = (at - start) as usize;
         let mut header = [0u8; RECORD_HEADER as usize];
-        reader.read_exact(&mut header)?;
+        header.copy_from_slice(&window[h..h + RECORD_HEADER as usize]);
         let (len, record_seq) = parse_header(&header);
         if record_seq != seq || len > MAX_EVENT_JSON as u64 * 2 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("record {seq} of an exec log is damaged"),
-            ));
+            return Err(damaged(seq, "its header does not follow the one before"));
         }
-        if seq < from_seq {
-            reader.seek_relative(i64::try_from(len).unwrap_or(i64::MAX))?;
-        } else {
-            let mut json = vec![0u8; usize::try_from(len).unwrap_or(0)];
-            reader.read_exact(&mut json)?;
-            let json = String::from_utf8(json)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "record is not UTF-8"))?;
+        let record_end = at + RECORD_HEADER + len;
+        if seq >= from_seq {
+            if (record_end - start) as usize > window.len() {
+                let whole = (RECORD_HEADER + len) as usize;
+                refill(file, &mut window, &mut start, at, whole.max(READ_BUFFER))?;
+                if (record_end - start) as usize > window.len() {
+                    return Err(damaged(seq, "the segment ends inside it"));
+                }
+            }
+            let j = (at - start) as usize + RECORD_HEADER as usize;
+            let json = std::str::from_utf8(&window[j..j + len as usize])
+                .map_err(|_| damaged(seq, "its JSON is not UTF-8"))?;
             if !take(seq, json) {
                 return Ok(());
             }
         }
+        at = record_end;
         seq += 1;
+    }
+    Ok(())
+}
+
+/// Fills `window` with up to `want` bytes of `file` from `at` (fewer at the end of the file);
+/// fails when not even a record header is there.
+fn refill(
+    file: &File,
+    window: &mut Vec<u8>,
+    start: &mut u64,
+    at: u64,
+    want: usize,
+) -> io::Result<()> {
+    window.resize(want, 0);
+    let mut filled = 0;
+    while filled < want {
+        match file.read_at(&mut window[filled..], at + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    window.truncate(filled);
+    *start = at;
+    if filled < RECORD_HEADER as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "an exec log segment ends inside a record",
+        ));
     }
     Ok(())
 }
@@ -340,6 +387,39 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn records_read_back_whole_across_read_windows(
+            lens in proptest::collection::vec(
+                proptest::prop_oneof![0usize..64, 10_000usize..30_000], 1..30),
+            from_at in 0usize..30,
+            stop_after in 1usize..40,
+        ) {
+            let dir = std::env::temp_dir()
+                .join(format!("seg-read-{}-{}", std::process::id(), lens.len()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(file_name(1));
+            let mut bytes = Vec::new();
+            let mut all = Vec::new();
+            for (i, &len) in lens.iter().enumerate() {
+                let json = format!("{{\"n\":\"{}\"}}", char::from(b'a' + (i % 26) as u8).to_string().repeat(len));
+                encode_record(&mut bytes, i as u64 + 1, &json);
+                all.push((i as u64 + 1, json));
+            }
+            File::create(&path).unwrap().write_all(&bytes).unwrap();
+            let from = (from_at % lens.len()) as u64 + 1;
+            let mut got = Vec::new();
+            read_records(&File::open(&path).unwrap(), 0, 1, from, lens.len() as u64, |seq, json| {
+                got.push((seq, json.to_owned()));
+                got.len() < stop_after
+            })
+            .unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            let expected: Vec<_> = all.into_iter().skip(from as usize - 1).take(stop_after).collect();
+            proptest::prop_assert_eq!(got, expected);
+        }
+    }
+
     #[test]
     fn a_scan_stops_at_a_torn_record() {
         let dir = std::env::temp_dir().join(format!("seg-test-{}", std::process::id()));
@@ -369,11 +449,17 @@ mod tests {
         );
         let mut got = Vec::new();
         read_records(&File::open(&path).unwrap(), 0, 5, 6, 6, |seq, json| {
-            got.push((seq, json));
+            got.push((seq, json.to_owned()));
             true
         })
         .unwrap();
         assert_eq!(got, vec![(6, "{\"b\":22}".to_string())]);
+        let past_the_end = read_records(&File::open(&path).unwrap(), 0, 5, 5, 7, |_, _| true);
+        assert_eq!(
+            past_the_end.unwrap_err().kind(),
+            io::ErrorKind::InvalidData,
+            "a torn record is not read as a record"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
