@@ -151,7 +151,10 @@ pub struct ExecLog {
     budget: Arc<LogBudget>,
     /// Finished logs are evicted before running ones.
     finished: AtomicBool,
-    /// Mirrors of the disk state for the budget's choice, updated under the disk lock.
+    /// Mirrors of the disk state for the budget's choice and for reads served by the ring,
+    /// updated under the disk lock: a read of the ring never waits for a write to disk (or an
+    /// eviction) in progress.
+    first_seq: AtomicU64,
     oldest_epoch: AtomicU64,
     segments: AtomicUsize,
     charged: AtomicU64,
@@ -199,6 +202,7 @@ impl ExecLog {
             disk: Mutex::new(disk),
             budget: Arc::clone(budget),
             finished: AtomicBool::new(false),
+            first_seq: AtomicU64::new(1),
             oldest_epoch: AtomicU64::new(u64::MAX),
             segments: AtomicUsize::new(0),
             charged: AtomicU64::new(0),
@@ -291,7 +295,7 @@ impl ExecLog {
             match ring.read(cursor, max_events, max_bytes, false) {
                 Ok(mut page) if !page.cursor_expired => {
                     // The oldest kept event is the log's, which may be older than the ring's.
-                    page.first_seq = page.first_seq.min(self.disk.lock().first_seq());
+                    page.first_seq = page.first_seq.min(self.first_seq());
                     return Ok(page);
                 }
                 Ok(page) if self.disk.lock().broken.is_some() => return Ok(page),
@@ -312,7 +316,7 @@ impl ExecLog {
 
     /// The oldest event still kept on disk.
     pub fn first_seq(&self) -> u64 {
-        self.disk.lock().first_seq()
+        self.first_seq.load(Ordering::Acquire)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -389,6 +393,7 @@ impl ExecLog {
     }
 
     fn after_disk_change(&self, disk: &Disk) {
+        self.first_seq.store(disk.first_seq(), Ordering::Release);
         self.oldest_epoch
             .store(disk.oldest_epoch().unwrap_or(u64::MAX), Ordering::Release);
         self.segments.store(disk.segment_count(), Ordering::Release);
