@@ -156,6 +156,47 @@ pub fn unescape_into(out: &mut String, escaped: &str) -> bool {
     true
 }
 
+/// Writes the text that `escaped` stands for into `out` (which must be at least as long as
+/// `escaped`: text never grows by unescaping) when that text is ASCII, and returns its length;
+/// `None` for text that is not ASCII or an escape [`unescape_into`] would not take. The way to
+/// build a string in a buffer sized before its exact length is known.
+pub fn unescape_ascii(out: &mut [u8], escaped: &str) -> Option<usize> {
+    let bytes = escaped.as_bytes();
+    if !bytes.is_ascii() || out.len() < bytes.len() {
+        return None;
+    }
+    let (mut from, mut to) = (0, 0);
+    while let Some(at) = find_byte(&bytes[from..], b'\\').map(|at| from + at) {
+        out[to..to + at - from].copy_from_slice(&bytes[from..at]);
+        to += at - from;
+        let (byte, len) = match bytes.get(at + 1)? {
+            b'"' => (b'"', 2),
+            b'\\' => (b'\\', 2),
+            b'/' => (b'/', 2),
+            b'b' => (0x08, 2),
+            b'f' => (0x0C, 2),
+            b'n' => (b'\n', 2),
+            b'r' => (b'\r', 2),
+            b't' => (b'\t', 2),
+            b'u' => {
+                let hex = escaped.get(at + 2..at + 6)?;
+                let ok = hex.len() == 4 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+                let unit = u8::try_from(u32::from_str_radix(hex, 16).ok()?).ok()?;
+                if !ok || !unit.is_ascii() {
+                    return None;
+                }
+                (unit, 6)
+            }
+            _ => return None,
+        };
+        out[to] = byte;
+        to += 1;
+        from = at + len;
+    }
+    out[to..to + bytes.len() - from].copy_from_slice(&bytes[from..]);
+    Some(to + bytes.len() - from)
+}
+
 /// Where `needle` first occurs in `bytes`, sixteen bytes at a time like [`find_escape`]: a
 /// `str::find` sets up a searcher per call, which costs more than it saves when escapes are a
 /// few bytes apart (every line of output ends with one).
@@ -288,6 +329,35 @@ mod tests {
         let mut solidus = String::new();
         assert!(unescape_into(&mut solidus, "a\\/b\\u00e9"));
         assert_eq!(solidus, "a/bé");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn unescaping_into_a_buffer_agrees_with_unescaping_into_a_string(
+            text in "[\\x00-\\x7f]{0,60}|\\PC{0,20}",
+        ) {
+            let escaped = escaped(&text);
+            let mut buffer = vec![0u8; escaped.len()];
+            let mut string = String::new();
+            proptest::prop_assert!(unescape_into(&mut string, &escaped));
+            match unescape_ascii(&mut buffer, &escaped) {
+                Some(n) => proptest::prop_assert_eq!(&buffer[..n], string.as_bytes()),
+                None => proptest::prop_assert!(!text.is_ascii()),
+            }
+        }
+    }
+
+    #[test]
+    fn unescaping_into_a_buffer_refuses_what_is_not_ascii_text() {
+        let mut out = [0u8; 16];
+        assert_eq!(unescape_ascii(&mut out, "a\\u00e9"), None);
+        assert_eq!(unescape_ascii(&mut out, "é"), None);
+        assert_eq!(unescape_ascii(&mut out, "a\\x"), None);
+        assert_eq!(unescape_ascii(&mut out, "a\\"), None);
+        assert_eq!(unescape_ascii(&mut out, "\\u12"), None);
+        assert_eq!(unescape_ascii(&mut [0u8; 2], "abc"), None);
+        assert_eq!(unescape_ascii(&mut out, "a\\u0041\\n\\/"), Some(4));
+        assert_eq!(&out[..4], b"aA\n/");
     }
 
     #[test]
