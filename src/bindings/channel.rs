@@ -2,10 +2,10 @@
 //! bytes from any transport) and `parse_page` for pages that come back as response payloads.
 
 use parking_lot::Mutex;
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyConnectionError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::buffer::PyBuffer;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::policy_error;
