@@ -3,7 +3,7 @@
 //! once per parse (the page, the event's head, its text). Anything else is left to
 //! [`Event::from_json`], which decides; this reader only ever agrees with it.
 
-use super::json::find_escape;
+use super::json::{find_escape, has_control};
 use super::timestamp::TIMESTAMP_LEN;
 use super::{Event, EventType, MAX_EVENT_JSON};
 
@@ -53,7 +53,9 @@ impl Event {
             }
         }
         let end = expect(bytes, at, b"}")?;
-        if end > MAX_EVENT_JSON {
+        // A JSON string may not hold a raw control character; the framing around the strings
+        // was matched byte for byte, so the whole event holds none either.
+        if end > MAX_EVENT_JSON || has_control(&bytes[..end]) {
             return None;
         }
         let event = Event {
@@ -75,15 +77,17 @@ fn expect(bytes: &[u8], at: usize, token: &[u8]) -> Option<usize> {
 }
 
 /// Where the JSON string whose content starts at `start` ends (the offset of its closing
-/// quote), checking its escapes; `None` for a string that is cut short, holds a control
-/// character or a malformed escape, or escapes a surrogate (the general parser judges pairs).
+/// quote), checking its escapes; `None` for a string that is cut short or holds a malformed
+/// escape, or escapes a surrogate (the general parser judges pairs). Raw control characters
+/// are the caller's to refuse (`has_control`, once over the whole event).
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
     let mut at = start;
     loop {
-        at += find_escape(bytes.get(at..)?);
-        match *bytes.get(at)? {
+        // A quote ends the string; anything else memchr2 stops at is a backslash.
+        at += memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
+        match bytes[at] {
             b'"' => return Some(at),
-            b'\\' => {
+            _ => {
                 at += match *bytes.get(at + 1)? {
                     b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
                     b'u' => {
@@ -100,8 +104,6 @@ fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
                     _ => return None,
                 };
             }
-            // A control character: not allowed inside a JSON string.
-            _ => return None,
         }
     }
 }
