@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modal_workspace_core._core import Page
+from modal_workspace_core._core import AgentChannel, EventRing, Page
 from modal_workspace_core.agent_client import AgentClient, AgentError
 
 # Generous bounds: the machine is small and shared.
@@ -134,6 +134,93 @@ async def test_a_gateway_refuses_an_agent_of_another_protocol(tmp_path: Path) ->
     assert err.value.code == "protocol_mismatch"
     for part in ("protocol 1", "protocol 99", "9.9.9"):
         assert part in err.value.message
+
+
+def frame(kind: int, header: dict[str, Any], payload: bytes = b"") -> bytes:
+    head = json.dumps(header, separators=(",", ":")).encode()
+    body = struct.pack(">I", len(head)) + head + payload
+    return struct.pack(">IB", len(body), kind) + body
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+    length, kind = struct.unpack(">IB", await reader.readexactly(5))
+    body = await reader.readexactly(length)
+    (head_len,) = struct.unpack(">I", body[:4])
+    return kind, json.loads(body[4 : 4 + head_len])
+
+
+async def test_a_unix_client_takes_pages_however_the_socket_cuts_them(tmp_path: Path) -> None:
+    # The unix transport reads into one reused buffer: frames that arrive many to a read, or
+    # cut into pieces across reads, must come out whole, and the end of the socket must fail
+    # the reads that wait on it.
+    exec_id = "ex-" + "1" * 32
+    ring = EventRing(1 << 30)
+    for i in range(200):
+        ring.append("stdout", f"line {i:04} {'z' * (i % 97)}\n".encode())
+    pages, cursor = [], 0
+    while True:
+        page = ring.read(cursor, 10, 4096)
+        pages.append(frame(4, {"stream": exec_id}, page.to_json().encode()))
+        cursor = page.next_cursor
+        if not page.has_more:
+            break
+    closed = asyncio.Event()
+
+    async def agent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(frame(1, {"protocol": 1, "build": "0.1.0", "role": "agent"}))
+        await read_frame(reader)  # the gateway's Hello
+        kind, request = await read_frame(reader)
+        assert (kind, request["op"]) == (2, "subscribe")
+        wire = frame(3, {"id": request["id"], "ok": True, "result": {}}) + b"".join(pages)
+        half = len(wire) // 2
+        writer.write(wire[:half])
+        await writer.drain()
+        for at in range(half, len(wire), 7):
+            writer.write(wire[at : at + 7])
+            await writer.drain()
+            if at % 700 == 0:
+                await asyncio.sleep(0)
+        await closed.wait()
+        writer.close()
+
+    server = await asyncio.start_unix_server(agent, str(tmp_path / "fake.sock"))
+    async with server:
+        client = await AgentClient.connect_unix(tmp_path / "fake.sock", credit=1 << 20)
+        try:
+            seen, cursor = [], 0
+            while cursor < 200:
+                page = await client.read_events(exec_id, cursor, max_events=1000, wait_seconds=5)
+                assert not page.cursor_expired
+                for event in page.events:
+                    assert event["seq"] == cursor + 1
+                    cursor = event["seq"]
+                    seen.append(event["data"])
+            assert seen == [f"line {i:04} {'z' * (i % 97)}\n" for i in range(200)]
+            waiting = asyncio.create_task(client.read_events(exec_id, cursor, wait_seconds=20))
+            await asyncio.sleep(0.1)
+            closed.set()
+            with pytest.raises(AgentError) as err:
+                await asyncio.wait_for(waiting, SOON)
+            assert err.value.code == "unavailable"
+            assert client.closed
+        finally:
+            await client.close()
+
+
+def test_a_channel_copies_what_it_is_fed_from_a_reused_buffer() -> None:
+    channel = AgentChannel()
+    hello = frame(1, {"protocol": 1, "build": "0.1.0", "role": "agent"})
+    buffer = bytearray(len(hello))
+    view = memoryview(buffer)
+    cut = len(hello) // 2
+    buffer[:cut] = hello[:cut]
+    assert channel.feed(view[:cut]) == (None, [], [])
+    # The transport reads the rest into the same buffer: the first half must have been kept.
+    buffer[: len(hello) - cut] = hello[cut:]
+    info, responses, _ = channel.feed(view[: len(hello) - cut])
+    assert info is not None and json.loads(info)["role"] == "agent"
+    assert responses == []
+    assert channel.feed(b"") == (None, [], [])
 
 
 # --- streams --------------------------------------------------------------------------------

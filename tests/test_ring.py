@@ -103,6 +103,26 @@ def test_random_bytes_round_trip_exactly_through_the_json_form(data: bytes, cut:
     assert output_bytes(drain(ring)) == data
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    chunks=st.lists(
+        st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=200)
+        | st.text(max_size=50)
+        | st.sampled_from(['"', "\\", "\n", "\x01", "\x7f", "/", "é", "\t\r\b\f"]),
+        max_size=12,
+    ),
+    coalesce=st.booleans(),
+)
+def test_page_events_are_exactly_what_the_page_json_says(chunks: list[str], coalesce: bool) -> None:
+    # Text output becomes a str built straight from the escaped JSON (ASCII text in place, the
+    # rest through a decoded copy): it must always be what a JSON parser reads.
+    ring = EventRing(1 << 20)
+    for i, chunk in enumerate(chunks):
+        ring.append("stderr" if i % 3 == 2 else "stdout", chunk.encode())
+    page = ring.read(0, max_events=1000, max_bytes=1 << 20, coalesce=coalesce)
+    assert page.events == json.loads(page.to_json())["events"]
+
+
 def test_bytes_that_are_not_utf8_travel_as_data_b64() -> None:
     ring = EventRing(1 << 16)
     ring.append("stderr", b"\xff\xfe\x80\x81")

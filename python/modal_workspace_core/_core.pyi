@@ -314,8 +314,12 @@ class AgentChannel:
     def __new__(
         cls, *, stream_bytes: int = 1048576, max_streams: int = 64, credit: int = 1048576
     ) -> Self: ...
-    def feed(self, data: bytes) -> tuple[str | None, list[_Response], list[str]]:
-        """Handles bytes read from the transport. Returns `(hello, responses, woken)`:
+    def feed(
+        self, data: bytes | bytearray | memoryview
+    ) -> tuple[str | None, list[_Response], list[str]]:
+        """Handles bytes read from the transport: `bytes`, or a buffer of bytes such as a view
+        of a buffer the transport reuses (copied before the call returns, so the transport may
+        read into it again). Returns `(hello, responses, woken)`:
         the agent's Hello header as JSON when it arrived in this feed; completed requests as
         `(id, ok, body_json, payload)` where `body_json` is the result object or the error
         object (`{"code", "message"}`); and the streams whose cache changed (new events, the

@@ -130,7 +130,12 @@ class AgentClient:
         self._transport = transport
         self._lost = None
         self._hello = self._loop.create_future()
-        self._pump = self._loop.create_task(self._read_loop(transport, self._hello))
+        pushed = transport.attach(
+            lambda data: self._pushed(transport, data),
+            lambda exc: self._pushed_lost(transport, exc),
+        )
+        if not pushed:
+            self._pump = self._loop.create_task(self._read_loop(transport))
         self._flush()
         try:
             await asyncio.wait_for(asyncio.shield(self._hello), _HELLO_TIMEOUT)
@@ -370,22 +375,17 @@ class AgentClient:
 
     # --- the reader task ----------------------------------------------------------------------
 
-    async def _read_loop(self, transport: Transport, hello: asyncio.Future[None]) -> None:
+    async def _read_loop(self, transport: Transport) -> None:
+        """Reads a pulled transport (see `transports`) until it ends."""
+        reader = transport.reader
         try:
+            if reader is None:
+                raise AgentError("internal", "a transport with neither a reader nor pushes")
             while True:
-                data = await transport.reader.read(_READ_BYTES)
+                data = await reader.read(_READ_BYTES)
                 if not data:
                     raise AgentError("unavailable", "the agent closed the channel")
-                info, responses, woken = self._channel.feed(data)
-                if info is not None:
-                    self._info = json.loads(info)
-                    if not hello.done():
-                        hello.set_result(None)
-                for request_id, ok, body, response_payload in responses:
-                    self._resolve(request_id, ok, body, response_payload)
-                for stream_id in woken:
-                    self._wake(stream_id)
-                self._flush()
+                self._received(data)
         except asyncio.CancelledError:
             raise
         except AgentError as e:
@@ -397,6 +397,40 @@ class AgentClient:
         if self._transport is transport:
             self._transport = None
         await transport.close()
+
+    def _pushed(self, transport: Transport, data: memoryview) -> None:
+        """What a pushed transport read (see `transports`); a transport this client has left
+        behind is ignored."""
+        if self._transport is not transport or self._lost is not None:
+            return
+        try:
+            self._received(data)
+        except AgentError as e:
+            self._fail(e)
+            self._transport = None
+            transport.writer.close()
+
+    def _pushed_lost(self, transport: Transport, exc: Exception | None) -> None:
+        if self._transport is not transport:
+            return
+        self._transport = None
+        if exc is None:
+            self._fail(AgentError("unavailable", "the agent closed the channel"))
+        else:
+            self._fail(AgentError("unavailable", f"the agent channel was lost: {exc}"))
+
+    def _received(self, data: bytes | memoryview) -> None:
+        """Feeds what the transport read to the channel and hands out what it produced."""
+        info, responses, woken = self._channel.feed(data)
+        if info is not None:
+            self._info = json.loads(info)
+            if self._hello is not None and not self._hello.done():
+                self._hello.set_result(None)
+        for request_id, ok, body, response_payload in responses:
+            self._resolve(request_id, ok, body, response_payload)
+        for stream_id in woken:
+            self._wake(stream_id)
+        self._flush()
 
     def _resolve(self, request_id: int, ok: bool, body: str, payload: bytes) -> None:
         if request_id == 0:

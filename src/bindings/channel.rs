@@ -2,6 +2,7 @@
 //! bytes from any transport) and `parse_page` for pages that come back as response payloads.
 
 use parking_lot::Mutex;
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyConnectionError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -10,7 +11,7 @@ use pyo3::types::{PyBytes, PyDict};
 use super::errors::policy_error;
 use super::ring::PyPage;
 use crate::channel::client::{
-    read_ring, AgentChannel, CacheConfig, CacheRead, ChannelError, ReceivedPage,
+    read_ring, AgentChannel, CacheConfig, CacheRead, ChannelError, Fed, ReceivedPage,
 };
 
 /// Feeds larger than this are handled with the GIL released (pages are parsed and mirrored).
@@ -23,6 +24,19 @@ type PyResponse = (u64, bool, String, Py<PyBytes>);
 #[pyclass(frozen, name = "AgentChannel", module = "modal_workspace_core._core")]
 pub struct PyAgentChannel {
     inner: Mutex<AgentChannel>,
+    /// Where data fed from a reused buffer (a `memoryview`) is copied, reused in turn, so that
+    /// a transport that reads into one buffer causes no allocation per read here either.
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl PyAgentChannel {
+    fn feed_bytes(&self, py: Python<'_>, data: &[u8]) -> Fed {
+        if data.len() > DETACH_FEED_BYTES {
+            py.detach(|| self.inner.lock().feed(data))
+        } else {
+            self.inner.lock().feed(data)
+        }
+    }
 }
 
 #[pymethods]
@@ -38,20 +52,33 @@ impl PyAgentChannel {
         let channel = AgentChannel::new(config).map_err(policy_error)?;
         Ok(Self {
             inner: Mutex::new(channel),
+            scratch: Mutex::new(Vec::new()),
         })
     }
 
-    /// Handles bytes read from the transport. Returns `(hello, responses, woken)`; a failure of
-    /// the channel comes as a response with id 0 and `ok` false.
+    /// Handles bytes read from the transport (`bytes`, or any buffer of bytes, such as a view
+    /// of a buffer the transport reuses: it is copied before the call returns). Returns
+    /// `(hello, responses, woken)`; a failure of the channel comes as a response with id 0 and
+    /// `ok` false.
     fn feed(
         &self,
         py: Python<'_>,
-        data: &[u8],
+        data: &Bound<'_, PyAny>,
     ) -> PyResult<(Option<String>, Vec<PyResponse>, Vec<String>)> {
-        let fed = if data.len() > DETACH_FEED_BYTES {
-            py.detach(|| self.inner.lock().feed(data))
-        } else {
-            self.inner.lock().feed(data)
+        let fed = match data.cast::<PyBytes>() {
+            Ok(bytes) => self.feed_bytes(py, bytes.as_bytes()),
+            Err(_) => {
+                let buffer = PyBuffer::<u8>::get(data)?;
+                // Taken out rather than locked across the feed, which may release the GIL:
+                // holding a lock while taking the GIL back could deadlock with a thread that
+                // holds the GIL and waits for the lock.
+                let mut scratch = std::mem::take(&mut *self.scratch.lock());
+                scratch.resize(buffer.item_count(), 0);
+                buffer.copy_to_slice(py, &mut scratch)?;
+                let fed = self.feed_bytes(py, &scratch);
+                *self.scratch.lock() = scratch;
+                fed
+            }
         };
         let mut responses: Vec<PyResponse> = fed
             .responses

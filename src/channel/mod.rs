@@ -2,12 +2,14 @@
 //! and pushed events. `frame` is the wire unit; the request set is described in docs/protocol.md.
 
 pub mod client;
+pub mod decoder;
 pub mod frame;
 pub mod message;
 pub mod server;
 pub mod subscription;
 
-pub use frame::{Frame, FrameDecoder, FrameError, FrameKind, MAX_FRAME_BYTES};
+pub use decoder::{FeedError, FrameDecoder};
+pub use frame::{Frame, FrameError, FrameKind, FrameRef, MAX_FRAME_BYTES};
 
 #[cfg(test)]
 mod server_tests;

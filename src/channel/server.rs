@@ -10,7 +10,8 @@ use serde_json::{json, Map, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::frame::{Frame, FrameDecoder, FrameKind};
+use super::decoder::FrameDecoder;
+use super::frame::{Frame, FrameKind};
 use super::message::{
     frame, parse_header, response_bytes, CreditHeader, ErrorBody, ErrorCode, Hello, RequestHeader,
     Role,

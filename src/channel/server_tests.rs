@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use super::frame::{Frame, FrameDecoder, FrameKind};
+use super::decoder::FrameDecoder;
+use super::frame::{Frame, FrameKind};
 use super::message::{frame, ErrorBody, ErrorCode};
 use super::server::{serve, Reply, ReplyFuture, Request, Service};
 use super::subscription::{EventSource, RingSource};

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::frame::FrameKind;
-use super::message::{frame, EventsHeader};
+use super::frame::{Frame, FrameError, FrameKind, FRAME_OVERHEAD};
+use super::message::EventsHeader;
 use crate::ring::{EventRing, Page, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
 /// The largest page pushed to a subscriber: a stream overshoots its credit by at most this.
@@ -157,16 +157,7 @@ pub(crate) async fn pump(mut control: mpsc::Receiver<Control>, out: mpsc::Sender
                 continue;
             }
         };
-        let payload = page.to_json().into_bytes();
-        let cost = payload.len() as u64;
-        let header = EventsHeader {
-            stream: key.clone(),
-        };
-        let bytes = frame(FrameKind::Events, &header, Vec::new()).and_then(|mut f| {
-            f.payload = payload;
-            f.encode()
-        });
-        let Ok(bytes) = bytes else {
+        let Ok((bytes, cost)) = events_frame(&key, &page) else {
             remove(&key, &mut subs, &mut order);
             continue;
         };
@@ -179,6 +170,20 @@ pub(crate) async fn pump(mut control: mpsc::Receiver<Control>, out: mpsc::Sender
             remove(&key, &mut subs, &mut order);
         }
     }
+}
+
+/// The `Events` frame of one page, with the page's JSON written in place, and the payload's
+/// length (what the page costs the stream's credit).
+fn events_frame(stream: &str, page: &Page) -> Result<(Vec<u8>, u64), FrameError> {
+    let header = serde_json::to_string(&EventsHeader {
+        stream: stream.to_owned(),
+    })
+    .map_err(|_| FrameError::Malformed("unserializable header"))?;
+    let bytes = Frame::encode_text(FrameKind::Events, &header, page.json_capacity(), |out| {
+        page.write_json(out)
+    })?;
+    let payload = bytes.len() - FRAME_OVERHEAD - header.len();
+    Ok((bytes, payload as u64))
 }
 
 /// Applies a control message; returns a response to queue, if it carries one.

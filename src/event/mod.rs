@@ -1,6 +1,7 @@
 //! The event model: what a stream carries (`seq`, timestamp, type, bytes or fields) and its
 //! JSON framing, encoded once at append time with every event's size bounded.
 
+mod canonical;
 mod decode;
 pub mod json;
 pub mod timestamp;
@@ -127,7 +128,7 @@ impl Event {
 
     /// Rebuilds an event from the JSON [`encode`] produced (as an exec log stores it), or `None`
     /// when `json` does not start with this module's framing.
-    pub fn from_encoded(json: String) -> Option<Event> {
+    pub fn from_encoded(json: &str) -> Option<Event> {
         let rest = json.strip_prefix("{\"seq\":")?;
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         let seq: u64 = rest.get(..digits)?.parse().ok()?;

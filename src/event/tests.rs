@@ -243,13 +243,13 @@ fn an_encoded_event_is_rebuilt_from_its_json() {
         encode(9, &ts, EventType::Exit, Payload::None, &Fields::default()),
     ];
     for original in cases {
-        let rebuilt = Event::from_encoded(original.json().to_owned()).unwrap();
+        let rebuilt = Event::from_encoded(original.json()).unwrap();
         assert_eq!(rebuilt.seq(), original.seq());
         assert_eq!(rebuilt.kind(), original.kind());
         assert_eq!(rebuilt.json(), original.json());
         assert_eq!(rebuilt.coalescable_text(), original.coalescable_text());
         assert_eq!(rebuilt.timestamp(), original.timestamp());
     }
-    assert!(Event::from_encoded("{\"seq\":x}".into()).is_none());
-    assert!(Event::from_encoded(String::new()).is_none());
+    assert!(Event::from_encoded("{\"seq\":x}").is_none());
+    assert!(Event::from_encoded("").is_none());
 }

@@ -29,11 +29,6 @@ impl EventRing {
         Ok(ring)
     }
 
-    /// Encoded bytes of the events held: what the ring's budget counts.
-    pub fn held_bytes(&self) -> usize {
-        self.state.lock().bytes
-    }
-
     /// Adds events received from the source in seq order, without re-encoding them. Events at
     /// or below the last seq held are skipped (a page repeated after a resubscribe); a batch
     /// that starts past the next seq is a gap at the source (or a cursor it expired), so the

@@ -73,6 +73,19 @@ impl State {
     fn ready(&self, cursor: u64) -> bool {
         self.last_seq > cursor || self.closed
     }
+
+    /// Evicts the oldest events (into the ledger) until at most `max_bytes` and `max_events`
+    /// are kept; the newest event always stays. Returns the bytes freed.
+    fn evict_to(&mut self, max_bytes: usize, max_events: usize) -> usize {
+        let before = self.bytes;
+        while self.events.len() > 1 && (self.bytes > max_bytes || self.events.len() > max_events) {
+            if let Some(oldest) = self.events.pop_front() {
+                self.bytes -= oldest.encoded_len();
+                self.ledger.record(oldest.encoded_len());
+            }
+        }
+        before - self.bytes
+    }
 }
 
 impl EventRing {
@@ -201,6 +214,18 @@ impl EventRing {
         self.state.lock().closed
     }
 
+    /// Encoded bytes of the events held: what the ring's budget counts.
+    pub fn held_bytes(&self) -> usize {
+        self.state.lock().bytes
+    }
+
+    /// Evicts the oldest events until at most `max_bytes` are kept (the newest event stays),
+    /// as the ring's own bound does: for an owner that shares memory between rings. Returns
+    /// the bytes freed. Readers learn of the evicted events like of any others.
+    pub fn trim(&self, max_bytes: usize) -> usize {
+        self.state.lock().evict_to(max_bytes, usize::MAX)
+    }
+
     /// The newest seq appended (0 before the first event).
     pub fn last_seq(&self) -> u64 {
         self.state.lock().last_seq
@@ -269,15 +294,7 @@ impl EventRing {
         if batch.capacity() <= 64 {
             state.spare = batch;
         }
-        let max_events = self.max_events.unwrap_or(usize::MAX);
-        while state.events.len() > 1
-            && (state.bytes > self.max_bytes || state.events.len() > max_events)
-        {
-            if let Some(oldest) = state.events.pop_front() {
-                state.bytes -= oldest.encoded_len();
-                state.ledger.record(oldest.encoded_len());
-            }
-        }
+        state.evict_to(self.max_bytes, self.max_events.unwrap_or(usize::MAX));
         state.closed |= close;
         let (last_seq, closed) = (state.last_seq, state.closed);
         if state

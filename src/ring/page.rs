@@ -114,26 +114,36 @@ impl Page {
 
     /// The whole page as one JSON object, at most the read's budget long.
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(self.events_capacity() + envelope_max_len());
+        let mut out = String::with_capacity(self.json_capacity());
+        self.write_json(&mut out);
+        out
+    }
+
+    /// The most bytes [`Page::write_json`] writes.
+    pub fn json_capacity(&self) -> usize {
+        self.events_capacity() + envelope_max_len()
+    }
+
+    /// Appends [`Page::to_json`] to `out` (a frame being built, for one).
+    pub fn write_json(&self, out: &mut String) {
         out.push_str("{\"events\":");
-        self.write_events(&mut out);
+        self.write_events(out);
         let flag = |f: bool| if f { "true" } else { "false" };
         out.push_str(",\"next_cursor\":");
-        push_decimal(&mut out, self.next_cursor);
+        push_decimal(out, self.next_cursor);
         out.push_str(",\"has_more\":");
         out.push_str(flag(self.has_more));
         out.push_str(",\"first_seq\":");
-        push_decimal(&mut out, self.first_seq);
+        push_decimal(out, self.first_seq);
         out.push_str(",\"cursor_expired\":");
         out.push_str(flag(self.cursor_expired));
         out.push_str(",\"dropped_events\":");
-        push_decimal(&mut out, self.dropped_events);
+        push_decimal(out, self.dropped_events);
         out.push_str(",\"dropped_bytes\":");
-        push_decimal(&mut out, self.dropped_bytes);
+        push_decimal(out, self.dropped_bytes);
         out.push_str(",\"closed\":");
         out.push_str(flag(self.closed));
         out.push('}');
-        out
     }
 
     fn write_events(&self, out: &mut String) {

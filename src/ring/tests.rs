@@ -135,6 +135,33 @@ fn a_reader_that_falls_behind_learns_exactly_what_it_lost() {
     assert_eq!((page.dropped_events, page.dropped_bytes), (0, 0));
 }
 
+#[test]
+fn trimming_evicts_the_oldest_like_the_bound_and_counts_them_exactly() {
+    let ring = EventRing::new(1 << 20, None).unwrap();
+    for i in 0..100u32 {
+        out(
+            &ring,
+            format!("line {i} {}\n", "y".repeat((i % 13) as usize)).as_bytes(),
+        );
+    }
+    let sizes = ring_sizes(&ring);
+    let held = ring.held_bytes();
+    assert_eq!(held, sizes.iter().sum::<usize>());
+    let freed = ring.trim(held / 2);
+    assert_eq!(ring.held_bytes(), held - freed);
+    assert!(ring.held_bytes() <= held / 2);
+    let page = ring.read(0, 1000, 0, false).unwrap();
+    let gone = (page.first_seq - 1) as usize;
+    assert!(gone > 0 && page.cursor_expired);
+    assert_eq!(freed, sizes[..gone].iter().sum::<usize>());
+    assert_eq!(page.dropped_bytes, freed as u64);
+    // The newest event stays however small the bound, and appends go on as before.
+    ring.trim(0);
+    assert_eq!(ring.held_bytes(), sizes[99]);
+    assert_eq!(out(&ring, b"more\n"), 101);
+    assert_eq!(seqs(&ring.read(99, 10, 0, false).unwrap()), vec![100, 101]);
+}
+
 fn ring_sizes(ring: &EventRing) -> Vec<usize> {
     let page = ring.read(0, MAX_PAGE_EVENTS, usize::MAX, false).unwrap();
     assert!(!page.has_more);

@@ -203,7 +203,8 @@ impl OutputSink for LogSink {
             Stream::Stdout => (&self.stdout, EventType::Stdout),
             Stream::Stderr => (&self.stderr, EventType::Stderr),
         };
-        let data = redactor.lock().push(chunk);
+        let mut redactor = redactor.lock();
+        let data = redactor.redact(chunk);
         self.store(kind, &data);
         Box::pin(async {})
     }

@@ -200,7 +200,12 @@ impl Disk {
     }
 
     fn write_events(&mut self, events: &[Event]) -> io::Result<()> {
-        let mut buf = Vec::new();
+        // Sized once: an append of 64 KiB of output would otherwise grow it by doubling.
+        let records: usize = events
+            .iter()
+            .map(|e| RECORD_HEADER as usize + e.encoded_len())
+            .sum();
+        let mut buf = Vec::with_capacity(records);
         for event in events {
             if event.seq() != self.next_seq {
                 return Err(io::Error::other(format!(

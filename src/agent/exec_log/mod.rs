@@ -18,6 +18,11 @@
 //! less than one segment). Across execs, a [`LogBudget`] deletes the oldest segments of finished
 //! execs first, then those of running ones (always keeping a running exec's last segment).
 //!
+//! In memory, a running log's ring keeps up to `ring_bytes` (4 MiB by default), so that a
+//! subscriber a credit window or two behind is served from memory rather than from disk; a
+//! finished log's ring is trimmed to [`FINISHED_RING_BYTES`]. The [`LogBudget`] also bounds the
+//! rings together (64 MiB by default): past it the largest are halved, down to that same floor.
+//!
 //! # Reads and drops
 //!
 //! A read is served by the ring while the ring still holds the cursor, otherwise from disk; both
@@ -60,8 +65,14 @@ use disk::Disk;
 pub const DEFAULT_MAX_LOG_BYTES: u64 = 64 << 20;
 /// The default bound of all exec logs together.
 pub const DEFAULT_MAX_TOTAL_LOG_BYTES: u64 = 1 << 30;
-/// The default size of the in-memory tail of each running log.
-pub const DEFAULT_RING_BYTES: usize = 256 << 10;
+/// The default size of the in-memory tail of each running log: a subscriber up to this far
+/// behind (a credit window and the pages queued for its connection, a few MiB) is served
+/// from memory instead of from disk.
+pub const DEFAULT_RING_BYTES: usize = 4 << 20;
+/// What the in-memory tail of a finished log keeps; the rest is read from disk.
+pub const FINISHED_RING_BYTES: usize = 256 << 10;
+/// The default bound of all in-memory tails together (see [`LogBudget`]).
+pub const DEFAULT_MAX_TOTAL_RING_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogConfig {
@@ -140,10 +151,15 @@ pub struct ExecLog {
     budget: Arc<LogBudget>,
     /// Finished logs are evicted before running ones.
     finished: AtomicBool,
-    /// Mirrors of the disk state for the budget's choice, updated under the disk lock.
+    /// Mirrors of the disk state for the budget's choice and for reads served by the ring,
+    /// updated under the disk lock: a read of the ring never waits for a write to disk (or an
+    /// eviction) in progress.
+    first_seq: AtomicU64,
     oldest_epoch: AtomicU64,
     segments: AtomicUsize,
     charged: AtomicU64,
+    /// The ring's bytes as last counted in the budget.
+    ring_charged: AtomicUsize,
 }
 
 impl fmt::Debug for ExecLog {
@@ -186,9 +202,11 @@ impl ExecLog {
             disk: Mutex::new(disk),
             budget: Arc::clone(budget),
             finished: AtomicBool::new(false),
+            first_seq: AtomicU64::new(1),
             oldest_epoch: AtomicU64::new(u64::MAX),
             segments: AtomicUsize::new(0),
             charged: AtomicU64::new(0),
+            ring_charged: AtomicUsize::new(0),
         });
         log.after_disk_change(&log.disk.lock());
         budget.register(&log);
@@ -213,6 +231,8 @@ impl ExecLog {
             None => self.append_direct(kind, data, fields)?,
         };
         self.budget.enforce();
+        self.after_ring_change();
+        self.budget.enforce_rings();
         Ok(last)
     }
 
@@ -264,6 +284,8 @@ impl ExecLog {
         }
         self.finished.store(true, Ordering::Release);
         self.budget.enforce();
+        // Nobody follows a finished log at the speed of its output any more.
+        self.trim_ring(FINISHED_RING_BYTES);
         result.map_err(LogError::Io)
     }
 
@@ -273,7 +295,7 @@ impl ExecLog {
             match ring.read(cursor, max_events, max_bytes, false) {
                 Ok(mut page) if !page.cursor_expired => {
                     // The oldest kept event is the log's, which may be older than the ring's.
-                    page.first_seq = page.first_seq.min(self.disk.lock().first_seq());
+                    page.first_seq = page.first_seq.min(self.first_seq());
                     return Ok(page);
                 }
                 Ok(page) if self.disk.lock().broken.is_some() => return Ok(page),
@@ -294,7 +316,7 @@ impl ExecLog {
 
     /// The oldest event still kept on disk.
     pub fn first_seq(&self) -> u64 {
-        self.disk.lock().first_seq()
+        self.first_seq.load(Ordering::Acquire)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -323,6 +345,28 @@ impl ExecLog {
         }
     }
 
+    /// Bytes the in-memory tail holds.
+    fn ring_bytes(&self) -> usize {
+        self.ring.as_ref().map_or(0, |ring| ring.held_bytes())
+    }
+
+    /// Trims the in-memory tail to `max_bytes` (the budget's choice, or the log's end).
+    fn trim_ring(&self, max_bytes: usize) {
+        if let Some(ring) = &self.ring {
+            ring.trim(max_bytes);
+        }
+        self.after_ring_change();
+    }
+
+    /// Counts the ring's change since the last count in the budget.
+    fn after_ring_change(&self) {
+        let now = self.ring_bytes();
+        let was = self.ring_charged.swap(now, Ordering::AcqRel);
+        self.budget.charge_ring(
+            isize::try_from(now).unwrap_or(isize::MAX) - isize::try_from(was).unwrap_or(0),
+        );
+    }
+
     /// `(running, oldest segment's epoch)` when the budget may evict from this log.
     fn eviction_key(&self) -> Option<(bool, u64)> {
         let finished = self.finished.load(Ordering::Acquire);
@@ -349,6 +393,7 @@ impl ExecLog {
     }
 
     fn after_disk_change(&self, disk: &Disk) {
+        self.first_seq.store(disk.first_seq(), Ordering::Release);
         self.oldest_epoch
             .store(disk.oldest_epoch().unwrap_or(u64::MAX), Ordering::Release);
         self.segments.store(disk.segment_count(), Ordering::Release);
@@ -364,6 +409,8 @@ impl Drop for ExecLog {
         // Its files stay, but no one can evict them any more: stop counting them.
         let charged = self.charged.load(Ordering::Acquire);
         self.budget.charge(-i64::try_from(charged).unwrap_or(0));
+        let ring = self.ring_charged.load(Ordering::Acquire);
+        self.budget.charge_ring(-isize::try_from(ring).unwrap_or(0));
     }
 }
 

@@ -2,7 +2,8 @@
 //! named by their first seq, plus a sparse in-memory index of record offsets for seeking.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::event::MAX_EVENT_JSON;
@@ -16,6 +17,10 @@ const SPARSE_STEP: u64 = 64 * 1024;
 
 /// Reads through segment files in chunks of this size.
 const READ_BUFFER: usize = 64 * 1024;
+
+/// Scans of record headers read this much at a time while records are small; after a record
+/// at least this large they read the next header alone (see [`Headers`]).
+const SCAN_BUFFER: usize = 4 * 1024;
 
 /// The file name of the segment whose first record has `first_seq`: zero-padded, so names sort
 /// in seq order.
@@ -151,20 +156,18 @@ pub fn scan(
     mut each: impl FnMut(RecordAt) -> bool,
 ) -> io::Result<ScanEnd> {
     let size = file.metadata()?.len();
-    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
-    reader.seek(SeekFrom::Start(offset))?;
+    let mut headers = Headers::new(file);
     let mut end = ScanEnd {
         offset,
         next_seq: seq,
         torn: false,
     };
     while end.offset < size {
-        let mut header = [0u8; RECORD_HEADER as usize];
         if size - end.offset < RECORD_HEADER {
             end.torn = true;
             break;
         }
-        reader.read_exact(&mut header)?;
+        let header = headers.at(end.offset, size)?;
         let (len, record_seq) = parse_header(&header);
         if record_seq != end.next_seq
             || len > MAX_EVENT_JSON as u64 * 2
@@ -181,11 +184,52 @@ pub fn scan(
         if !each(record) {
             break;
         }
-        reader.seek_relative(i64::try_from(len).unwrap_or(i64::MAX))?;
         end.offset += RECORD_HEADER + len;
         end.next_seq += 1;
     }
     Ok(end)
+}
+
+/// Record headers read at their offsets, never the JSON between them in bulk: finding the
+/// sizes of a segment's records before it is deleted (for exact `dropped_bytes`) would otherwise
+/// read the whole segment again. Small records are served from a window of [`SCAN_BUFFER`]
+/// bytes that holds several headers; past a large record, the next header is read alone.
+struct Headers<'a> {
+    file: &'a File,
+    window: Vec<u8>,
+    /// The file offset of `window[0]`.
+    start: u64,
+}
+
+impl<'a> Headers<'a> {
+    fn new(file: &'a File) -> Self {
+        Self {
+            file,
+            window: Vec::new(),
+            start: 0,
+        }
+    }
+
+    /// The header at `offset` (the caller checked that it lies within `size`).
+    fn at(&mut self, offset: u64, size: u64) -> io::Result<[u8; RECORD_HEADER as usize]> {
+        let end = self.start + self.window.len() as u64;
+        if offset < self.start || offset + RECORD_HEADER > end {
+            // A record far past the window (one larger than it) suggests the next ones are
+            // large too: read just the header. Otherwise refill the window from here.
+            let skipped_large = offset >= end + SCAN_BUFFER as u64 - RECORD_HEADER;
+            let want = match skipped_large {
+                true => RECORD_HEADER,
+                false => SCAN_BUFFER as u64,
+            };
+            self.window.resize(want.min(size - offset) as usize, 0);
+            self.file.read_exact_at(&mut self.window, offset)?;
+            self.start = offset;
+        }
+        let at = (offset - self.start) as usize;
+        let mut header = [0u8; RECORD_HEADER as usize];
+        header.copy_from_slice(&self.window[at..at + RECORD_HEADER as usize]);
+        Ok(header)
+    }
 }
 
 fn parse_header(header: &[u8; RECORD_HEADER as usize]) -> (u64, u64) {
@@ -197,40 +241,87 @@ fn parse_header(header: &[u8; RECORD_HEADER as usize]) -> (u64, u64) {
 
 /// Reads the records of `file` from `offset` (a record of `seq_at_offset` starts there),
 /// skipping those before `from_seq`, and hands each later record's JSON to `take` until it
-/// returns false or `last_seq` has been read.
+/// returns false or `last_seq` has been read. The file is read in windows of [`READ_BUFFER`]
+/// (or one record, when larger) straight into one buffer, and each JSON is lent from it: a
+/// page read back costs one copy out of the page cache, not one per layer.
 pub fn read_records(
     file: &File,
     offset: u64,
     seq_at_offset: u64,
     from_seq: u64,
     last_seq: u64,
-    mut take: impl FnMut(u64, String) -> bool,
+    mut take: impl FnMut(u64, &str) -> bool,
 ) -> io::Result<()> {
-    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
-    reader.seek(SeekFrom::Start(offset))?;
+    let damaged = |seq: u64, why: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("record {seq} of an exec log is damaged ({why})"),
+        )
+    };
+    let mut window: Vec<u8> = Vec::new();
+    // The file offset of `window[0]`, and where the next record starts.
+    let (mut start, mut at) = (offset, offset);
     let mut seq = seq_at_offset;
     while seq <= last_seq {
+        let header_end = (at - start) as usize + RECORD_HEADER as usize;
+        if header_end > window.len() {
+            refill(file, &mut window, &mut start, at, READ_BUFFER)?;
+        }
+        let h = (at - start) as usize;
         let mut header = [0u8; RECORD_HEADER as usize];
-        reader.read_exact(&mut header)?;
+        header.copy_from_slice(&window[h..h + RECORD_HEADER as usize]);
         let (len, record_seq) = parse_header(&header);
         if record_seq != seq || len > MAX_EVENT_JSON as u64 * 2 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("record {seq} of an exec log is damaged"),
-            ));
+            return Err(damaged(seq, "its header does not follow the one before"));
         }
-        if seq < from_seq {
-            reader.seek_relative(i64::try_from(len).unwrap_or(i64::MAX))?;
-        } else {
-            let mut json = vec![0u8; usize::try_from(len).unwrap_or(0)];
-            reader.read_exact(&mut json)?;
-            let json = String::from_utf8(json)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "record is not UTF-8"))?;
+        let record_end = at + RECORD_HEADER + len;
+        if seq >= from_seq {
+            if (record_end - start) as usize > window.len() {
+                let whole = (RECORD_HEADER + len) as usize;
+                refill(file, &mut window, &mut start, at, whole.max(READ_BUFFER))?;
+                if (record_end - start) as usize > window.len() {
+                    return Err(damaged(seq, "the segment ends inside it"));
+                }
+            }
+            let j = (at - start) as usize + RECORD_HEADER as usize;
+            let json = std::str::from_utf8(&window[j..j + len as usize])
+                .map_err(|_| damaged(seq, "its JSON is not UTF-8"))?;
             if !take(seq, json) {
                 return Ok(());
             }
         }
+        at = record_end;
         seq += 1;
+    }
+    Ok(())
+}
+
+/// Fills `window` with up to `want` bytes of `file` from `at` (fewer at the end of the file);
+/// fails when not even a record header is there.
+fn refill(
+    file: &File,
+    window: &mut Vec<u8>,
+    start: &mut u64,
+    at: u64,
+    want: usize,
+) -> io::Result<()> {
+    window.resize(want, 0);
+    let mut filled = 0;
+    while filled < want {
+        match file.read_at(&mut window[filled..], at + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    window.truncate(filled);
+    *start = at;
+    if filled < RECORD_HEADER as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "an exec log segment ends inside a record",
+        ));
     }
     Ok(())
 }
@@ -258,6 +349,75 @@ mod tests {
         assert_eq!(parse_name("42.seg"), None);
         assert_eq!(parse_name("index.json"), None);
         assert!(file_name(9) < file_name(10));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_scan_finds_every_record_whatever_their_sizes(
+            lens in proptest::collection::vec(
+                proptest::prop_oneof![0usize..64, 3_000usize..5_000, 10_000usize..20_000], 0..40),
+            torn in 0usize..20,
+        ) {
+            let dir = std::env::temp_dir()
+                .join(format!("seg-scan-{}-{}", std::process::id(), lens.len()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(file_name(1));
+            let mut bytes = Vec::new();
+            let mut expected = Vec::new();
+            for (i, &len) in lens.iter().enumerate() {
+                let seq = i as u64 + 1;
+                encode_record(&mut bytes, seq, &"x".repeat(len));
+                expected.push((seq, len as u64));
+            }
+            // A torn record at the end: part of a header, or a header and part of its JSON.
+            let whole = bytes.len() as u64;
+            encode_record(&mut bytes, lens.len() as u64 + 1, &"y".repeat(30));
+            bytes.truncate(whole as usize + torn);
+            File::create(&path).unwrap().write_all(&bytes).unwrap();
+            let mut seen = Vec::new();
+            let end = scan(&File::open(&path).unwrap(), 0, 1, |r| {
+                seen.push((r.seq, r.json_len));
+                true
+            })
+            .unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            proptest::prop_assert_eq!(seen, expected);
+            proptest::prop_assert_eq!(end.offset, whole);
+            proptest::prop_assert_eq!(end.torn, torn > 0);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn records_read_back_whole_across_read_windows(
+            lens in proptest::collection::vec(
+                proptest::prop_oneof![0usize..64, 10_000usize..30_000], 1..30),
+            from_at in 0usize..30,
+            stop_after in 1usize..40,
+        ) {
+            let dir = std::env::temp_dir()
+                .join(format!("seg-read-{}-{}", std::process::id(), lens.len()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(file_name(1));
+            let mut bytes = Vec::new();
+            let mut all = Vec::new();
+            for (i, &len) in lens.iter().enumerate() {
+                let json = format!("{{\"n\":\"{}\"}}", char::from(b'a' + (i % 26) as u8).to_string().repeat(len));
+                encode_record(&mut bytes, i as u64 + 1, &json);
+                all.push((i as u64 + 1, json));
+            }
+            File::create(&path).unwrap().write_all(&bytes).unwrap();
+            let from = (from_at % lens.len()) as u64 + 1;
+            let mut got = Vec::new();
+            read_records(&File::open(&path).unwrap(), 0, 1, from, lens.len() as u64, |seq, json| {
+                got.push((seq, json.to_owned()));
+                got.len() < stop_after
+            })
+            .unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            let expected: Vec<_> = all.into_iter().skip(from as usize - 1).take(stop_after).collect();
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 
     #[test]
@@ -289,11 +449,17 @@ mod tests {
         );
         let mut got = Vec::new();
         read_records(&File::open(&path).unwrap(), 0, 5, 6, 6, |seq, json| {
-            got.push((seq, json));
+            got.push((seq, json.to_owned()));
             true
         })
         .unwrap();
         assert_eq!(got, vec![(6, "{\"b\":22}".to_string())]);
+        let past_the_end = read_records(&File::open(&path).unwrap(), 0, 5, 5, 7, |_, _| true);
+        assert_eq!(
+            past_the_end.unwrap_err().kind(),
+            io::ErrorKind::InvalidData,
+            "a torn record is not read as a record"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -170,6 +170,53 @@ fn the_shared_budget_evicts_finished_logs_first() {
 }
 
 #[test]
+fn the_in_memory_tails_share_one_budget_and_lose_nothing_to_it() {
+    let dir = TempDir::new("memory");
+    let budget = LogBudget::with_memory(1 << 30, 1 << 20);
+    let config = small(64 << 20, 1 << 20, 1 << 20);
+    let chunk = "0123456789abcdef".repeat(4096);
+    let logs: Vec<_> = (0..3)
+        .map(|i| ExecLog::create(&dir.0.join(format!("l{i}")), &config, &budget).unwrap())
+        .collect();
+    // One log alone keeps a large tail: all of its 640 KiB, within its own bound.
+    for _ in 0..10 {
+        logs[0]
+            .append(EventType::Stdout, Some(chunk.as_bytes()), &no_fields())
+            .unwrap();
+    }
+    assert!(logs[0].ring_bytes() > 600 << 10);
+    // Three flooding together share the 1 MiB budget.
+    for _ in 0..10 {
+        for log in &logs {
+            log.append(EventType::Stdout, Some(chunk.as_bytes()), &no_fields())
+                .unwrap();
+            assert!(budget.ring_used() <= 1 << 20, "{}", budget.ring_used());
+        }
+    }
+    let held: usize = logs.iter().map(|log| log.ring_bytes()).sum();
+    assert_eq!(
+        budget.ring_used(),
+        held,
+        "the budget counts exactly what the rings hold"
+    );
+    // None is trimmed below the floor (by more than the one event that straddles it).
+    let floor = FINISHED_RING_BYTES - crate::event::MAX_EVENT_JSON;
+    assert!(logs.iter().all(|log| log.ring_bytes() >= floor));
+    // What the rings let go is read back from disk, every event of it.
+    for (log, appends) in logs.iter().zip([20, 10, 10]) {
+        let (events, _) = all_events(log, 0);
+        assert_eq!(events.len() as u64, log.last_seq());
+        let text: String = events.iter().map(|e| e["data"].as_str().unwrap()).collect();
+        assert_eq!(text, chunk.repeat(appends));
+    }
+    // A finished log keeps a small tail; a dropped one gives its share back.
+    logs[1].close().unwrap();
+    assert!(logs[1].ring_bytes() <= FINISHED_RING_BYTES);
+    drop(logs);
+    assert_eq!(budget.ring_used(), 0);
+}
+
+#[test]
 fn recovery_truncates_a_torn_record_and_continues_numbering() {
     let dir = TempDir::new("recover");
     let path = dir.0.join("a");

@@ -1,6 +1,8 @@
 //! Streaming secret redaction: known secret values are replaced by `[REDACTED]` in output that
 //! arrives in arbitrary pieces, holding back only what could still become a secret.
 
+use std::borrow::Cow;
+
 /// What replaces each occurrence of a secret.
 pub const REDACTED: &[u8] = b"[REDACTED]";
 
@@ -61,12 +63,18 @@ impl Redactor {
 
     /// Redacts the next piece of the stream; returns what is safe to release now.
     pub fn push(&mut self, data: &[u8]) -> Vec<u8> {
+        self.redact(data).into_owned()
+    }
+
+    /// [`Redactor::push`] that hands the piece back as it is, uncopied, when there are no
+    /// secrets (the output of most execs).
+    pub fn redact<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {
         if self.secrets.is_empty() {
-            return data.to_vec();
+            return Cow::Borrowed(data);
         }
         let mut buf = std::mem::take(&mut self.held);
         buf.extend_from_slice(data);
-        self.scan(buf, false)
+        Cow::Owned(self.scan(buf, false))
     }
 
     /// Ends the stream: releases the held bytes (redacting any secret they complete).
@@ -141,6 +149,15 @@ mod tests {
         out.extend(redactor.push(b"et-token done"));
         out.extend(redactor.finish());
         assert_eq!(out, b"token: [REDACTED] done");
+    }
+
+    #[test]
+    fn test_output_without_secrets_is_handed_back_uncopied() {
+        let data = b"plain output\n";
+        let mut none = Redactor::new::<[&str; 0], &str>([]);
+        assert!(matches!(none.redact(data), Cow::Borrowed(d) if d == data));
+        let mut some = Redactor::new(["hunter2"]);
+        assert_eq!(some.redact(b"pw=hunter2\n").as_ref(), b"pw=[REDACTED]\n");
     }
 
     #[test]

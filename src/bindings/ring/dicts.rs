@@ -1,6 +1,7 @@
 //! A page's events as Python dicts, built directly for text output (most events) and parsed
 //! from their JSON with `json.loads` for the rest (fields, `data_b64`), in the order of the JSON.
 
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -40,10 +41,12 @@ impl<'py> Builder<'py> {
                 _ => return self.loads(event),
             },
         };
-        if !self.unescape(event) {
-            return self.loads(event);
-        }
         let py = self.py;
+        let data = match ascii_text(py, event)? {
+            Some(data) => data,
+            None if self.unescape(event) => PyString::new(py, &self.text),
+            None => return self.loads(event),
+        };
         let dict = PyDict::new(py);
         dict.set_item(intern!(py, "seq"), last.seq())?;
         if let PageEvent::Coalesced(_) = event {
@@ -55,7 +58,7 @@ impl<'py> Builder<'py> {
             _ => intern!(py, "stdout"),
         };
         dict.set_item(intern!(py, "type"), kind)?;
-        dict.set_item(intern!(py, "data"), PyString::new(py, &self.text))?;
+        dict.set_item(intern!(py, "data"), data)?;
         Ok(dict.into_any())
     }
 
@@ -85,7 +88,7 @@ impl<'py> Builder<'py> {
         }
     }
 
-    /// The slow path: the event's JSON through `json.loads`.
+    /// The slowest path: the event's JSON through `json.loads`.
     fn loads(&self, event: &PageEvent) -> PyResult<Bound<'py, PyAny>> {
         static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let py = self.py;
@@ -96,4 +99,64 @@ impl<'py> Builder<'py> {
         event.write_json(&mut text);
         loads.bind(py).call1((text,))
     }
+}
+
+/// The text of a text output event (or of every part of a coalesced one) as a `str`, unescaped
+/// straight into the string's own buffer, when it is ASCII (almost all output): no
+/// intermediate copy, and no second pass to check what is already known to be ASCII. `None`
+/// for any other event or text: the caller takes the general way.
+fn ascii_text<'py>(py: Python<'py>, event: &PageEvent) -> PyResult<Option<Bound<'py, PyString>>> {
+    let parts = match event {
+        PageEvent::One(one) => std::slice::from_ref(one),
+        PageEvent::Coalesced(parts) => parts.as_slice(),
+    };
+    let mut texts = Vec::with_capacity(parts.len());
+    for part in parts {
+        match part.coalescable_text() {
+            Some(text) if text.is_ascii() => texts.push(text),
+            _ => return Ok(None),
+        }
+    }
+    // Unescaping only shortens text: the escaped length is room enough.
+    let room: usize = texts.iter().map(|t| t.len()).sum();
+    let Ok(size) = ffi::Py_ssize_t::try_from(room) else {
+        return Ok(None);
+    };
+    // SAFETY: PyUnicode_New(size, 127) returns a new, uninitialised compact ASCII string of
+    // `size` one-byte characters (plus a terminating NUL it writes itself), or NULL with an
+    // exception set; the GIL is held (`py`), and until it is returned no other code has it.
+    let raw = unsafe { ffi::PyUnicode_New(size, 127) };
+    if raw.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `raw` is a new reference (just checked not NULL) that we own.
+    let string = unsafe { Bound::from_owned_ptr(py, raw) };
+    // SAFETY: the data of a compact ASCII string of `size` characters is `size` bytes at
+    // PyUnicode_DATA, valid for writes; `string` keeps it alive and is not shared yet.
+    let data = unsafe {
+        std::slice::from_raw_parts_mut(ffi::PyUnicode_DATA(string.as_ptr()).cast::<u8>(), room)
+    };
+    let mut len = 0;
+    for text in texts {
+        match json::unescape_ascii(&mut data[len..], text) {
+            Some(n) => len += n,
+            // Dropping `string` frees it: it was never seen by anyone.
+            None => return Ok(None),
+        }
+    }
+    if len == room {
+        return Ok(Some(string.cast_into::<PyString>()?));
+    }
+    let mut raw = string.into_ptr();
+    // SAFETY: `raw` is the only reference to a string no one has seen (refcount 1, hash not
+    // computed), which PyUnicode_Resize shortens in place or replaces by a new one, updating
+    // `raw`; on failure it leaves `raw` as it was, still ours, with an exception set. `len` is
+    // at most its length, and its first `len` characters have all been written.
+    let failed = unsafe { ffi::PyUnicode_Resize(&mut raw, len as ffi::Py_ssize_t) } != 0;
+    // SAFETY: either way `raw` is a reference we own (to the shortened `str` on success).
+    let string = unsafe { Bound::from_owned_ptr(py, raw) };
+    if failed {
+        return Err(PyErr::fetch(py));
+    }
+    Ok(Some(string.cast_into::<PyString>()?))
 }

@@ -4,6 +4,7 @@
 mod cache;
 mod page;
 mod receive;
+mod scan;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -20,7 +21,7 @@ pub use cache::{CacheConfig, Consumed};
 pub use page::ReceivedPage;
 pub use wire::ChannelError;
 
-use crate::channel::{Frame, FrameDecoder};
+use crate::channel::{FeedError, Frame, FrameDecoder};
 use crate::policy::{check_id, PolicyError};
 use crate::ring::{EventRing, Page};
 use cache::StreamCache;
@@ -264,22 +265,21 @@ impl AgentChannel {
         if self.failure.is_some() {
             return fed;
         }
-        self.decoder.feed(data);
-        loop {
-            let result = match self.decoder.next_frame() {
-                Ok(Some(frame)) => self.handle(frame, &mut fed),
-                Ok(None) => break,
-                Err(e) => Err(ChannelError::new(
+        // Taken out while it hands out frames borrowed from `data`, which `handle` then reads.
+        let mut decoder = std::mem::take(&mut self.decoder);
+        let result = decoder.feed_each(data, |frame| self.handle(frame, &mut fed));
+        self.decoder = decoder;
+        if let Err(e) = result {
+            let e = match e {
+                FeedError::Handler(e) => e,
+                FeedError::Frame(e) => ChannelError::new(
                     ErrorCode::Unavailable,
                     format!("the agent sent a broken frame ({e}); the channel is closed"),
-                )),
+                ),
             };
-            if let Err(e) = result {
-                self.failure = Some(e.clone());
-                self.pending.clear();
-                fed.failure = Some(e);
-                break;
-            }
+            self.failure = Some(e.clone());
+            self.pending.clear();
+            fed.failure = Some(e);
         }
         fed
     }

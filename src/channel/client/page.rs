@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::scan;
 use super::wire::ChannelError;
 use crate::channel::message::ErrorCode;
 use crate::event::Event;
@@ -38,7 +39,8 @@ pub struct ReceivedPage {
 
 impl ReceivedPage {
     /// Parses a page's JSON; every event must be a single, canonically encoded event and the
-    /// seqs must rise by one.
+    /// seqs must rise by one. A page as the agent writes it is read in one pass over its bytes
+    /// (`scan`); any other layout the general way, with the same result.
     pub fn parse(json: &[u8]) -> Result<Self, ChannelError> {
         let bad = |why: String| {
             ChannelError::new(
@@ -46,19 +48,36 @@ impl ReceivedPage {
                 format!("the agent sent a malformed page ({why})"),
             )
         };
-        let wire: WirePage<'_> = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
-        let events = wire
+        let fast = std::str::from_utf8(json)
+            .ok()
+            .and_then(scan::read_canonical);
+        let page = match fast {
+            Some(page) => page,
+            None => Self::parse_general(json).map_err(bad)?,
+        };
+        if let Some(w) = page
             .events
-            .iter()
-            .map(|raw| Event::from_json(raw.get()).map_err(|e| bad(e.message)))
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(w) = events.windows(2).find(|w| w[1].seq() != w[0].seq() + 1) {
+            .windows(2)
+            .find(|w| w[1].seq() != w[0].seq() + 1)
+        {
             return Err(bad(format!(
                 "seq {} follows seq {}",
                 w[1].seq(),
                 w[0].seq()
             )));
         }
+        Ok(page)
+    }
+
+    /// Any JSON layout of a page (each event still canonical): the envelope through serde, the
+    /// events one by one through [`Event::from_json`].
+    pub(super) fn parse_general(json: &[u8]) -> Result<Self, String> {
+        let wire: WirePage<'_> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        let events = wire
+            .events
+            .iter()
+            .map(|raw| Event::from_json(raw.get()).map_err(|e| e.message))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             events,
             next_cursor: wire.next_cursor,

@@ -4,10 +4,14 @@
 use super::wire::{self, parse_header, ChannelError, ResponseView};
 use super::{AgentChannel, Fed, Pending, ReceivedPage, Response};
 use crate::channel::message::{ErrorCode, EventsHeader, Hello};
-use crate::channel::{Frame, FrameKind};
+use crate::channel::{FrameKind, FrameRef};
 
 impl AgentChannel {
-    pub(super) fn handle(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
+    pub(super) fn handle(
+        &mut self,
+        frame: FrameRef<'_>,
+        fed: &mut Fed,
+    ) -> Result<(), ChannelError> {
         if self.hello.is_none() {
             return self.handle_hello(frame, fed);
         }
@@ -21,12 +25,12 @@ impl AgentChannel {
         }
     }
 
-    fn handle_hello(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
+    fn handle_hello(&mut self, frame: FrameRef<'_>, fed: &mut Fed) -> Result<(), ChannelError> {
         match frame.kind {
             FrameKind::Hello => {
-                let hello: Hello = parse_header(frame.kind, &frame.header)?;
+                let hello: Hello = parse_header(frame.kind, frame.header)?;
                 wire::check_agent(&hello)?;
-                let json = String::from_utf8_lossy(&frame.header).into_owned();
+                let json = String::from_utf8_lossy(frame.header).into_owned();
                 self.hello = Some(json.clone());
                 fed.hello = Some(json);
                 Ok(())
@@ -43,8 +47,8 @@ impl AgentChannel {
         }
     }
 
-    fn handle_response(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
-        let header: ResponseView<'_> = parse_header(frame.kind, &frame.header)?;
+    fn handle_response(&mut self, frame: FrameRef<'_>, fed: &mut Fed) -> Result<(), ChannelError> {
+        let header: ResponseView<'_> = parse_header(frame.kind, frame.header)?;
         let body = match (header.ok, header.result, header.error) {
             (true, Some(result), _) => result.get().to_owned(),
             (true, None, _) => "{}".to_owned(),
@@ -61,7 +65,7 @@ impl AgentChannel {
             id: header.id,
             ok: header.ok,
             body,
-            payload: frame.payload,
+            payload: frame.payload.to_vec(),
         };
         match self.pending.remove(&header.id) {
             Some(Pending::Caller) => fed.responses.push(response),
@@ -78,12 +82,12 @@ impl AgentChannel {
         Ok(())
     }
 
-    fn handle_events(&mut self, frame: Frame, fed: &mut Fed) -> Result<(), ChannelError> {
-        let header: EventsHeader = parse_header(frame.kind, &frame.header)?;
+    fn handle_events(&mut self, frame: FrameRef<'_>, fed: &mut Fed) -> Result<(), ChannelError> {
+        let header: EventsHeader = parse_header(frame.kind, frame.header)?;
         if !self.cache.contains(&header.stream) {
             return Ok(());
         }
-        let page = ReceivedPage::parse(&frame.payload)?;
+        let page = ReceivedPage::parse(frame.payload)?;
         let Some(consumed) = self
             .cache
             .consume(&header.stream, page, frame.payload.len())
