@@ -323,26 +323,34 @@ class AgentClient:
 
     async def _wait_stream(self, stream_id: str, timeout: float) -> None:
         """Waits for the reader task to report a change of the stream (or the timeout). The
-        caller read the cache just before, with no await in between: no wake-up is missed."""
+        caller read the cache just before, with no await in between: no wake-up is missed.
+
+        One future and one timer per wait, not an Event and a timeout scope: a reader that
+        keeps up with a flood waits once or twice per page."""
         waiters = self._stream_events.get(stream_id)
         if waiters is None:
             waiters = self._stream_events[stream_id] = _Waiters()
-        waiters.count += 1
+        woken: asyncio.Future[None] = self._loop.create_future()
+        waiters.futures.append(woken)
+        timer = self._loop.call_later(timeout, _resolve_once, woken)
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await waiters.event.wait()
+            await woken
         finally:
+            timer.cancel()
             # The last waiter to give up removes the entry, so streams polled once and never
             # woken do not accumulate.
-            waiters.count -= 1
-            if waiters.count == 0 and self._stream_events.get(stream_id) is waiters:
-                del self._stream_events[stream_id]
+            if not woken.done():
+                woken.cancel()
+            if self._stream_events.get(stream_id) is waiters:
+                waiters.futures.remove(woken)
+                if not waiters.futures:
+                    del self._stream_events[stream_id]
 
     def _wake(self, stream_id: str) -> None:
         waiters = self._stream_events.pop(stream_id, None)
         if waiters is not None:
-            waiters.event.set()
+            for woken in waiters.futures:
+                _resolve_once(woken)
 
     async def _read_log(
         self,
@@ -504,13 +512,18 @@ class AgentClient:
 
 
 class _Waiters:
-    """The long-polls waiting on one stream: woken together by one `set`."""
+    """The long-polls waiting on one stream, woken together: each its own future."""
 
-    __slots__ = ("count", "event")
+    __slots__ = ("futures",)
 
     def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.count = 0
+        self.futures: list[asyncio.Future[None]] = []
+
+
+def _resolve_once(future: asyncio.Future[None]) -> None:
+    """Ends a wait (on a wake-up or at its timeout, whichever comes first)."""
+    if not future.done():
+        future.set_result(None)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -217,6 +217,35 @@ fn the_in_memory_tails_share_one_budget_and_lose_nothing_to_it() {
 }
 
 #[test]
+fn a_reader_within_the_in_memory_tail_is_served_without_the_disk() {
+    let dir = TempDir::new("tail");
+    let budget = LogBudget::new(1 << 30);
+    let config = small(64 << 20, 1 << 20, 1 << 20);
+    let log = ExecLog::create(&dir.0.join("a"), &config, &budget).unwrap();
+    let chunk = "0123456789abcdef".repeat(4096);
+    for _ in 0..8 {
+        log.append(EventType::Stdout, Some(chunk.as_bytes()), &no_fields())
+            .unwrap();
+    }
+    // With its segments gone from the disk, the 512 KiB the tail holds still read whole.
+    for entry in std::fs::read_dir(dir.0.join("a")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "seg") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let (events, _) = all_events(&log, 0);
+    let text: String = events.iter().map(|e| e["data"].as_str().unwrap()).collect();
+    assert_eq!(text, chunk.repeat(8));
+    // Once the exec ends, its tail shrinks to what a finished log keeps; older reads need the
+    // disk (gone here, so they fail rather than come back short).
+    log.close().unwrap();
+    assert!(log.ring_bytes() <= FINISHED_RING_BYTES);
+    assert!(log.read(0, 1000, 64 << 10).is_err());
+    assert!(log.read(log.last_seq() - 1, 1000, 64 << 10).is_ok());
+}
+
+#[test]
 fn recovery_truncates_a_torn_record_and_continues_numbering() {
     let dir = TempDir::new("recover");
     let path = dir.0.join("a");
