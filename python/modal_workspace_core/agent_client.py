@@ -10,7 +10,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._core import AgentChannel, Page, parse_page
+from ._core import AgentChannel, Page
+from .agent_error import AgentError
+from .agent_log import AgentLog
+from .stream_waiters import StreamWaiters
 from .transports import Connector, Transport, open_subprocess, open_unix
 
 __all__ = ["AgentClient", "AgentError"]
@@ -20,29 +23,6 @@ _READ_BYTES = 256 * 1024
 
 # How long `connect_*` waits for the agent's Hello.
 _HELLO_TIMEOUT = 10.0
-
-# The longest wait of one `exec.read` (the agent's own cap), and how much later than its wait
-# the answer may come before the read gives up on it.
-_LOG_WAIT_MAX = 25.0
-_LOG_WAIT_MARGIN = 10.0
-
-# `exec.read` long-polls in flight at once: well below the 64 requests the agent handles at once
-# per connection, so that other requests (input, subscriptions) are still read.
-_LOG_POLLS = 32
-
-
-class AgentError(RuntimeError):
-    """A request failed, or the channel did. `code` is one of the protocol's error codes:
-    invalid_argument, not_found, conflict, permission, limit, timeout, unavailable, internal,
-    protocol_mismatch."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"AgentError({self.code!r}, {self.message!r})"
 
 
 class AgentClient:
@@ -62,8 +42,8 @@ class AgentClient:
         self._info: dict[str, Any] = {}
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self._subscribing: dict[str, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
-        self._stream_events: dict[str, _Waiters] = {}
-        self._log_polls = asyncio.Semaphore(_LOG_POLLS)
+        self._waiters = StreamWaiters(self._loop)
+        self._log = AgentLog(self._loop, self.request)
         self._lost: AgentError | None = AgentError("unavailable", "not connected yet")
         self._shut = False
 
@@ -255,42 +235,23 @@ class AgentClient:
             if kind == "missing":
                 if await self._subscribe(stream_id, cursor):
                     continue
-                page = await self._poll_log(stream_id, cursor, max_events, max_bytes, deadline)
+                page = await self._log.poll(stream_id, cursor, max_events, max_bytes, deadline)
                 if len(page) > 0 or page.closed or self._loop.time() >= deadline:
                     return page
                 continue
             if kind == "expired" and page is not None:
-                return await self._read_log(stream_id, cursor, max_events, max_bytes, page)
+                return await self._log.read(stream_id, cursor, max_events, max_bytes, page)
             if kind == "ahead_closed":
-                return await self._read_log(stream_id, cursor, max_events, max_bytes, None)
+                return await self._log.read(stream_id, cursor, max_events, max_bytes, None)
             if page is not None and (len(page) > 0 or page.closed):
                 return page
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 if page is not None:
                     return page
-                return await self._read_log(stream_id, cursor, max_events, max_bytes, None)
+                return await self._log.read(stream_id, cursor, max_events, max_bytes, None)
             self._check_usable()
-            await self._wait_stream(stream_id, remaining)
-
-    async def _poll_log(
-        self, stream_id: str, cursor: int, max_events: int, max_bytes: int, deadline: float
-    ) -> Page:
-        """Long-polls an exec's log on the agent until `deadline` (or 25 s, the agent's cap),
-        for a stream the cache has no room for. Long-polls hold requests open at the agent,
-        which handles a bounded number per connection: past `_LOG_POLLS` a reader waits for a
-        turn, and reads without waiting when its deadline comes first."""
-        remaining = deadline - self._loop.time()
-        try:
-            async with asyncio.timeout(max(0.0, remaining)):
-                await self._log_polls.acquire()
-        except TimeoutError:
-            return await self._read_log(stream_id, cursor, max_events, max_bytes, None)
-        try:
-            wait = min(max(0.0, deadline - self._loop.time()), _LOG_WAIT_MAX)
-            return await self._read_log(stream_id, cursor, max_events, max_bytes, None, wait)
-        finally:
-            self._log_polls.release()
+            await self._waiters.wait(stream_id, remaining)
 
     async def _subscribe(self, stream_id: str, cursor: int) -> bool:
         """Caches the stream (or waits for its subscription in flight). False when the cache
@@ -306,7 +267,7 @@ class AgentClient:
                     return False
                 raise AgentError(code, str(e)) from None
             for name in dropped:
-                self._wake(name)
+                self._waiters.wake(name)
             if request_id is None:
                 return True
             future = self._loop.create_future()
@@ -320,66 +281,6 @@ class AgentClient:
             if future.done() and self._subscribing.get(stream_id) is future:
                 del self._subscribing[stream_id]
         return True
-
-    async def _wait_stream(self, stream_id: str, timeout: float) -> None:
-        """Waits for the reader task to report a change of the stream (or the timeout). The
-        caller read the cache just before, with no await in between: no wake-up is missed.
-
-        One future and one timer per wait, not an Event and a timeout scope: a reader that
-        keeps up with a flood waits once or twice per page."""
-        waiters = self._stream_events.get(stream_id)
-        if waiters is None:
-            waiters = self._stream_events[stream_id] = _Waiters()
-        woken: asyncio.Future[None] = self._loop.create_future()
-        waiters.futures.append(woken)
-        timer = self._loop.call_later(timeout, _resolve_once, woken)
-        try:
-            await woken
-        finally:
-            timer.cancel()
-            # The last waiter to give up removes the entry, so streams polled once and never
-            # woken do not accumulate.
-            if not woken.done():
-                woken.cancel()
-            if self._stream_events.get(stream_id) is waiters:
-                waiters.futures.remove(woken)
-                if not waiters.futures:
-                    del self._stream_events[stream_id]
-
-    def _wake(self, stream_id: str) -> None:
-        waiters = self._stream_events.pop(stream_id, None)
-        if waiters is not None:
-            for woken in waiters.futures:
-                _resolve_once(woken)
-
-    async def _read_log(
-        self,
-        stream_id: str,
-        cursor: int,
-        max_events: int,
-        max_bytes: int,
-        cached: Page | None,
-        wait_seconds: float = 0.0,
-    ) -> Page:
-        """Reads an exec's durable log on the agent, long-polling it for `wait_seconds` (at
-        most 25). Watches have no log: their cache's own page (which says what it no longer
-        holds) is the answer."""
-        if not stream_id.startswith("ex-"):
-            if cached is None:
-                raise AgentError("invalid_argument", "cursor is past the end of the stream")
-            return cached
-        args: dict[str, Any] = {"exec_id": stream_id, "cursor": cursor}
-        args |= {"max_events": max_events, "max_bytes": max_bytes}
-        timeout = None
-        if wait_seconds > 0:
-            args["wait_seconds"] = wait_seconds
-            # The agent answers when its wait ends; a lost answer must not hold the caller.
-            timeout = wait_seconds + _LOG_WAIT_MARGIN
-        _, payload = await self.request("exec.read", args, timeout=timeout)
-        try:
-            return parse_page(payload)
-        except ValueError as e:
-            raise AgentError("internal", f"exec.read returned a malformed page: {e}") from None
 
     # --- the reader task ----------------------------------------------------------------------
 
@@ -437,7 +338,7 @@ class AgentClient:
         for request_id, ok, body, response_payload in responses:
             self._resolve(request_id, ok, body, response_payload)
         for stream_id in woken:
-            self._wake(stream_id)
+            self._waiters.wake(stream_id)
         self._flush()
 
     def _resolve(self, request_id: int, ok: bool, body: str, payload: bytes) -> None:
@@ -488,8 +389,7 @@ class AgentClient:
         if self._hello is not None and not self._hello.done():
             self._hello.set_exception(AgentError(error.code, error.message))
             self._hello.add_done_callback(_retrieve)
-        for stream_id in list(self._stream_events):
-            self._wake(stream_id)
+        self._waiters.wake_all()
 
     def _abandon(self, reason: str) -> None:
         """Gives up this client's transport without awaiting (its channel moves on)."""
@@ -509,21 +409,6 @@ class AgentClient:
         transport, self._transport = self._transport, None
         if transport is not None:
             await transport.close()
-
-
-class _Waiters:
-    """The long-polls waiting on one stream, woken together: each its own future."""
-
-    __slots__ = ("futures",)
-
-    def __init__(self) -> None:
-        self.futures: list[asyncio.Future[None]] = []
-
-
-def _resolve_once(future: asyncio.Future[None]) -> None:
-    """Ends a wait (on a wake-up or at its timeout, whichever comes first)."""
-    if not future.done():
-        future.set_result(None)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
