@@ -5,6 +5,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use tokio::io::unix::AsyncFd;
+use tokio::io::Ready;
 
 pub(crate) struct FdIo {
     fd: AsyncFd<OwnedFd>,
@@ -48,7 +49,19 @@ impl FdIo {
                 Ok(Err(err)) if self.eio_is_eof && err.raw_os_error() == Some(libc::EIO) => {
                     return Ok(0)
                 }
-                Ok(done) => return done,
+                Ok(Ok(n)) => {
+                    // A pipe read returns less than asked only once the pipe is empty: the read
+                    // after it would only say EAGAIN. Clearing the readiness saves that syscall
+                    // on every chunk of output (tokio's sockets do the same). The next edge
+                    // (new data, or the writer closing) sets it again, and one that arrived
+                    // since this read is kept: tokio clears only the readiness this guard saw.
+                    // A PTY master may return short reads with data still buffered: not there.
+                    if !self.eio_is_eof && n > 0 && n < buf.len() {
+                        guard.clear_ready_matching(Ready::READABLE);
+                    }
+                    return Ok(n);
+                }
+                Ok(Err(err)) => return Err(err),
                 Err(_would_block) => continue,
             }
         }
