@@ -18,7 +18,8 @@ pub async fn connect(socket: &Path) -> Result<(), String> {
             socket.display()
         )
     })?;
-    let (mut from_daemon, mut to_daemon) = stream.into_split();
+    let (mut from_daemon, mut to_daemon) = crate::agent::socket::split(stream)
+        .map_err(|e| format!("cannot set up the daemon's socket: {e}"))?;
     let upstream = async {
         let copied = copy(&mut tokio::io::stdin(), &mut to_daemon).await;
         let _ = to_daemon.shutdown().await;

@@ -7,4 +7,5 @@ pub mod daemon;
 pub mod exec_log;
 pub mod files;
 pub mod process;
+pub mod socket;
 pub mod watch;

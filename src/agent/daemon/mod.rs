@@ -141,10 +141,12 @@ pub async fn run(config: DaemonConfig) -> Result<(), String> {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let service = Arc::clone(&service);
-                    tokio::spawn(async move {
-                        let (reader, writer) = stream.into_split();
-                        server::serve(reader, writer, service).await;
-                    });
+                    match crate::agent::socket::split(stream) {
+                        Ok((reader, writer)) => {
+                            tokio::spawn(server::serve(reader, writer, service));
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot set up an accepted connection"),
+                    }
                 }
                 Err(e) => tracing::warn!(error = %e, "accept failed"),
             },
