@@ -12,7 +12,7 @@ from modal_workspace_core.errors import (
     UpstreamError,
     from_agent_error,
 )
-from modal_workspace_core.ops_execs import Capture, derived_exec_id, page_out
+from modal_workspace_core.ops_execs import Capture, derived_exec_id
 from modal_workspace_core.ops_files import decode_text
 from modal_workspace_core.service_core import client_path, translate_error
 
@@ -63,24 +63,6 @@ def test_an_idempotency_key_names_one_exec_per_workspace() -> None:
     assert policy.check_id("ex", a) == a
     assert a != derived_exec_id(WS, "other")
     assert a != derived_exec_id("ws-" + "b" * 32, "key")
-
-
-def _page(events: list[dict[str, object]], **extra: object) -> dict[str, object]:
-    base = {"next_cursor": len(events), "has_more": False, "closed": False}
-    return {"events": events, **base, **extra}
-
-
-def test_done_only_once_the_closed_stream_is_fully_delivered() -> None:
-    running = _page([{"seq": 1, "type": "stdout", "data": "x"}])
-    assert not page_out(running, None).done
-    exit_then_status = _page(
-        [{"seq": 1, "type": "exit"}, {"seq": 2, "type": "status"}], closed=True
-    )
-    assert page_out(exit_then_status, None).done
-    more = _page([{"seq": 1, "type": "stdout", "data": "x"}], closed=True, has_more=True)
-    assert not page_out(more, None).done
-    after_the_end = _page([], closed=True)
-    assert page_out(after_the_end, {"state": "finished", "returncode": 0}).done
 
 
 def test_agent_codes_map_to_statuses() -> None:

@@ -202,6 +202,8 @@ class Page:
         """The producer has finished: no event will follow the ring's last one."""
     def to_json(self) -> str:
         """The page as one JSON object, never longer than the read's (raised) `max_bytes`."""
+    def events_json(self) -> str:
+        """The events alone, as the JSON array `to_json()` holds."""
     def __len__(self) -> int: ...
 
 @disjoint_base

@@ -33,7 +33,7 @@ from .mcp import McpEndpoint
 from .models import Input
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .results import ErrorResponse
-from .service import OPERATIONS, Operation, Service, call, parse_input
+from .service import OPERATIONS, Operation, Service, call_json, parse_input
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 
@@ -169,8 +169,8 @@ def _handler(
             if name not in fields:  # path parameters among them: they come from the path only
                 raise InvalidArgumentError(f"{name[:64]}: unknown field", field=name[:64])
         data.update(request.path_params)
-        result = await call(service, op, parse_input(op, data))
-        return Response(result.model_dump_json(), media_type="application/json")
+        body = await call_json(service, op, parse_input(op, data))
+        return Response(body, media_type="application/json")
 
     return serve
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import policy
 from .drivers.base import WorkspaceRecord
 from .errors import ConflictError, InvalidArgumentError
+from .event_pages import PageResult, page_done, state_shown
 from .models import (
     MAX_WAIT_SECONDS,
     ExecCancel,
@@ -29,7 +30,7 @@ from .models import (
     RealtimeExecStart,
     WatchEvents,
 )
-from .results import EventPage, ExecListResult, ExecResult, ExecStatus, InputResult
+from .results import ExecListResult, ExecResult, ExecStatus, InputResult
 from .service_core import PROGRESS, host_path
 
 if TYPE_CHECKING:
@@ -81,27 +82,6 @@ def status_out(exec_id: str, result: dict[str, Any]) -> ExecStatus:
     return ExecStatus.model_validate({**result, "exec_id": result.get("exec_id") or exec_id})
 
 
-def page_out(page: dict[str, Any], status: dict[str, Any] | None) -> EventPage:
-    events = page.get("events") or []
-    has_more = bool(page.get("has_more"))
-    # `done` only once the stream is closed and nothing is left after this page: the final
-    # event (an exec's `exit`) has then been delivered, in this page or an earlier one.
-    ended_here = bool(events) and events[-1].get("type") == "exit"
-    done = not has_more and (bool(page.get("closed")) or ended_here)
-    return EventPage(
-        events=events,
-        next_cursor=int(page.get("next_cursor", 0)),
-        has_more=has_more,
-        done=done,
-        state=(status or {}).get("state"),
-        returncode=(status or {}).get("returncode"),
-        first_seq=int(page.get("first_seq", 0)),
-        cursor_expired=bool(page.get("cursor_expired")),
-        dropped_events=int(page.get("dropped_events", 0)),
-        dropped_bytes=int(page.get("dropped_bytes", 0)),
-    )
-
-
 def decode_input(text: str, encoding: str, field: str) -> bytes:
     """A client's text as bytes: base64 when `encoding` says so (refused unless valid), else
     UTF-8. A refusal names `field`."""
@@ -113,28 +93,6 @@ def decode_input(text: str, encoding: str, field: str) -> bytes:
         raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None
 
 
-# The state a stream is in while it is live: the state of its first `status` event.
-_LIVE_STATES = frozenset({"running", "watching"})
-
-
-def state_shown(events: list[dict[str, Any]], live_state: str) -> dict[str, Any] | None:
-    """The stream's state as a page's events show it, or None when only the agent can tell.
-
-    Output and file events are written only while a stream is live, and an exec's `exit` event
-    carries its final state and return code; a page that shows either needs no round trip to
-    the agent (the common case: a long-poll woken by output). An empty page, or one whose last
-    word is a closing or `lost` status, is answered from the agent's record instead.
-    """
-    for event in reversed(events):
-        kind = event.get("type")
-        if kind == "exit":
-            return {"state": event.get("state"), "returncode": event.get("returncode")}
-        if kind == "status":
-            state = event.get("state")
-            return {"state": state} if state in _LIVE_STATES else None
-    return {"state": live_state} if events else None
-
-
 async def stream_page(
     svc: Service,
     inp: ExecEvents | WatchEvents,
@@ -142,8 +100,8 @@ async def stream_page(
     status_op: str,
     id_arg: str,
     live_state: str,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One page of an exec's or a watch's events as `inp` asks, and the stream's state as of
+) -> PageResult:
+    """One page of an exec's or a watch's events as `inp` asks, with the stream's state as of
     that page (`live_state` while the page holds only output or file events)."""
     page = await svc.read_events(
         inp.workspace_id,
@@ -153,11 +111,10 @@ async def stream_page(
         max_bytes=inp.max_bytes,
         wait_seconds=inp.wait_seconds,
     )
-    shown = state_shown(page.get("events") or [], live_state)
-    if shown is not None:
-        return page, shown
-    status, _ = await svc.request(inp.workspace_id, status_op, {id_arg: stream})
-    return page, status
+    shown = state_shown(page, live_state)
+    if shown is None:
+        shown, _ = await svc.request(inp.workspace_id, status_op, {id_arg: stream})
+    return PageResult(page, shown.get("state"), shown.get("returncode"))
 
 
 def event_bytes(event: dict[str, Any]) -> bytes:
@@ -237,18 +194,18 @@ async def run_to_end(
             ws, exec_id, cursor, max_events=10_000, max_bytes=_DRAIN_PAGE_BYTES, wait_seconds=wait
         )
         latest = b""
-        for event in page.get("events") or []:
+        for event in page.events:
             kind = event.get("type")
             if kind in ("stdout", "stderr"):
                 data = event_bytes(event)
                 (out if kind == "stdout" else err).add(data)
                 latest = data or latest
-        cursor = int(page.get("next_cursor", cursor))
+        cursor = page.next_cursor
         report = PROGRESS.get()
         if report is not None and latest:
             line = latest.decode(errors="replace").replace("\r", "\n").strip().split("\n")[-1]
             await report(float(out.total + err.total), line[-200:])
-        if page_out(page, None).done:
+        if page_done(page):
             break
         if time.monotonic() > deadline:
             raise TimeoutError
@@ -302,11 +259,8 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
     return status_out(exec_id, result)
 
 
-async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> EventPage:
-    page, status = await stream_page(
-        svc, inp, inp.exec_id, "exec.status", "exec_id", live_state="running"
-    )
-    return page_out(page, status)
+async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> PageResult:
+    return await stream_page(svc, inp, inp.exec_id, "exec.status", "exec_id", live_state="running")
 
 
 async def workspace_realtime_exec_status(svc: Service, inp: ExecRef) -> ExecStatus:
@@ -349,10 +303,9 @@ async def wait_ended(
             max_bytes=_DRAIN_PAGE_BYTES,
             wait_seconds=min(remaining, MAX_WAIT_SECONDS),
         )
-        events = page.get("events") or []
-        if page.get("closed") or any(e.get("type") == "exit" for e in events):
+        if page.closed or any(e.get("type") == "exit" for e in page.events):
             break
-        cursor = int(page.get("next_cursor", cursor))
+        cursor = page.next_cursor
     result, _ = await svc.request(workspace_id, "exec.status", {"exec_id": exec_id})
     return result
 

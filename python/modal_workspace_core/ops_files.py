@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import policy
 from .errors import InvalidArgumentError
+from .event_pages import PageResult
 from .models import (
     WORKSPACE_ROOT,
     FileEdit,
@@ -26,9 +27,8 @@ from .models import (
     WatchStart,
 )
 from .models import relative as rel
-from .ops_execs import decode_input, page_out, stream_page
+from .ops_execs import decode_input, stream_page
 from .results import (
-    EventPage,
     FileContent,
     FileEditResult,
     FileListResult,
@@ -153,11 +153,12 @@ async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStat
     return _watch_out(watch_id, result)
 
 
-async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> EventPage:
-    page, status = await stream_page(
+async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> PageResult:
+    result = await stream_page(
         svc, inp, inp.watch_id, "watch.status", "watch_id", live_state="watching"
     )
-    return page_out(page, {"state": status.get("state")})
+    result.returncode = None  # a watch has none, whatever its status says
+    return result
 
 
 async def workspace_file_watch_status(svc: Service, inp: WatchRef) -> WatchStatus:

@@ -22,6 +22,7 @@ from . import ops_workspaces as wsp
 from . import repo_pending
 from . import results as r
 from .errors import InvalidArgumentError, WorkspaceError, validation_error
+from .event_pages import PageResult
 from .service_core import Service, translate_error
 
 __all__ = [
@@ -35,7 +36,8 @@ __all__ = [
 ]
 
 Method = Literal["GET", "POST", "PUT", "DELETE"]
-Handler = Callable[[Service, Any], Awaitable[BaseModel]]
+# A handler answers its output model, or a page whose JSON REST sends as it is (`PageResult`).
+Handler = Callable[[Service, Any], Awaitable[BaseModel | PageResult]]
 
 
 @dataclass(frozen=True)
@@ -414,10 +416,26 @@ def parse_input(op: Operation, args: Mapping[str, Any]) -> m.Input:
 
 async def call(service: Service, op: Operation, inp: m.Input) -> BaseModel:
     """Runs a validated input through its handler; any failure becomes a `WorkspaceError`."""
+    result = await _run(service, op, inp)
+    if isinstance(result, PageResult):
+        return result.model()
+    return result if isinstance(result, op.output) else op.output.model_validate(result)
+
+
+async def call_json(service: Service, op: Operation, inp: m.Input) -> str:
+    """`call`, answered as the JSON of its output (REST's body). A page of events is written
+    around the agent's own JSON of the events, without a model of each."""
+    result = await _run(service, op, inp)
+    if isinstance(result, PageResult):
+        return result.to_json()
+    model = result if isinstance(result, op.output) else op.output.model_validate(result)
+    return model.model_dump_json()
+
+
+async def _run(service: Service, op: Operation, inp: m.Input) -> BaseModel | PageResult:
     try:
-        result = await op.handler(service, inp)
+        return await op.handler(service, inp)
     except WorkspaceError:
         raise
     except Exception as exc:
         raise translate_error(exc) from None
-    return result if isinstance(result, op.output) else op.output.model_validate(result)

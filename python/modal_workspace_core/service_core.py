@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
 from . import policy
-from ._core import PolicyError
+from ._core import Page, PolicyError
 from .agent_client import AgentClient, AgentError
 from .config import Settings
 from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
@@ -159,19 +158,17 @@ class Service:
         max_events: int,
         max_bytes: int,
         wait_seconds: float,
-    ) -> dict[str, Any]:
-        """One page of a stream as a plain dict (the JSON form of `Page`)."""
+    ) -> Page:
+        """One page of a stream, as the agent's channel holds it."""
 
-        async def once(client: AgentClient) -> dict[str, Any]:
-            page = await client.read_events(
+        async def once(client: AgentClient) -> Page:
+            return await client.read_events(
                 stream,
                 cursor,
                 max_events=max_events,
                 max_bytes=max_bytes,
                 wait_seconds=wait_seconds,
             )
-            parsed: dict[str, Any] = json.loads(page.to_json())
-            return parsed
 
         return await self._with_channel(workspace_id, once, retry=True)
 

@@ -249,6 +249,12 @@ impl PyPage {
         self.json.get_or_init(|| self.page.to_json())
     }
 
+    /// The events alone, as the JSON array `to_json()` holds: what a gateway wraps in its own
+    /// envelope without building a Python object per event.
+    fn events_json(&self) -> String {
+        self.page.events_json()
+    }
+
     fn __len__(&self) -> usize {
         self.page.events.len()
     }
