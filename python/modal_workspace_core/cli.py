@@ -68,10 +68,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from .api import create_app
     from .drivers import create_driver
+    from .http_serving import serve
     from .service import Service
 
     try:
@@ -135,7 +134,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"  health:         {base}/healthz",
     ]
     print("\n".join(lines), flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", proxy_headers=True)
+    serve(app, args.host, args.port)
     return 0
 
 
