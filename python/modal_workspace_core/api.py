@@ -7,41 +7,31 @@ shape, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at `/mcp/
 from __future__ import annotations
 
 import hmac
-import inspect
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, cast
+from typing import Any
 
-from fastapi import Body, FastAPI, Path, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from fastapi.routing import APIRoute
-from pydantic import BaseModel, create_model
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import __version__
 from .errors import (
-    InvalidArgumentError,
     UnauthenticatedError,
     WorkspaceError,
     invalid_from_details,
 )
 from .mcp import McpEndpoint
-from .models import Input
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
+from .operation_routes import OperationDispatch, OperationRoute, OperationServer, endpoint
 from .results import ErrorResponse
-from .service import OPERATIONS, Operation, Service, call_json, parse_input
+from .service import OPERATIONS, Service
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 
-_ID_PATTERNS = {
-    "workspace_id": "^ws-[0-9a-f]{32}$",
-    "exec_id": "^ex-[0-9a-f]{32}$",
-    "watch_id": "^fw-[0-9a-f]{32}$",
-}
 PROTECTED_PREFIXES = ("/api", "/mcp")
 
 
@@ -91,106 +81,6 @@ def _protected(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in PROTECTED_PREFIXES)
 
 
-def _rest_model(op: Operation) -> type[BaseModel] | None:
-    """The input model without its path parameters: the query string or the JSON body."""
-    fields = {
-        name: (info.annotation, info)
-        for name, info in op.input.model_fields.items()
-        if name not in op.path_params
-    }
-    if not fields:
-        return None
-    suffix = "Query" if op.method in ("GET", "DELETE") else "Body"
-    name = "".join(part.title() for part in op.name.split("_")) + suffix
-    # On the bare `Input` (its config: unknown fields refused), not the input's own parent,
-    # whose fields (path parameters among them) `fields` has already sorted.
-    return create_model(name, __base__=Input, **fields)  # type: ignore[call-overload,no-any-return]
-
-
-def _endpoint(service: Service, op: Operation) -> Callable[..., Awaitable[Any]]:
-    rest = _rest_model(op)
-    params = []
-    annotation: Any
-    for name in op.path_params:
-        info = op.input.model_fields[name]
-        annotation = Annotated[str, Path(description=info.description, pattern=_ID_PATTERNS[name])]
-        params.append(
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
-        )
-    if rest is not None:
-        if op.method in ("GET", "DELETE"):
-            annotation = Annotated[rest, Query()]
-            params.append(
-                inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
-            )
-        elif any(f.is_required() for f in rest.model_fields.values()):
-            annotation = Annotated[rest, Body()]
-            params.append(
-                inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
-            )
-        else:  # every field has a default: the body may be left out entirely
-            annotation = Annotated[rest | None, Body()]
-            params.append(
-                inspect.Parameter(
-                    "params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None
-                )
-            )
-
-    async def endpoint(**kwargs: Any) -> Any:  # documents the route; never called (below)
-        raise AssertionError("operation routes are served by OperationRoute")
-
-    endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    endpoint.__name__ = op.name
-    endpoint.serve = _handler(service, op, rest)  # type: ignore[attr-defined]
-    return endpoint
-
-
-class OperationRoute(APIRoute):
-    """A route whose endpoint signature describes the operation to OpenAPI, while requests are
-    served by the operation's own handler: the input is validated once, by the operation's
-    model. FastAPI's per-request parameter solving (then a second validation) cost more than
-    everything else a long-poll does."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        serve: Callable[[Request], Coroutine[Any, Any, Response]] = cast(Any, self.endpoint).serve
-        return serve
-
-
-def _handler(
-    service: Service, op: Operation, rest: type[BaseModel] | None
-) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-    fields = set(rest.model_fields) if rest is not None else set()
-    in_query = op.method in ("GET", "DELETE")
-
-    async def serve(request: Request) -> Response:
-        # Every query field is a scalar (a test holds GET and DELETE inputs to that).
-        data = dict(request.query_params.items()) if in_query else await _json_object(request)
-        for name in data:
-            if name not in fields:  # path parameters among them: they come from the path only
-                raise InvalidArgumentError(f"{name[:64]}: unknown field", field=name[:64])
-        data.update(request.path_params)
-        body = await call_json(service, op, parse_input(op, data))
-        return Response(body, media_type="application/json")
-
-    return serve
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    """The request body as a JSON object; no body (or `null`) is an empty one."""
-    body = await request.body()
-    if not body.strip():
-        return {}
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        raise InvalidArgumentError("the body is not valid JSON") from None
-    if parsed is None:
-        return {}
-    if not isinstance(parsed, dict):
-        raise InvalidArgumentError("the body must be a JSON object")
-    return parsed
-
-
 def create_app(
     service: Service,
     tokens: Sequence[str],
@@ -229,7 +119,7 @@ def create_app(
     for op in OPERATIONS:
         app.router.add_api_route(
             "/api" + op.path,
-            _endpoint(service, op),
+            endpoint(OperationServer(service, op)),
             methods=[op.method],
             operation_id=op.name,
             summary=op.summary,
@@ -279,6 +169,8 @@ def create_app(
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
+    # Inside the bearer check (added last, so outermost of the two).
+    app.add_middleware(OperationDispatch, service=service)
     app.add_middleware(BearerAuth, tokens=tokens)
     return app
 

@@ -1,0 +1,212 @@
+"""The REST routes of the operation table: each operation's route as FastAPI documents it (its
+OpenAPI signature), and the middleware that serves those routes.
+
+A request is read and validated once, by the operation's own model. `OperationDispatch` serves
+the operation routes ahead of FastAPI's exception middleware, router and request objects, which
+cost a woken long-poll ~13 µs on its way out (bench/README.md); FastAPI still answers everything
+else (schema, health, MCP, and the 404/405/400 of paths that match no operation).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Annotated, Any, cast
+
+from fastapi import Body, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, create_model
+from starlette.datastructures import QueryParams
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import InvalidArgumentError, WorkspaceError
+from .models import Input
+from .service import OPERATIONS, Operation, Service, call_json, parse_input
+
+ID_PATTERNS = {
+    "workspace_id": "^ws-[0-9a-f]{32}$",
+    "exec_id": "^ex-[0-9a-f]{32}$",
+    "watch_id": "^fw-[0-9a-f]{32}$",
+}
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+def rest_model(op: Operation) -> type[BaseModel] | None:
+    """The input model without its path parameters: the query string or the JSON body."""
+    fields = {
+        name: (info.annotation, info)
+        for name, info in op.input.model_fields.items()
+        if name not in op.path_params
+    }
+    if not fields:
+        return None
+    suffix = "Query" if op.method in ("GET", "DELETE") else "Body"
+    name = "".join(part.title() for part in op.name.split("_")) + suffix
+    # On the bare `Input` (its config: unknown fields refused), not the input's own parent,
+    # whose fields (path parameters among them) `fields` has already sorted.
+    return create_model(name, __base__=Input, **fields)  # type: ignore[call-overload,no-any-return]
+
+
+class OperationServer:
+    """Serves one operation from a request's parts: the query (GET, DELETE) or JSON body, and
+    the path parameters. Answers the response body's JSON; raises `WorkspaceError`."""
+
+    def __init__(self, service: Service, op: Operation) -> None:
+        rest = rest_model(op)
+        self.service = service
+        self.op = op
+        self.fields = frozenset(rest.model_fields) if rest is not None else frozenset()
+        self.in_query = op.method in ("GET", "DELETE")
+
+    async def __call__(
+        self, query: QueryParams, body: bytes, path_params: Mapping[str, str]
+    ) -> str:
+        # Every query field is a scalar (a test holds GET and DELETE inputs to that).
+        data = dict(query.items()) if self.in_query else _json_object(body)
+        for name in data:
+            if name not in self.fields:  # path parameters among them: from the path only
+                raise InvalidArgumentError(f"{name[:64]}: unknown field", field=name[:64])
+        data.update(path_params)
+        return await call_json(self.service, self.op, parse_input(self.op, data))
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; no body (or `null`) is an empty one."""
+    if not body.strip():
+        return {}
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        raise InvalidArgumentError("the body is not valid JSON") from None
+    if parsed is None:
+        return {}
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentError("the body must be a JSON object")
+    return parsed
+
+
+def endpoint(server: OperationServer) -> Callable[..., Awaitable[Any]]:
+    """A function whose signature documents the operation's route to FastAPI (OpenAPI); it is
+    never called: `OperationRoute` serves the route through `server`."""
+    op, rest = server.op, rest_model(server.op)
+    params = []
+    annotation: Any
+    for name in op.path_params:
+        info = op.input.model_fields[name]
+        annotation = Annotated[str, Path(description=info.description, pattern=ID_PATTERNS[name])]
+        params.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+        )
+    if rest is not None:
+        if op.method in ("GET", "DELETE"):
+            annotation = Annotated[rest, Query()]
+            params.append(
+                inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+            )
+        elif any(f.is_required() for f in rest.model_fields.values()):
+            annotation = Annotated[rest, Body()]
+            params.append(
+                inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+            )
+        else:  # every field has a default: the body may be left out entirely
+            annotation = Annotated[rest | None, Body()]
+            params.append(
+                inspect.Parameter(
+                    "params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None
+                )
+            )
+
+    async def documented(**kwargs: Any) -> Any:
+        raise AssertionError("operation routes are served by OperationRoute")
+
+    documented.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    documented.__name__ = op.name
+    documented.server = server  # type: ignore[attr-defined]
+    return documented
+
+
+class OperationRoute(APIRoute):
+    """A route whose endpoint signature describes the operation to OpenAPI, while requests that
+    reach it (`OperationDispatch` serves most before they do) go to the operation's server."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        server: OperationServer = cast(Any, self.endpoint).server
+
+        async def serve(request: Request) -> Response:
+            body = b"" if server.in_query else await request.body()
+            text = await server(request.query_params, body, request.path_params)
+            return Response(text, media_type="application/json")
+
+        return serve
+
+
+class OperationDispatch:
+    """ASGI middleware: requests for an operation's route (method, and a path whose ids match
+    their patterns) are served here; the rest go on to `app`. A `WorkspaceError` is answered
+    as FastAPI's handler answers it; anything else propagates, to become a 500."""
+
+    def __init__(self, app: ASGIApp, service: Service, prefix: str = "/api") -> None:
+        self.app = app
+        self.routes: dict[str, list[tuple[re.Pattern[str], OperationServer]]] = {}
+        for op in OPERATIONS:
+            self.routes.setdefault(op.method, []).append(
+                (_path_pattern(prefix + op.path), OperationServer(service, op))
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            for pattern, server in self.routes.get(scope["method"], ()):
+                match = pattern.match(path)
+                if match is not None:
+                    await self._serve(server, match.groupdict(), scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _serve(
+        self,
+        server: OperationServer,
+        path_params: dict[str, str],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        try:
+            body = b"" if server.in_query else await _read_body(receive)
+            text = await server(QueryParams(scope["query_string"]), body, path_params)
+            status, encoded = 200, text.encode()
+        except WorkspaceError as err:
+            # As FastAPI's handler for it answers (`api.create_app`).
+            await JSONResponse(err.to_dict(), status_code=err.status)(scope, receive, send)
+            return
+        length = (b"content-length", str(len(encoded)).encode())
+        await send({"type": "http.response.start", "status": status, "headers": [*_JSON, length]})
+        await send({"type": "http.response.body", "body": encoded})
+
+
+def _path_pattern(template: str) -> re.Pattern[str]:
+    """`/workspaces/{workspace_id}/…` as a regex whose groups take exactly the ids' patterns."""
+    parts = re.split(r"{(\w+)}", template)
+    pattern = ""
+    for i, part in enumerate(parts):
+        if i % 2:
+            pattern += f"(?P<{part}>{ID_PATTERNS[part].strip('^$')})"
+        else:
+            pattern += re.escape(part)
+    return re.compile(f"^{pattern}$")
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
