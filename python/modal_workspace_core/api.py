@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import __version__
+from .body_limit import BodyLimit
 from .errors import (
     UnauthenticatedError,
     WorkspaceError,
@@ -169,8 +170,9 @@ def create_app(
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
-    # Inside the bearer check (added last, so outermost of the two).
+    # Outermost last: the bearer check, then the body bound, then the operation routes.
     app.add_middleware(OperationDispatch, service=service)
+    app.add_middleware(BodyLimit)
     app.add_middleware(BearerAuth, tokens=tokens)
     return app
 
