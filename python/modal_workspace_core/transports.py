@@ -17,7 +17,7 @@ from typing import Protocol
 # StreamReader's buffer limit; reads take whatever is available up to the channel's read size.
 _STREAM_LIMIT = 1 << 20
 
-# The buffer a pushed transport reads into: large enough to carry many pages when the agent is
+# The buffer a pushed socket reads into: large enough to carry many pages when the agent is
 # busy (the socket read size asyncio uses too).
 _PUSH_BUFFER = 256 * 1024
 
@@ -34,8 +34,81 @@ class ByteWriter(Protocol):
     def is_closing(self) -> bool: ...
 
 
+class PushedReads:
+    """The reading side of a pushed transport: what was read goes to the consumer in order, and
+    the end once, after all of it.
+
+    Reads that come before a consumer attaches (the agent's Hello comes at once) are held and
+    handed over first when it does; so is an end that came before it.
+    """
+
+    def __init__(self) -> None:
+        self._on_data: OnData | None = None
+        self._on_lost: OnLost | None = None
+        self._early: list[bytes] = []
+        self._end: tuple[Exception | None] | None = None
+
+    def attach(self, on_data: OnData, on_lost: OnLost) -> None:
+        if self._on_data is not None:
+            raise RuntimeError("a transport has one consumer")
+        self._on_data, self._on_lost = on_data, on_lost
+        early, self._early = self._early, []
+        for data in early:
+            on_data(memoryview(data))
+        if self._end is not None:
+            on_lost(self._end[0])
+
+    def data(self, data: bytes | memoryview) -> None:
+        """One read. A view is only valid during the call: it is copied if it must be held."""
+        if self._end is not None:
+            return
+        if self._on_data is not None:
+            self._on_data(data if isinstance(data, memoryview) else memoryview(data))
+        else:
+            self._early.append(data if isinstance(data, bytes) else bytes(data))
+
+    def end(self, exc: Exception | None) -> None:
+        """The end of the reads, normal (None) or not; only the first end counts."""
+        if self._end is not None:
+            return
+        self._end = (exc,)
+        if self._on_lost is not None:
+            self._on_lost(exc)
+
+
+class _WriteFlow:
+    """The flow control a writer's `drain` needs over an asyncio write transport: asyncio calls
+    `pause`/`resume` at its buffer's high and low water marks, and `lost` when the peer is gone."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, what: str) -> None:
+        self._loop = loop
+        self._what = what
+        self._writable: asyncio.Future[None] | None = None
+        self._lost = False
+
+    def pause(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = self._loop.create_future()
+
+    def resume(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def lost(self) -> None:
+        self._lost = True
+        self.resume()
+
+    async def drain(self) -> None:
+        if self._lost:
+            raise ConnectionResetError(f"{self._what} is closed")
+        if self._writable is not None and not self._writable.done():
+            await self._writable
+            if self._lost:
+                raise ConnectionResetError(f"{self._what} is closed")
+
+
 class Transport:
-    """A reader and a writer, closed together."""
+    """A reader and a writer, closed together. A transport that pushes has no reader."""
 
     def __init__(self, reader: asyncio.StreamReader | None, writer: ByteWriter) -> None:
         self.reader = reader
@@ -54,6 +127,95 @@ class Transport:
         if wait_closed is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(wait_closed(), 2.0)
+
+
+class PushedTransport(Transport):
+    """A transport whose reads are pushed to the client (see the module's notes)."""
+
+    def __init__(self, reads: PushedReads, writer: ByteWriter) -> None:
+        super().__init__(None, writer)
+        self._reads = reads
+
+    def attach(self, on_data: OnData, on_lost: OnLost) -> bool:
+        self._reads.attach(on_data, on_lost)
+        return True
+
+
+# --- a unix socket ------------------------------------------------------------------------------
+
+
+class _SocketProtocol(asyncio.BufferedProtocol):
+    """A socket read into one reused buffer, each read pushed at once; and the flow control its
+    writer's `drain` needs."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._view = memoryview(bytearray(_PUSH_BUFFER))
+        self.reads = PushedReads()
+        self.flow = _WriteFlow(loop, "the agent's socket")
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.reads.data(self._view[:nbytes])
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.flow.lost()
+        self.reads.end(exc)
+
+    def pause_writing(self) -> None:
+        self.flow.pause()
+
+    def resume_writing(self) -> None:
+        self.flow.resume()
+
+
+class _SocketWriter:
+    """The writer of a pushed socket: asyncio's own write buffer, drained on its flow control."""
+
+    def __init__(self, protocol: _SocketProtocol) -> None:
+        self._protocol = protocol
+
+    def _transport(self) -> asyncio.Transport:
+        transport = self._protocol.transport
+        assert transport is not None, "connection_made comes before the connection is returned"
+        return transport
+
+    def write(self, data: bytes) -> None:
+        self._transport().write(data)
+
+    async def drain(self) -> None:
+        await self._protocol.flow.drain()
+
+    def close(self) -> None:
+        self._transport().close()
+
+    def is_closing(self) -> bool:
+        return self._transport().is_closing()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._protocol.closed)
+
+
+async def open_unix(path: str | os.PathLike[str]) -> Transport:
+    """Connects to the agent's unix socket."""
+    loop = asyncio.get_running_loop()
+    _, protocol = await loop.create_unix_connection(lambda: _SocketProtocol(loop), os.fspath(path))
+    return PushedTransport(protocol.reads, _SocketWriter(protocol))
+
+
+# --- a subprocess -------------------------------------------------------------------------------
 
 
 class SubprocessTransport(Transport):
@@ -78,124 +240,6 @@ class SubprocessTransport(Transport):
             await self.process.wait()
 
 
-class _Pushed(asyncio.BufferedProtocol):
-    """A socket read into one reused buffer, each read handed to the consumer at once; and the
-    flow control its writer's `drain` needs."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._view = memoryview(bytearray(_PUSH_BUFFER))
-        self._on_data: OnData | None = None
-        self._on_lost: OnLost | None = None
-        # What arrived before a consumer attached (the agent's Hello comes at once).
-        self._early: list[bytes] = []
-        self._lost: tuple[Exception | None] | None = None
-        self._writable: asyncio.Future[None] | None = None
-        self.transport: asyncio.Transport | None = None
-        self.closed: asyncio.Future[None] = loop.create_future()
-        self._loop = loop
-
-    def attach(self, on_data: OnData, on_lost: OnLost) -> None:
-        self._on_data, self._on_lost = on_data, on_lost
-        early, self._early = self._early, []
-        for data in early:
-            on_data(memoryview(data))
-        if self._lost is not None:
-            on_lost(self._lost[0])
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._on_data is None:
-            self._early.append(bytes(self._view[:nbytes]))
-        else:
-            self._on_data(self._view[:nbytes])
-
-    def eof_received(self) -> bool:
-        return False  # the transport closes itself; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = (exc,)
-        if not self.closed.done():
-            self.closed.set_result(None)
-        self._wake_writer()
-        if self._on_lost is not None:
-            self._on_lost(exc)
-
-    def pause_writing(self) -> None:
-        if self._writable is None or self._writable.done():
-            self._writable = self._loop.create_future()
-
-    def resume_writing(self) -> None:
-        self._wake_writer()
-
-    def _wake_writer(self) -> None:
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-
-    async def drain(self) -> None:
-        if self._lost is not None:
-            raise ConnectionResetError("the agent's socket is closed")
-        if self._writable is not None and not self._writable.done():
-            await self._writable
-            if self._lost is not None:
-                raise ConnectionResetError("the agent's socket is closed")
-
-
-class _PushedWriter:
-    """The writer of a pushed transport: asyncio's own write buffer, drained on its flow
-    control."""
-
-    def __init__(self, protocol: _Pushed) -> None:
-        self._protocol = protocol
-
-    def _transport(self) -> asyncio.Transport:
-        transport = self._protocol.transport
-        assert transport is not None, "connection_made comes before the connection is returned"
-        return transport
-
-    def write(self, data: bytes) -> None:
-        self._transport().write(data)
-
-    async def drain(self) -> None:
-        await self._protocol.drain()
-
-    def close(self) -> None:
-        self._transport().close()
-
-    def is_closing(self) -> bool:
-        return self._transport().is_closing()
-
-    async def wait_closed(self) -> None:
-        await asyncio.shield(self._protocol.closed)
-
-
-class PushedTransport(Transport):
-    """A socket whose reads are pushed to the client (see the module's notes)."""
-
-    def __init__(self, protocol: _Pushed) -> None:
-        super().__init__(None, _PushedWriter(protocol))
-        self._protocol = protocol
-
-    def attach(self, on_data: OnData, on_lost: OnLost) -> bool:
-        self._protocol.attach(on_data, on_lost)
-        return True
-
-
-Connector = Callable[[], Awaitable[Transport]]
-
-
-async def open_unix(path: str | os.PathLike[str]) -> Transport:
-    """Connects to the agent's unix socket."""
-    loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_unix_connection(lambda: _Pushed(loop), os.fspath(path))
-    return PushedTransport(protocol)
-
-
 async def open_subprocess(
     argv: Sequence[str], env: Mapping[str, str] | None = None
 ) -> SubprocessTransport:
@@ -210,3 +254,6 @@ async def open_subprocess(
         limit=_STREAM_LIMIT,
     )
     return SubprocessTransport(process)
+
+
+Connector = Callable[[], Awaitable[Transport]]
