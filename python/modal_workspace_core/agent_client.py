@@ -28,8 +28,9 @@ _HELLO_TIMEOUT = 10.0
 class AgentClient:
     """One channel to one workspace agent. Make it with a `connect_*` class method.
 
-    All methods must be called from the event loop that connected it. One background task
-    reads the transport, feeds the channel and resolves futures; callers only write.
+    All methods must be called from the event loop that connected it. What the transport reads
+    is fed to the channel as it arrives (pushed by the transport, or read by a background task
+    from a stream pair), which resolves futures and wakes readers; callers only write.
     """
 
     def __init__(self, channel: AgentChannel, connector: Connector | None) -> None:
@@ -38,6 +39,8 @@ class AgentClient:
         self._loop = asyncio.get_running_loop()
         self._transport: Transport | None = None
         self._pump: asyncio.Task[None] | None = None
+        # Closing transports that ended or were given up on (a subprocess is waited for).
+        self._releasing: set[asyncio.Task[None]] = set()
         self._hello: asyncio.Future[None] | None = None
         self._info: dict[str, Any] = {}
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
@@ -153,6 +156,8 @@ class AgentClient:
         self._shut = True
         self._fail(AgentError("unavailable", "the client was closed"))
         await self._close_transport()
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
 
     @property
     def closed(self) -> bool:
@@ -282,7 +287,7 @@ class AgentClient:
                 del self._subscribing[stream_id]
         return True
 
-    # --- the reader task ----------------------------------------------------------------------
+    # --- reading ------------------------------------------------------------------------------
 
     async def _read_loop(self, transport: Transport) -> None:
         """Reads a pulled transport (see `transports`) until it ends."""
@@ -316,17 +321,25 @@ class AgentClient:
             self._received(data)
         except AgentError as e:
             self._fail(e)
-            self._transport = None
-            transport.writer.close()
+            self._release(transport)
 
     def _pushed_lost(self, transport: Transport, exc: Exception | None) -> None:
         if self._transport is not transport:
             return
-        self._transport = None
         if exc is None:
             self._fail(AgentError("unavailable", "the agent closed the channel"))
         else:
             self._fail(AgentError("unavailable", f"the agent channel was lost: {exc}"))
+        self._release(transport)
+
+    def _release(self, transport: Transport) -> None:
+        """Closes a transport that ended or broke the protocol (a subprocess is ended), as the
+        read loop does, without waiting for `reconnect` or `close`; `close` waits for it."""
+        if self._transport is transport:
+            self._transport = None
+        task = self._loop.create_task(transport.close())
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     def _received(self, data: bytes | memoryview) -> None:
         """Feeds what the transport read to the channel and hands out what it produced."""

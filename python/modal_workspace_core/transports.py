@@ -1,10 +1,13 @@
 """Byte transports for the agent channel: a unix socket, a subprocess's stdin/stdout, or any
 asyncio stream pair. A transport only moves bytes; the protocol lives in `AgentChannel`.
 
-Most transports are read through an `asyncio.StreamReader` (the client pulls). The unix socket
-is pushed instead (`attach`): each read lands in one reused buffer and goes to the client at
-once, so a flood of output costs no stream buffer, no new bytes object and no fresh memory per
-read (those copies and page faults were a fifth of the client's time)."""
+Transports push what they read (`attach`): each read goes to the client as soon as it arrives,
+with no `asyncio.StreamReader` (a copy in and a copy out) and no reader task (a wake-up per read)
+in between. The unix socket reads into one reused buffer, so a flood of output costs no new bytes
+object and no fresh memory per read either (those copies and page faults were a fifth of the
+client's time); a subprocess's pipe hands over the bytes objects asyncio already made. Only a
+stream pair given to `AgentClient.connect_stream` is still read through its `StreamReader`
+(pulled)."""
 
 from __future__ import annotations
 
@@ -14,12 +17,12 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-# StreamReader's buffer limit; reads take whatever is available up to the channel's read size.
-_STREAM_LIMIT = 1 << 20
-
 # The buffer a pushed socket reads into: large enough to carry many pages when the agent is
 # busy (the socket read size asyncio uses too).
 _PUSH_BUFFER = 256 * 1024
+
+# How long closing a subprocess waits for it to exit on its own before killing it.
+_EXIT_SECONDS = 2.0
 
 OnData = Callable[[memoryview], None]
 OnLost = Callable[[Exception | None], None]
@@ -218,26 +221,100 @@ async def open_unix(path: str | os.PathLike[str]) -> Transport:
 # --- a subprocess -------------------------------------------------------------------------------
 
 
-class SubprocessTransport(Transport):
-    """The stdin/stdout of a child process (`mwc-agent connect …`, locally or through an exec).
+class _SubprocessProtocol(asyncio.SubprocessProtocol):
+    """A child's stdout pushed as asyncio reads it, the flow control of its stdin, and its exit.
+
+    The end of the reads is the end of stdout: a child that exits has still written what the
+    pipe holds, and asyncio reads the pipe to its end before reporting it closed.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.reads = PushedReads()
+        self.flow = _WriteFlow(loop, "the agent process's stdin")
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self._transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self._transport = transport
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd == 1:
+            self.reads.data(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 0:
+            self.flow.lost()
+        elif fd == 1:
+            self.reads.end(exc)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Every pipe is closed and the child has exited: release the transport (asyncio warns
+        # of a subprocess transport nobody closed).
+        self.flow.lost()
+        self.reads.end(exc)
+        if self._transport is not None:
+            self._transport.close()
+
+    def pause_writing(self) -> None:
+        self.flow.pause()
+
+    def resume_writing(self) -> None:
+        self.flow.resume()
+
+
+class _StdinWriter:
+    """A child's stdin: asyncio's pipe write buffer, drained on its flow control; closing it
+    sends EOF once what is buffered has been written."""
+
+    def __init__(self, stdin: asyncio.WriteTransport, flow: _WriteFlow) -> None:
+        self._stdin = stdin
+        self._flow = flow
+
+    def write(self, data: bytes) -> None:
+        self._stdin.write(data)
+
+    async def drain(self) -> None:
+        await self._flow.drain()
+
+    def close(self) -> None:
+        self._stdin.close()
+
+    def is_closing(self) -> bool:
+        return self._stdin.is_closing()
+
+
+class SubprocessTransport(PushedTransport):
+    """The stdin/stdout of a child process (`mwc-agent connect …`, locally or through an exec),
+    its stdout pushed. `process` is asyncio's transport of the child (`send_signal`, `kill`,
+    `get_pid`, `get_returncode`).
 
     Closing ends its stdin, which ends `connect`; a child that lingers is killed.
     """
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        if process.stdout is None or process.stdin is None:
+    def __init__(self, process: asyncio.SubprocessTransport, protocol: _SubprocessProtocol) -> None:
+        stdin = process.get_pipe_transport(0)
+        if not isinstance(stdin, asyncio.WriteTransport) or process.get_pipe_transport(1) is None:
             raise ValueError("the process needs piped stdin and stdout")
-        super().__init__(process.stdout, process.stdin)
+        super().__init__(protocol.reads, _StdinWriter(stdin, protocol.flow))
         self.process = process
+        self._exited = protocol.exited
 
     async def close(self) -> None:
-        await super().close()
+        if not self.writer.is_closing():
+            self.writer.close()
         try:
-            await asyncio.wait_for(self.process.wait(), 2.0)
+            await asyncio.wait_for(asyncio.shield(self._exited), _EXIT_SECONDS)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
-            await self.process.wait()
+            await asyncio.shield(self._exited)
+        # Closes the pipes a grandchild may still hold open.
+        self.process.close()
 
 
 async def open_subprocess(
@@ -246,14 +323,16 @@ async def open_subprocess(
     """Starts `argv` with piped stdin/stdout (stderr is inherited, for its diagnostics)."""
     if not argv:
         raise ValueError("argv must name a program")
-    process = await asyncio.create_subprocess_exec(
+    loop = asyncio.get_running_loop()
+    process, protocol = await loop.subprocess_exec(
+        lambda: _SubprocessProtocol(loop),
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
+        stderr=None,
         env=dict(env) if env is not None else None,
-        limit=_STREAM_LIMIT,
     )
-    return SubprocessTransport(process)
+    return SubprocessTransport(process, protocol)
 
 
 Connector = Callable[[], Awaitable[Transport]]
