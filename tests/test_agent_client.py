@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from modal_workspace_core._core import AgentChannel, EventRing, Page
 from modal_workspace_core.agent_client import AgentClient, AgentError
-from modal_workspace_core.transports import open_subprocess
+from modal_workspace_core.transports import open_subprocess, open_unix
 
 # Generous bounds: the machine is small and shared.
 STARTUP_SECONDS = 30.0
@@ -421,6 +421,21 @@ async def test_closing_a_subprocess_transport_kills_a_child_that_ignores_stdin_e
     await transport.close()
     assert time.monotonic() - before < SOON
     assert transport.process.get_returncode() == -signal.SIGKILL
+
+
+async def test_a_client_on_a_given_transport_reconnects_only_over_a_new_one(
+    daemon: Path,
+) -> None:
+    client = await AgentClient.connect_transport(await open_unix(daemon))
+    try:
+        with pytest.raises(ValueError):
+            await client.reconnect()
+        # Refused before the transport it has was touched.
+        assert (await client.request("ping"))[0]["protocol"] == 1
+        await client.reconnect(transport=await open_subprocess(connect_argv(daemon)))
+        assert (await client.request("ping"))[0]["protocol"] == 1
+    finally:
+        await client.close()
 
 
 class StreamReader:

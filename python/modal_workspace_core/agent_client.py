@@ -87,6 +87,16 @@ class AgentClient:
         return client
 
     @classmethod
+    async def connect_transport(
+        cls, transport: Transport, *, resume: AgentClient | None = None, **cache: int
+    ) -> AgentClient:
+        """Speaks over an open transport (a pushed one, like a Modal exec's). `reconnect()` then
+        needs a new transport."""
+        client = cls._adopt(resume, cache, None)
+        await client._start(transport)
+        return client
+
+    @classmethod
     async def _connect(
         cls, connector: Connector, resume: AgentClient | None, cache: dict[str, int]
     ) -> AgentClient:
@@ -134,20 +144,27 @@ class AgentClient:
         self,
         reader: asyncio.StreamReader | None = None,
         writer: asyncio.StreamWriter | None = None,
+        *,
+        transport: Transport | None = None,
     ) -> None:
-        """Opens a new transport (the same way as before, or the given stream pair) and
-        resubscribes every open stream from the last seq the cache holds. Requests pending on
-        the old transport fail with `unavailable`."""
+        """Opens a new transport (the same way as before, or over the given stream pair or
+        transport) and resubscribes every open stream from the last seq the cache holds.
+        Requests pending on the old transport fail with `unavailable`."""
         if self._shut:
             raise AgentError("unavailable", "the client was closed")
+        if transport is None and (reader is None or writer is None) and self._connector is None:
+            raise ValueError(
+                "this client was connected to a stream or a transport: pass a new reader and "
+                "writer, or a new transport"
+            )
         self._fail(AgentError("unavailable", "the client is reconnecting"))
         await self._close_transport()
-        if reader is not None and writer is not None:
-            transport = Transport(reader, writer)
-        elif self._connector is not None:
-            transport = await self._connector()
-        else:
-            raise ValueError("this client was connected to a stream: pass a new reader and writer")
+        if transport is None:
+            if reader is not None and writer is not None:
+                transport = Transport(reader, writer)
+            else:
+                assert self._connector is not None
+                transport = await self._connector()
         self._channel.restart()
         await self._start(transport)
 
