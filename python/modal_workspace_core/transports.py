@@ -1,13 +1,14 @@
-"""Byte transports for the agent channel: a unix socket, a subprocess's stdin/stdout, or any
-asyncio stream pair. A transport only moves bytes; the protocol lives in `AgentChannel`.
+"""Byte transports for the agent channel: a unix socket, a subprocess's stdin/stdout, a Modal
+exec (in `drivers.modal_channel`), or any asyncio stream pair. A transport only moves bytes; the
+protocol lives in `AgentChannel`.
 
 Transports push what they read (`attach`): each read goes to the client as soon as it arrives,
 with no `asyncio.StreamReader` (a copy in and a copy out) and no reader task (a wake-up per read)
 in between. The unix socket reads into one reused buffer, so a flood of output costs no new bytes
 object and no fresh memory per read either (those copies and page faults were a fifth of the
-client's time); a subprocess's pipe hands over the bytes objects asyncio already made. Only a
-stream pair given to `AgentClient.connect_stream` is still read through its `StreamReader`
-(pulled)."""
+client's time); a subprocess's pipe and a Modal exec hand over the bytes objects asyncio and the
+SDK already made. Only a stream pair given to `AgentClient.connect_stream` is still read through
+its `StreamReader` (pulled)."""
 
 from __future__ import annotations
 
