@@ -1,5 +1,6 @@
 """The gateway's agent client against a real agent daemon started in a temporary directory:
-requests, streamed execs, long-polls woken by notification, reconnects and the cache bounds."""
+requests, streamed execs, long-polls woken by notification, reconnects and the cache bounds; and
+the pushed subprocess transport it speaks through `mwc-agent connect` over."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from modal_workspace_core._core import AgentChannel, EventRing, Page
 from modal_workspace_core.agent_client import AgentClient, AgentError
+from modal_workspace_core.transports import open_subprocess, open_unix
 
 # Generous bounds: the machine is small and shared.
 STARTUP_SECONDS = 30.0
@@ -332,6 +334,108 @@ async def test_connect_subprocess_speaks_through_mwc_agent_connect(daemon: Path)
     with pytest.raises(AgentError) as err:
         await client.request("ping")
     assert err.value.code == "unavailable"
+
+
+async def test_a_client_over_connect_streams_a_large_output_whole_and_in_order(
+    daemon: Path,
+) -> None:
+    # Several MiB through the pushed stdout of `connect`: cut wherever the pipe cuts it.
+    client = await AgentClient.connect_subprocess(connect_argv(daemon))
+    try:
+        exec_id = await start(client, "seq 1 1000000")
+        events, _ = await read_to_done(client, exec_id, max_bytes=1 << 20, max_events=10_000)
+        assert text(events, "stdout") == "".join(f"{i}\n" for i in range(1, 1_000_001))
+    finally:
+        await client.close()
+
+
+async def test_a_subprocess_transport_pushes_what_came_before_attach_first(
+    tmp_path: Path,
+) -> None:
+    written = tmp_path / "written"
+    script = (
+        "import sys; out = sys.stdout.buffer; out.write(b'early;'); out.flush();"
+        f" open({str(written)!r}, 'w').close(); out.write(sys.stdin.buffer.readline())"
+    )
+    transport = await open_subprocess([sys.executable, "-c", script])
+    try:
+        while not written.exists():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the loop reads the pipe: the early bytes wait for a consumer
+        received: list[tuple[bool, bytes]] = []
+        ends: list[tuple[Exception | None, int]] = []
+        attaching = True
+        assert transport.attach(
+            lambda view: received.append((attaching, bytes(view))),
+            lambda exc: ends.append((exc, len(received))),
+        )
+        attaching = False
+        assert received == [(True, b"early;")]
+        transport.writer.write(b"late\n")
+        await transport.writer.drain()
+        transport.writer.close()  # the child's readline returns; it writes and exits
+        deadline = time.monotonic() + SOON
+        while not ends:
+            assert time.monotonic() < deadline, "the end of the output was not reported"
+            await asyncio.sleep(0.01)
+        assert b"".join(data for _, data in received) == b"early;late\n"
+        assert not any(during for during, _ in received[1:])
+        # Reported once, after the last read.
+        await asyncio.sleep(0.1)
+        assert ends == [(None, len(received))]
+    finally:
+        await transport.close()
+    assert transport.process.get_returncode() == 0
+
+
+async def test_a_subprocess_transport_drains_only_as_fast_as_the_child_reads(
+    tmp_path: Path,
+) -> None:
+    go = tmp_path / "go"
+    script = (
+        f"import os, sys, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "print(len(sys.stdin.buffer.read()), flush=True)"
+    )
+    transport = await open_subprocess([sys.executable, "-c", script])
+    try:
+        received = bytearray()
+        ended = asyncio.Event()
+        transport.attach(received.extend, lambda exc: ended.set())
+        payload = b"x" * (4 << 20)
+        transport.writer.write(payload)
+        draining = asyncio.create_task(transport.writer.drain())
+        await asyncio.sleep(0.3)
+        assert not draining.done(), "drain returned while the pipe was full"
+        go.touch()
+        await asyncio.wait_for(draining, SOON)
+        transport.writer.close()
+        await asyncio.wait_for(ended.wait(), SOON)
+        assert received == f"{len(payload)}\n".encode()
+    finally:
+        await transport.close()
+
+
+async def test_closing_a_subprocess_transport_kills_a_child_that_ignores_stdin_eof() -> None:
+    transport = await open_subprocess([sys.executable, "-c", "import time; time.sleep(60)"])
+    before = time.monotonic()
+    await transport.close()
+    assert time.monotonic() - before < SOON
+    assert transport.process.get_returncode() == -signal.SIGKILL
+
+
+async def test_a_client_on_a_given_transport_reconnects_only_over_a_new_one(
+    daemon: Path,
+) -> None:
+    client = await AgentClient.connect_transport(await open_unix(daemon))
+    try:
+        with pytest.raises(ValueError):
+            await client.reconnect()
+        # Refused before the transport it has was touched.
+        assert (await client.request("ping"))[0]["protocol"] == 1
+        await client.reconnect(transport=await open_subprocess(connect_argv(daemon)))
+        assert (await client.request("ping"))[0]["protocol"] == 1
+    finally:
+        await client.close()
 
 
 class StreamReader:

@@ -1,6 +1,7 @@
 """The agent channel on the Modal driver with the real agent daemon as the sandbox's entrypoint:
 once the channel is open, execs, polls, input and cancel cost no new Modal exec; a dropped channel
-or a new gateway process resumes every stream from its cursor with nothing lost."""
+or a new gateway process resumes every stream from its cursor with nothing lost. And, against a
+fake exec, how the channel pushes the exec's output to its consumer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from modal_control_plane import ControlPlane, modal_control_plane
 from modal_workspace_core.agent_client import AgentClient
 from modal_workspace_core.drivers.base import WorkspaceSpec
 from modal_workspace_core.drivers.modal import ModalDriver, ModalSettings
+from modal_workspace_core.drivers.modal_channel import ExecChannel
 from modal_workspace_core.errors import NotFoundError
 from modal_workspace_core.policy import new_id
 
@@ -215,3 +218,119 @@ async def test_a_long_poll_keeps_the_channel_open_past_the_idle_period(
     assert not client.closed
     assert len(driver._channels) == 1
     await driver.close()
+
+
+class FakeOutput:
+    """An exec's stdout as the SDK iterates it, fed by the test: chunks, then the end (normal,
+    or an error)."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
+        self.taken = 0
+
+    def put(self, item: bytes | Exception | None) -> None:
+        self._queue.put_nowait(item)
+
+    def __aiter__(self) -> FakeOutput:
+        return self
+
+    async def __anext__(self) -> bytes:
+        item = await self._queue.get()
+        self.taken += 1
+        if item is None:
+            raise StopAsyncIteration
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+class FakeStdin:
+    """The surface of the SDK's stdin the channel's writer uses."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.eof = False
+        self.drain = SimpleNamespace(aio=self._drained)
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    async def _drained(self) -> None:
+        pass
+
+
+class FakeExec:
+    def __init__(self) -> None:
+        self.stdout = FakeOutput()
+        self.stdin = FakeStdin()
+
+
+class Consumer:
+    """Records what a transport pushes, and how much had arrived when the end was reported."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.ends: list[tuple[Exception | None, int]] = []
+
+    def data(self, view: memoryview) -> None:
+        self.chunks.append(bytes(view))
+
+    def lost(self, exc: Exception | None) -> None:
+        self.ends.append((exc, len(self.chunks)))
+
+
+async def _taken(output: FakeOutput, count: int) -> None:
+    """Until the channel has taken `count` items from the output (and handled each: nothing
+    awaits between taking a chunk and passing it on)."""
+    async with asyncio.timeout(10):
+        while output.taken < count:
+            await asyncio.sleep(0.01)
+
+
+async def test_an_exec_channel_pushes_its_output_in_order_what_came_before_attach_first() -> None:
+    process = FakeExec()
+    channel = ExecChannel(process, idle_seconds=60)
+    try:
+        process.stdout.put(b"one ")
+        process.stdout.put(b"two ")
+        await _taken(process.stdout, 2)
+        consumer = Consumer()
+
+        assert channel.transport.attach(consumer.data, consumer.lost)
+        assert consumer.chunks == [b"one ", b"two "]
+        process.stdout.put(b"three ")
+        process.stdout.put(b"four")
+        await _taken(process.stdout, 4)
+        assert consumer.chunks == [b"one ", b"two ", b"three ", b"four"]
+        assert not consumer.ends and not channel.closed.is_set()
+
+        process.stdout.put(None)
+        await asyncio.wait_for(channel.closed.wait(), 10)
+        # The end comes once, after the last chunk.
+        assert consumer.ends == [(None, 4)]
+    finally:
+        await channel.close()
+    assert consumer.ends == [(None, 4)]
+    await asyncio.wait_for(channel.writer.wait_closed(), 10)
+    assert process.stdin.eof
+
+
+async def test_an_exec_channel_reports_a_broken_output_after_what_came_before_it() -> None:
+    process = FakeExec()
+    channel = ExecChannel(process, idle_seconds=60)
+    broken = ConnectionError("the exec went away")
+    try:
+        process.stdout.put(b"last words")
+        process.stdout.put(broken)
+        await asyncio.wait_for(channel.closed.wait(), 10)
+        consumer = Consumer()
+
+        # All of it came before the consumer: the data first, then the end.
+        assert channel.transport.attach(consumer.data, consumer.lost)
+        assert consumer.chunks == [b"last words"]
+        assert consumer.ends == [(broken, 1)]
+    finally:
+        await channel.close()

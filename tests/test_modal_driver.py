@@ -13,6 +13,7 @@ import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
 from modal_workspace_core.drivers.base import WorkspaceSpec
 from modal_workspace_core.drivers.modal import MANAGED_BY, ModalDriver, ModalSettings
+from modal_workspace_core.drivers.modal_channel import ExecChannel
 from modal_workspace_core.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -50,6 +51,37 @@ async def driver(modal_control_plane: ControlPlane):  # type: ignore[no-untyped-
 
 def _since(before: Counter[str], after: Counter[str]) -> Counter[str]:
     return Counter({k: v - before[k] for k, v in after.items() if v - before[k]})
+
+
+class Received:
+    """What a channel's transport pushes, gathered for a test to take in order."""
+
+    def __init__(self, channel: ExecChannel) -> None:
+        self.data = bytearray()
+        self.ends: list[Exception | None] = []
+        self._arrived = asyncio.Event()
+        assert channel.transport.attach(self._on_data, self._on_lost)
+
+    def _on_data(self, view: memoryview) -> None:
+        assert not self.ends, "data after the end"
+        self.data += view
+        self._arrived.set()
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        self.ends.append(exc)
+        self._arrived.set()
+
+    async def exactly(self, n: int, timeout: float) -> bytes:
+        async def arrived() -> None:
+            while len(self.data) < n:
+                assert not self.ends, "the output ended early"
+                self._arrived.clear()
+                await self._arrived.wait()
+
+        await asyncio.wait_for(arrived(), timeout)
+        taken = bytes(self.data[:n])
+        del self.data[:n]
+        return taken
 
 
 async def test_create_starts_a_named_sandbox_running_the_agent_daemon(
@@ -342,13 +374,14 @@ async def test_the_channel_carries_bytes_both_ways_over_one_exec(
     workspace_id = new_id("ws")
     await driver.create(workspace_id, WorkspaceSpec())
     channel = await driver.open_channel(workspace_id)
+    received = Received(channel)
     before = modal_control_plane.calls()
 
     for i in range(100):
         message = f"round trip {i}\n".encode() + bytes(range(256))
         channel.writer.write(message)
         await channel.writer.drain()
-        assert await asyncio.wait_for(channel.reader.readexactly(len(message)), 30) == message
+        assert await received.exactly(len(message), 30) == message
 
     used = _since(before, modal_control_plane.calls())
     assert used["TaskExecStart"] == 0
@@ -361,12 +394,13 @@ async def test_a_large_write_travels_whole(driver: ModalDriver) -> None:
     workspace_id = new_id("ws")
     await driver.create(workspace_id, WorkspaceSpec())
     channel = await driver.open_channel(workspace_id)
+    received = Received(channel)
     payload = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB, several stdin chunks
 
     channel.writer.write(payload)
     await channel.writer.drain()
 
-    assert await asyncio.wait_for(channel.reader.readexactly(len(payload)), 60) == payload
+    assert await received.exactly(len(payload), 60) == payload
     await channel.close()
 
 
@@ -378,12 +412,15 @@ async def test_an_idle_channel_closes_itself_so_the_sandbox_can_idle_out(
     workspace_id = new_id("ws")
     await driver.create(workspace_id, WorkspaceSpec(resources={"idle_timeout_seconds": 2}))
     channel = await driver.open_channel(workspace_id)
+    received = Received(channel)
     channel.writer.write(b"ping")
     await channel.writer.drain()
-    assert await channel.reader.readexactly(4) == b"ping"
+    assert await received.exactly(4, 30) == b"ping"
 
     await asyncio.wait_for(channel.closed.wait(), 30)
-    assert await channel.reader.read() == b""
+    # The output ended (stdin EOF ended the echo agent) and nothing came after the ping.
+    assert received.ends == [None]
+    assert received.data == b""
 
     # With no exec left running, the sandbox's own idle timeout ends it.
     async def terminated() -> None:

@@ -28,8 +28,9 @@ _HELLO_TIMEOUT = 10.0
 class AgentClient:
     """One channel to one workspace agent. Make it with a `connect_*` class method.
 
-    All methods must be called from the event loop that connected it. One background task
-    reads the transport, feeds the channel and resolves futures; callers only write.
+    All methods must be called from the event loop that connected it. What the transport reads
+    is fed to the channel as it arrives (pushed by the transport, or read by a background task
+    from a stream pair), which resolves futures and wakes readers; callers only write.
     """
 
     def __init__(self, channel: AgentChannel, connector: Connector | None) -> None:
@@ -38,6 +39,8 @@ class AgentClient:
         self._loop = asyncio.get_running_loop()
         self._transport: Transport | None = None
         self._pump: asyncio.Task[None] | None = None
+        # Closing transports that ended or were given up on (a subprocess is waited for).
+        self._releasing: set[asyncio.Task[None]] = set()
         self._hello: asyncio.Future[None] | None = None
         self._info: dict[str, Any] = {}
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
@@ -81,6 +84,16 @@ class AgentClient:
         """Speaks over an open stream pair. `reconnect()` then needs a new pair."""
         client = cls._adopt(resume, cache, None)
         await client._start(Transport(reader, writer))
+        return client
+
+    @classmethod
+    async def connect_transport(
+        cls, transport: Transport, *, resume: AgentClient | None = None, **cache: int
+    ) -> AgentClient:
+        """Speaks over an open transport (a pushed one, like a Modal exec's). `reconnect()` then
+        needs a new transport."""
+        client = cls._adopt(resume, cache, None)
+        await client._start(transport)
         return client
 
     @classmethod
@@ -131,20 +144,27 @@ class AgentClient:
         self,
         reader: asyncio.StreamReader | None = None,
         writer: asyncio.StreamWriter | None = None,
+        *,
+        transport: Transport | None = None,
     ) -> None:
-        """Opens a new transport (the same way as before, or the given stream pair) and
-        resubscribes every open stream from the last seq the cache holds. Requests pending on
-        the old transport fail with `unavailable`."""
+        """Opens a new transport (the same way as before, or over the given stream pair or
+        transport) and resubscribes every open stream from the last seq the cache holds.
+        Requests pending on the old transport fail with `unavailable`."""
         if self._shut:
             raise AgentError("unavailable", "the client was closed")
+        if transport is None and (reader is None or writer is None) and self._connector is None:
+            raise ValueError(
+                "this client was connected to a stream or a transport: pass a new reader and "
+                "writer, or a new transport"
+            )
         self._fail(AgentError("unavailable", "the client is reconnecting"))
         await self._close_transport()
-        if reader is not None and writer is not None:
-            transport = Transport(reader, writer)
-        elif self._connector is not None:
-            transport = await self._connector()
-        else:
-            raise ValueError("this client was connected to a stream: pass a new reader and writer")
+        if transport is None:
+            if reader is not None and writer is not None:
+                transport = Transport(reader, writer)
+            else:
+                assert self._connector is not None
+                transport = await self._connector()
         self._channel.restart()
         await self._start(transport)
 
@@ -153,6 +173,8 @@ class AgentClient:
         self._shut = True
         self._fail(AgentError("unavailable", "the client was closed"))
         await self._close_transport()
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
 
     @property
     def closed(self) -> bool:
@@ -282,7 +304,7 @@ class AgentClient:
                 del self._subscribing[stream_id]
         return True
 
-    # --- the reader task ----------------------------------------------------------------------
+    # --- reading ------------------------------------------------------------------------------
 
     async def _read_loop(self, transport: Transport) -> None:
         """Reads a pulled transport (see `transports`) until it ends."""
@@ -316,17 +338,25 @@ class AgentClient:
             self._received(data)
         except AgentError as e:
             self._fail(e)
-            self._transport = None
-            transport.writer.close()
+            self._release(transport)
 
     def _pushed_lost(self, transport: Transport, exc: Exception | None) -> None:
         if self._transport is not transport:
             return
-        self._transport = None
         if exc is None:
             self._fail(AgentError("unavailable", "the agent closed the channel"))
         else:
             self._fail(AgentError("unavailable", f"the agent channel was lost: {exc}"))
+        self._release(transport)
+
+    def _release(self, transport: Transport) -> None:
+        """Closes a transport that ended or broke the protocol (a subprocess is ended), as the
+        read loop does, without waiting for `reconnect` or `close`; `close` waits for it."""
+        if self._transport is transport:
+            self._transport = None
+        task = self._loop.create_task(transport.close())
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     def _received(self, data: bytes | memoryview) -> None:
         """Feeds what the transport read to the channel and hands out what it produced."""

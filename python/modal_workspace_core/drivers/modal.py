@@ -342,9 +342,8 @@ class ModalDriver:
             channel = await self.open_channel(workspace_id)
             previous = self._clients.get(workspace_id)
             try:
-                client = await AgentClient.connect_stream(
-                    channel.reader,
-                    channel.writer,  # type: ignore[arg-type]  # the StreamWriter surface it uses
+                client = await AgentClient.connect_transport(
+                    channel.transport,
                     resume=previous if previous is not None and previous.closed else None,
                 )
             except AgentError as exc:

@@ -1,5 +1,6 @@
-"""The agent channel on Modal: one `sandbox.exec` of the agent's `connect` mode, its stdout read
-as an `asyncio.StreamReader` and its stdin written as bytes, closed when it has sat idle.
+"""The agent channel on Modal: one `sandbox.exec` of the agent's `connect` mode, its stdout pushed
+to the agent client chunk by chunk as the SDK yields it (a pushed `Transport`, see `transports`)
+and its stdin written as bytes, closed when it has sat idle.
 
 The exec keeps the sandbox "active" while it runs, so an unused channel is closed (stdin EOF makes
 `connect` exit) and the workspace can still reach its idle timeout; the next request opens a new
@@ -16,6 +17,8 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+from ..transports import PushedReads, PushedTransport
 
 __all__ = ["ChannelClient", "ExecChannel", "FrameCounter"]
 
@@ -141,8 +144,9 @@ class ExecStdinWriter:
 
 
 class ExecChannel:
-    """One open `connect` exec: `reader` and `writer` for the agent client, an idle watchdog,
-    and `closed`, which is set when the exec's output ends for any reason."""
+    """One open `connect` exec: `transport` for the agent client (its stdout pushed, its stdin
+    `writer`), an idle watchdog, and `closed`, which is set when the exec's output ends for any
+    reason (after the transport has reported that end)."""
 
     def __init__(
         self,
@@ -157,8 +161,9 @@ class ExecChannel:
         # client's `close`, so its owner sees it closed before the exec has even ended).
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.idle_seconds = idle_seconds
-        self.reader = asyncio.StreamReader(limit=2**26)
+        self._reads = PushedReads()
         self.writer = ExecStdinWriter(process, self._sent)
+        self.transport = PushedTransport(self._reads, self.writer)
         self.closed = asyncio.Event()
         self.last_activity = time.monotonic()
         self._busy = 0
@@ -191,15 +196,18 @@ class ExecChannel:
         self._sent_frames.feed(data)
 
     async def _pump(self) -> None:
+        error: Exception | None = None
         try:
             async for chunk in self.process.stdout:
                 self.last_activity = time.monotonic()
                 self._received_frames.feed(chunk)
-                self.reader.feed_data(chunk)
+                self._reads.data(chunk)
         except Exception as exc:  # a broken exec is a closed channel; the caller reconnects
             log.debug("the agent channel's output ended: %s", type(exc).__name__)
+            error = exc
         finally:
-            self.reader.feed_eof()
+            # Cancelled (by `close`) counts as a normal end: nothing more will be read.
+            self._reads.end(error)
             self.closed.set()
             if self._on_closed is not None:
                 self._on_closed(self)
