@@ -43,23 +43,26 @@ pub(crate) async fn run(ctx: RunContext) {
         reaper,
     } = ctx;
     let _guard = OutcomeGuard(Arc::clone(&shared));
-    let start = {
-        let _gate = shared.gate.lock();
-        if *shared.cancel.borrow() {
-            Start::Cancelled
-        } else {
-            match launch(&spec, &config.base_env, &reaper) {
-                Ok(launched) => {
-                    let pid = u32::try_from(launched.pid).ok();
-                    shared.status.send_modify(|status| {
-                        status.state = ExecState::Running;
-                        status.pid = pid;
-                        status.started_at = Some(SystemTime::now());
-                    });
-                    Start::Running(launched)
-                }
-                Err(message) => Start::Failed(message),
-            }
+    // A spawn waits until the child has exec'd (std reads the child's status pipe), ~1 ms: on a
+    // blocking thread, so that a burst of starts does not hold up the daemon's one runtime
+    // thread, and with it every other exec's output.
+    let started = {
+        let (shared, config, reaper) = (
+            Arc::clone(&shared),
+            Arc::clone(&config),
+            Arc::clone(&reaper),
+        );
+        tokio::task::spawn_blocking(move || {
+            let start = start(&shared, &spec, &config, &reaper);
+            (start, spec)
+        })
+        .await
+    };
+    let (start, spec) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            let message = format!("the exec's start was interrupted: {e}");
+            return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await;
         }
     };
     let launched = match start {
@@ -108,6 +111,32 @@ pub(crate) async fn run(ctx: RunContext) {
     let ((state, exit), _) = tokio::join!(supervise, readers);
     stdin_task.abort();
     finish(&shared, &*sink, state, exit, None).await;
+}
+
+/// Launches the command unless it was cancelled first; under the gate, so that a cancel sees
+/// either no process or its pid.
+fn start(
+    shared: &ExecShared,
+    spec: &ExecSpec,
+    config: &SupervisorConfig,
+    reaper: &Reaper,
+) -> Start {
+    let _gate = shared.gate.lock();
+    if *shared.cancel.borrow() {
+        return Start::Cancelled;
+    }
+    match launch(spec, &config.base_env, reaper) {
+        Ok(launched) => {
+            let pid = u32::try_from(launched.pid).ok();
+            shared.status.send_modify(|status| {
+                status.state = ExecState::Running;
+                status.pid = pid;
+                status.started_at = Some(SystemTime::now());
+            });
+            Start::Running(launched)
+        }
+        Err(message) => Start::Failed(message),
+    }
 }
 
 /// Waits for the leader's exit, a cancel or the timeout; the latter two terminate the group.
