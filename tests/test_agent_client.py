@@ -423,6 +423,23 @@ async def test_closing_a_subprocess_transport_kills_a_child_that_ignores_stdin_e
     assert transport.process.get_returncode() == -signal.SIGKILL
 
 
+async def test_a_client_over_a_stream_pair_reads_it_and_reconnects_over_a_new_pair(
+    daemon: Path,
+) -> None:
+    # The one pulled transport: any asyncio stream pair (here a plain unix connection).
+    client = await AgentClient.connect_stream(*await asyncio.open_unix_connection(str(daemon)))
+    try:
+        exec_id = await start(client, "seq 1 200000")
+        events, _ = await read_to_done(client, exec_id, max_bytes=1 << 20, max_events=10_000)
+        assert text(events, "stdout") == "".join(f"{i}\n" for i in range(1, 200_001))
+        with pytest.raises(ValueError):
+            await client.reconnect()
+        await client.reconnect(*await asyncio.open_unix_connection(str(daemon)))
+        assert (await client.request("ping"))[0]["protocol"] == 1
+    finally:
+        await client.close()
+
+
 async def test_a_client_on_a_given_transport_reconnects_only_over_a_new_one(
     daemon: Path,
 ) -> None:

@@ -7,9 +7,11 @@ import json
 from typing import Any
 
 import httpx2
+import pytest
 from modal_workspace_core.api import create_app
 from modal_workspace_core.body_limit import MAX_REQUEST_BYTES, BodyLimit
 from modal_workspace_core.config import load_settings
+from modal_workspace_core.errors import LimitError
 from modal_workspace_core.service import Service
 from service_support import TOKEN, RecordingDriver
 from starlette.types import Message, Receive, Scope, Send
@@ -49,21 +51,24 @@ async def call(app: Any, chunks: list[bytes], headers: list[tuple[bytes, bytes]]
 
 
 async def test_a_declared_length_over_the_bound_is_refused_before_any_read() -> None:
-    sent = await call(BodyLimit(echo_length, 10), [b"x" * 11], [(b"content-length", b"11")])
+    reached: list[Scope] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope)
+        await echo_length(scope, receive, send)
+
+    sent = await call(BodyLimit(app, 10), [b"x" * 11], [(b"content-length", b"11")])
     assert sent[0]["status"] == 413
     assert json.loads(sent[1]["body"])["error"]["code"] == "limit"
+    assert reached == [], "the app behind was called"
 
 
 async def test_a_body_that_grows_past_the_bound_fails_its_read() -> None:
     app = BodyLimit(echo_length, 10)
-    try:
+    with pytest.raises(LimitError):  # the app's read fails; the API answers it with a 413
         await call(app, [b"x" * 6, b"x" * 6], [])
-    except Exception as exc:  # the app's read raised: the caller turns it into a 413
-        assert getattr(exc, "status", None) == 413
-    else:
-        raise AssertionError("a body over the bound was read whole")
     sent = await call(app, [b"x" * 5, b"x" * 5], [(b"content-length", b"10")])
-    assert sent[1]["body"] == b"10"
+    assert sent[1]["body"] == b"10", "a body at the bound is read whole"
 
 
 async def test_the_api_refuses_an_oversized_body_with_413_and_calls_no_driver() -> None:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.operation_routes import OperationDispatch
+from modal_workspace_core.operation_routes import OperationDispatch, OperationServer
 from modal_workspace_core.service import Service
 from service_support import RecordingDriver
 from starlette.types import Message, Receive, Scope, Send
@@ -60,7 +60,7 @@ def dispatch() -> tuple[OperationDispatch, Behind, RecordingDriver]:
     driver = RecordingDriver()
     behind = Behind()
     service = Service(driver, load_settings({}))
-    return OperationDispatch(behind, service), behind, driver
+    return OperationDispatch(behind, OperationServer.every(service)), behind, driver
 
 
 async def test_an_operation_route_is_answered_without_the_app_behind() -> None:

@@ -29,7 +29,7 @@ from .mcp import McpEndpoint
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .operation_routes import OperationDispatch, OperationRoute, OperationServer, endpoint
 from .results import ErrorResponse
-from .service import OPERATIONS, Service
+from .service import Service
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 
@@ -117,10 +117,12 @@ def create_app(
         status: {"model": ErrorResponse, "description": text}
         for status, text in ERROR_STATUSES.items()
     }
-    for op in OPERATIONS:
+    servers = OperationServer.every(service)
+    for server in servers:
+        op = server.op
         app.router.add_api_route(
             "/api" + op.path,
-            endpoint(OperationServer(service, op)),
+            endpoint(server),
             methods=[op.method],
             operation_id=op.name,
             summary=op.summary,
@@ -171,7 +173,7 @@ def create_app(
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
     # Outermost last: the bearer check, then the body bound, then the operation routes.
-    app.add_middleware(OperationDispatch, service=service)
+    app.add_middleware(OperationDispatch, servers=servers)
     app.add_middleware(BodyLimit)
     app.add_middleware(BearerAuth, tokens=tokens)
     return app

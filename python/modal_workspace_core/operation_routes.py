@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Annotated, Any, cast
 
 from fastapi import Body, Path, Query, Request
@@ -56,11 +56,16 @@ class OperationServer:
     the path parameters. Answers the response body's JSON; raises `WorkspaceError`."""
 
     def __init__(self, service: Service, op: Operation) -> None:
-        rest = rest_model(op)
         self.service = service
         self.op = op
-        self.fields = frozenset(rest.model_fields) if rest is not None else frozenset()
+        self.rest = rest_model(op)
+        self.fields = frozenset(self.rest.model_fields) if self.rest is not None else frozenset()
         self.in_query = op.method in ("GET", "DELETE")
+
+    @classmethod
+    def every(cls, service: Service) -> list[OperationServer]:
+        """A server for each operation of the table, in its order."""
+        return [cls(service, op) for op in OPERATIONS]
 
     async def __call__(
         self, query: QueryParams, body: bytes, path_params: Mapping[str, str]
@@ -92,7 +97,7 @@ def _json_object(body: bytes) -> dict[str, Any]:
 def endpoint(server: OperationServer) -> Callable[..., Awaitable[Any]]:
     """A function whose signature documents the operation's route to FastAPI (OpenAPI); it is
     never called: `OperationRoute` serves the route through `server`."""
-    op, rest = server.op, rest_model(server.op)
+    op, rest = server.op, server.rest
     params = []
     annotation: Any
     for name in op.path_params:
@@ -149,12 +154,14 @@ class OperationDispatch:
     their patterns) are served here; the rest go on to `app`. A `WorkspaceError` is answered
     as FastAPI's handler answers it; anything else propagates, to become a 500."""
 
-    def __init__(self, app: ASGIApp, service: Service, prefix: str = "/api") -> None:
+    def __init__(
+        self, app: ASGIApp, servers: Sequence[OperationServer], prefix: str = "/api"
+    ) -> None:
         self.app = app
         self.routes: dict[str, list[tuple[re.Pattern[str], OperationServer]]] = {}
-        for op in OPERATIONS:
-            self.routes.setdefault(op.method, []).append(
-                (_path_pattern(prefix + op.path), OperationServer(service, op))
+        for server in servers:
+            self.routes.setdefault(server.op.method, []).append(
+                (_path_pattern(prefix + server.op.path), server)
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

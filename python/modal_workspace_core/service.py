@@ -417,9 +417,7 @@ def parse_input(op: Operation, args: Mapping[str, Any]) -> m.Input:
 async def call(service: Service, op: Operation, inp: m.Input) -> BaseModel:
     """Runs a validated input through its handler; any failure becomes a `WorkspaceError`."""
     result = await _run(service, op, inp)
-    if isinstance(result, PageResult):
-        return result.model()
-    return result if isinstance(result, op.output) else op.output.model_validate(result)
+    return result.model() if isinstance(result, PageResult) else _output(op, result)
 
 
 async def call_json(service: Service, op: Operation, inp: m.Input) -> str:
@@ -428,8 +426,11 @@ async def call_json(service: Service, op: Operation, inp: m.Input) -> str:
     result = await _run(service, op, inp)
     if isinstance(result, PageResult):
         return result.to_json()
-    model = result if isinstance(result, op.output) else op.output.model_validate(result)
-    return model.model_dump_json()
+    return _output(op, result).model_dump_json()
+
+
+def _output(op: Operation, result: BaseModel) -> BaseModel:
+    return result if isinstance(result, op.output) else op.output.model_validate(result)
 
 
 async def _run(service: Service, op: Operation, inp: m.Input) -> BaseModel | PageResult:

@@ -178,15 +178,16 @@ fn init_logging() {
         .try_init();
 }
 
-/// Threads for the daemon's blocking work: file operations, log reads, recording ends, pruning.
+/// Threads for the daemon's blocking work: launching processes, file operations, log reads,
+/// recording ends, pruning.
 const MAX_BLOCKING_THREADS: usize = 16;
 
 fn run_daemon(config: DaemonConfig) -> i32 {
     init_logging();
     // One runtime thread: an output chunk is read, logged and pushed to the gateway without a
     // hand-off between workers, whose futex wake-ups (and the sibling worker left runnable)
-    // also sent the gateway's wake-up to the other CPU. Blocking work (file operations, log
-    // reads, pruning) has the blocking pool. Measured against two workers in alternating runs:
+    // also sent the gateway's wake-up to the other CPU. Blocking work (launches, file operations,
+    // log reads, pruning) has the blocking pool. Measured against two workers in alternating runs:
     // the same throughput or better, a shorter path to a waiting client (bench/README.md).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -215,10 +216,6 @@ fn run_daemon(config: DaemonConfig) -> i32 {
 fn run_connect(socket: PathBuf) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        // tokio's default of 512 let 1000 execs ending together (each records its end on the
-        // pool) start ~500 threads, whose allocator arenas the daemon then kept: 8 MiB more
-        // for nothing. Every job there is bounded, so past this many they queue.
-        .max_blocking_threads(MAX_BLOCKING_THREADS)
         .build()
     {
         Ok(runtime) => runtime,
