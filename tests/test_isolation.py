@@ -29,6 +29,7 @@ from modal_workspace_core.drivers.sandbox import (
     probe,
     python_environment,
 )
+from modal_workspace_core.drivers.sandbox_etc import write_generated
 from support.agent_exec import run
 
 ISOLATION = probe()
@@ -37,11 +38,14 @@ needs_bwrap = pytest.mark.skipif(not ISOLATION.enabled, reason=ISOLATION.reason)
 
 def make_layout(data_root: Path, *, block_network: bool = False) -> SandboxLayout:
     ws = data_root / f"ws-{secrets.token_hex(16)}"
+    ws.mkdir()
+    etc = tuple(write_generated(ws / "etc", os.getuid(), os.getgid(), SANDBOX_HOME))
     layout = SandboxLayout(
         workspace=ws / "workspace",
         home=ws / "home",
         state=ws / "state",
         socket_dir=ws / "run",
+        etc_files=etc,
         block_network=block_network,
         hidden=(data_root, Path.home().resolve()),
     )
@@ -110,9 +114,8 @@ def test_the_argv_never_ties_the_daemon_to_its_parent(data_root: Path) -> None:
     argv = bwrap_argv("bwrap", layout, ["true"])
     assert "--die-with-parent" not in argv
     assert argv[argv.index("--") + 1 :] == ["true"]
-    assert "--share-net" in argv
-    blocked = bwrap_argv("bwrap", make_layout(data_root, block_network=True), ["true"])
-    assert "--unshare-all" in blocked and "--share-net" not in blocked
+    # The network is always a namespace of the sandbox's own: pasta attaches to it, or nothing.
+    assert "--unshare-net" in argv and "--share-net" not in argv
 
 
 @needs_bwrap
@@ -150,14 +153,15 @@ def test_the_data_root_and_other_workspaces_are_not_visible(data_root: Path) -> 
 
 
 @needs_bwrap
-def test_host_secrets_in_etc_are_masked(data_root: Path) -> None:
-    shadow = Path("/etc/shadow")
-    if not os.access(shadow, os.R_OK):
-        pytest.skip("/etc/shadow is not readable on the host either")
-    assert "root:" in shadow.read_text()
-    done = run_in(make_layout(data_root), "cat /etc/shadow; cat /etc/passwd")
-    assert "root:" in done.stdout  # passwd stays readable for tools that look users up
-    assert shadow.read_text() not in done.stdout
+def test_etc_is_constructed_not_the_hosts(data_root: Path) -> None:
+    done = run_in(make_layout(data_root), "ls /etc; cat /etc/passwd; cat /etc/shadow")
+    names = set(done.stdout.split())
+    # Users for tools that look them up, the loader's cache, certificates: what programs need.
+    assert {"passwd", "group", "hosts", "ld.so.cache", "ssl"} <= names
+    assert f":{os.getuid()}:{os.getgid()}:workspace:{SANDBOX_HOME}:" in done.stdout
+    # Nothing else of the host's: no password hashes, no service or sudo configuration.
+    assert not names & {"shadow", "gshadow", "sudoers", "ssh", "apt", "pam.d", "cron.d"}
+    assert "No such file" in done.stderr
 
 
 @needs_bwrap
@@ -182,15 +186,12 @@ def test_secrets_travel_in_the_environment_not_the_argv(data_root: Path) -> None
 
 
 @needs_bwrap
-def test_block_network_makes_a_host_loopback_server_unreachable(
-    data_root: Path, loopback_server: int
-) -> None:
+def test_the_sandbox_has_a_loopback_of_its_own(data_root: Path, loopback_server: int) -> None:
     connect = f"exec 3<>/dev/tcp/127.0.0.1/{loopback_server} && echo connected"
-    shared = run_in(make_layout(data_root), f"bash -c '{connect}'")
-    assert shared.stdout == "connected\n", shared.stderr
-    blocked = run_in(make_layout(data_root, block_network=True), f"bash -c '{connect}'")
-    assert blocked.returncode != 0
-    assert "connected" not in blocked.stdout
+    for block_network in (False, True):
+        done = run_in(make_layout(data_root, block_network=block_network), f"bash -c '{connect}'")
+        assert done.returncode != 0
+        assert "connected" not in done.stdout
 
 
 @needs_bwrap
@@ -243,20 +244,27 @@ async def test_a_workspace_command_cannot_read_the_host_home(
     assert done.exit["returncode"] == 0
 
 
-async def test_block_network_cuts_a_workspace_off_the_host_loopback(
-    isolated_driver: LocalDriver, loopback_server: int
+async def test_only_allowlisted_host_ports_are_reachable_and_block_network_cuts_them_too(
+    tmp_path: Path, loopback_server: int
 ) -> None:
+    if not ISOLATION.enabled or ISOLATION.pasta is None:
+        pytest.skip("needs bubblewrap and pasta")
     connect = f"exec 3<>/dev/tcp/127.0.0.1/{loopback_server} && echo connected"
     results = {}
-    for blocked in (False, True):
+    for ports, blocked in (((), False), ((loopback_server,), False), ((loopback_server,), True)):
+        driver = LocalDriver(tmp_path / f"data-{len(results)}", isolation="bwrap", host_ports=ports)
         wid = policy.new_id("ws")
-        record = await isolated_driver.create(wid, WorkspaceSpec(block_network=blocked))
-        assert record.block_network is blocked
-        client = await isolated_driver.connect(wid)
         try:
-            results[blocked] = await run(client, connect)
+            record = await driver.create(wid, WorkspaceSpec(block_network=blocked))
+            assert record.block_network is blocked
+            client = await driver.connect(wid)
+            try:
+                results[(ports, blocked)] = await run(client, connect)
+            finally:
+                await client.close()
         finally:
-            await client.close()
-    assert results[False].stdout == "connected\n", results[False].stderr
-    assert results[True].stdout == ""
-    assert results[True].exit["returncode"] != 0
+            await driver.destroy(wid)
+            await driver.close()
+    assert results[((), False)].stdout == ""
+    assert results[((loopback_server,), False)].stdout == "connected\n"
+    assert results[((loopback_server,), True)].stdout == ""

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
@@ -240,8 +241,19 @@ esac
 
 
 async def test_a_workspace_clones_from_github_mapped_to_the_test_server(
-    driver: LocalDriver, git_server: GitServer
+    tmp_path: Path, git_server: GitServer
 ) -> None:
+    # The test server listens on the host's loopback: the operator's allowlist opens its port.
+    port = urllib.parse.urlsplit(git_server.base_url).port
+    assert port is not None
+    driver = LocalDriver(tmp_path / "data", host_ports=(port,))
+    try:
+        await _clone_in_a_workspace(driver, git_server)
+    finally:
+        await destroy_all(driver)
+
+
+async def _clone_in_a_workspace(driver: LocalDriver, git_server: GitServer) -> None:
     wid = policy.new_id("ws")
     await driver.create(wid, WorkspaceSpec())
     client = await driver.connect(wid)

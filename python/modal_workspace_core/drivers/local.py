@@ -11,8 +11,10 @@ import asyncio
 import builtins
 import contextlib
 import getpass
+import json
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -27,7 +29,7 @@ from ..errors import (
     NotFoundError,
     UpstreamError,
 )
-from . import local_daemon, sandbox
+from . import local_daemon, sandbox, sandbox_etc, sandbox_launch, workspace_uids
 from .base import WorkspaceRecord, WorkspaceSpec
 from .local_store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
 
@@ -36,6 +38,17 @@ ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
 # Every process of a workspace carries this variable: commands find their workspace by it, and
 # `destroy` finds the commands of an unisolated workspace by it.
 WORKSPACE_ID_ENV = "MODAL_WORKSPACE_ID"
+
+# The only environment the host-side processes of a workspace (bwrap, pasta) get.
+_HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HOST_PORTS_ENV = "MODAL_WORKSPACE_HOST_PORTS"
+# Bounds every command gets (rlimits; the processes bound counts per workspace only where the
+# workspace has a uid of its own, that is when the gateway runs as root).
+DEFAULT_LIMITS = {
+    "processes": 1024,
+    "open_files": 4096,
+    "file_size_bytes": 16 << 30,
+}
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -53,6 +66,8 @@ class LocalDriver:
         isolation: IsolationMode | None = None,
         agent_argv: list[str] | None = None,
         start_timeout: float = 60.0,
+        host_ports: tuple[int, ...] | None = None,
+        limits: dict[str, int] | None = None,
     ) -> None:
         """`data_root` defaults to `$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory.
         `isolation` (default `$MODAL_WORKSPACE_ISOLATION`, else `auto`): `auto` uses bubblewrap
@@ -86,6 +101,12 @@ class LocalDriver:
         # workspace's env may set for its own commands.
         self.agent_argv = agent_argv or [sys.executable, "-I", "-m", "modal_workspace_core.agent"]
         self.start_timeout = start_timeout
+        # The host's loopback ports workspaces may reach (`MODAL_WORKSPACE_HOST_PORTS`): none
+        # unless the operator lists them, so the gateway and local services stay out of reach.
+        self.host_ports = (
+            host_ports if host_ports is not None else _host_ports(os.environ.get(HOST_PORTS_ENV))
+        )
+        self.limits = dict(DEFAULT_LIMITS if limits is None else limits)
         # Secret values live only in memory and in the daemon's environment, never on disk: a
         # daemon restarted by a later server process starts without them.
         self._secret_env: dict[str, dict[str, str]] = {}
@@ -105,6 +126,7 @@ class LocalDriver:
                 f"({self.isolation.reason})",
                 field="block_network",
             )
+        _check_resources(spec.resources)
         isolated = self.isolation.enabled
         meta: dict[str, Any] = {
             "workspace_id": workspace_id,
@@ -178,12 +200,33 @@ class LocalDriver:
             ) from None
         try:
             with ws.locked():
-                ws.write_meta(meta)
+                if meta["local"]["isolated"] and workspace_uids.enabled():
+                    self._give_own_uid(ws, meta)
+                else:
+                    ws.write_meta(meta)
                 self._start_daemon(ws, meta)
         except BaseException:
             local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             ws.remove()
             raise
+
+    def _give_own_uid(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
+        """Records a uid slot of the workspace's own (chosen under the data root's lock) and
+        hands its files and home to that uid; the agent's state stays root's."""
+        with workspace_uids.allocation_lock(self.data_root):
+            used = [
+                m.get("local", {}).get("uid_slot")
+                for m in (WorkspaceDir(p).read_meta() for p in self.data_root.glob("ws-*"))
+                if m is not None
+            ]
+            slot = workspace_uids.free_slot(u for u in used if isinstance(u, int))
+            meta["local"]["uid_slot"] = slot
+            ws.write_meta(meta)
+        ids = workspace_uids.host_ids(slot)
+        for part in (ws.workspace, ws.home):
+            os.chown(part, ids.commands, ids.commands)
+        # The data root's directories are the gateway's (0700); bwrap sets the sandbox up as
+        # the gateway's root, so the workspace's uid never needs to reach them on the host.
 
     def _get_sync(self, ws: WorkspaceDir) -> WorkspaceRecord:
         meta = self._meta(ws)
@@ -233,10 +276,16 @@ class LocalDriver:
                 f"workspace {workspace_id} was created isolated, and isolation no longer works "
                 f"here ({self.isolation.reason}); it is not run unisolated",
             )
-        env = {
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            "USER": getpass.getuser(),
-            "LOGNAME": getpass.getuser(),
+        slot = local.get("uid_slot")
+        ids = workspace_uids.host_ids(slot) if isolated and isinstance(slot, int) else None
+        # The environment of the commands, secrets included: it reaches the agent on its stdin
+        # and applies inside the sandbox only. The processes that start it (bwrap, pasta) run
+        # with the fixed environment below, so nothing of a workspace's env (LD_PRELOAD, PATH)
+        # ever acts on the host.
+        command_env = {
+            "LANG": "C.UTF-8",
+            "USER": sandbox_etc.SANDBOX_USER if ids else getpass.getuser(),
+            "LOGNAME": sandbox_etc.SANDBOX_USER if ids else getpass.getuser(),
             "SHELL": "/bin/bash",
             "PATH": sandbox.SANDBOX_PATH if isolated else os.environ.get("PATH", os.defpath),
             "HOME": sandbox.SANDBOX_HOME if isolated else str(ws.home),
@@ -244,45 +293,106 @@ class LocalDriver:
             **self._secret_env.get(workspace_id, {}),
             WORKSPACE_ID_ENV: workspace_id,  # last: a workspace's env cannot change it
         }
+        launch_config: dict[str, Any] = {"env": command_env, "limits": self._limits(meta)}
+        if ids is not None:
+            launch_config["user"] = {
+                "uid": sandbox_launch.COMMAND_ID,
+                "gid": sandbox_launch.COMMAND_ID,
+            }
+        host_env = {
+            "PATH": _HOST_PATH,
+            "LANG": "C.UTF-8",
+            WORKSPACE_ID_ENV: workspace_id,  # the marker `local_daemon.stop` finds them by
+        }
         # Every command inherits the secret values: the agent redacts them from all output.
         secret_names = sorted(self._secret_env.get(workspace_id, {}))
-        if isolated:
-            daemon = self._daemon_argv(
-                sandbox.WORKSPACE_ROOT,
-                sandbox.AGENT_STATE_DIR,
-                f"{sandbox.AGENT_SOCKET_DIR}/{ws.socket.name}",
-                secret_names,
-            )
-            layout = sandbox.SandboxLayout(
-                workspace=ws.workspace,
-                home=ws.home,
-                state=ws.state,
-                socket_dir=ws.run,
-                block_network=bool(meta.get("block_network")),
-                hidden=(self.data_root, Path.home().resolve(), Path("/root")),
-            )
-            assert self.isolation.bwrap is not None
-            argv = sandbox.bwrap_argv(
-                self.isolation.bwrap, layout, daemon, readonly=sandbox.python_environment()
-            )
-        else:
-            # The socket by its name in the daemon's cwd when a deep data root would exceed
-            # the kernel's limit on a socket path.
-            fits = local_daemon.fits_socket_path(ws.socket)
-            socket = str(ws.socket) if fits else ws.socket.name
-            argv = self._daemon_argv(str(ws.workspace), str(ws.state), socket, secret_names)
+        config = _memfd(json.dumps(launch_config).encode())
         try:
+            if isolated:
+                spawn = self._sandbox_spawn(ws, meta, ids, secret_names, config, host_env)
+            else:
+                # The socket by its name in the daemon's cwd when a deep data root would exceed
+                # the kernel's limit on a socket path.
+                fits = local_daemon.fits_socket_path(ws.socket)
+                socket = str(ws.socket) if fits else ws.socket.name
+                argv = self._daemon_argv(str(ws.workspace), str(ws.state), socket, secret_names)
+                spawn = local_daemon.spawn_detached(argv, host_env, cwd=ws.run, stdin=config)
             local_daemon.start(
-                argv,
-                env,
-                cwd=ws.run,
+                spawn,
                 log=ws.log,
                 pid_file=ws.pid_file,
                 socket_path=ws.socket,
                 timeout=self.start_timeout,
             )
-        except local_daemon.DaemonStartError as err:
+        except (local_daemon.DaemonStartError, sandbox_launch.LaunchError) as err:
             raise UpstreamError("upstream", f"workspace {workspace_id}: {err}") from err
+        finally:
+            os.close(config)
+
+    def _sandbox_spawn(
+        self,
+        ws: WorkspaceDir,
+        meta: dict[str, Any],
+        ids: sandbox_launch.HostIds | None,
+        secret_names: builtins.list[str],
+        config: int,
+        host_env: dict[str, str],
+    ) -> local_daemon.Spawn:
+        daemon = self._daemon_argv(
+            sandbox.WORKSPACE_ROOT,
+            sandbox.AGENT_STATE_DIR,
+            f"{sandbox.AGENT_SOCKET_DIR}/{ws.socket.name}",
+            secret_names,
+        )
+        inside_id = sandbox_launch.COMMAND_ID if ids else os.getuid()
+        etc_files = sandbox_etc.write_generated(
+            ws.path / "etc", inside_id, inside_id if ids else os.getgid(), sandbox.SANDBOX_HOME
+        )
+        layout = sandbox.SandboxLayout(
+            workspace=ws.workspace,
+            home=ws.home,
+            state=ws.state,
+            socket_dir=ws.run,
+            etc_files=tuple(etc_files),
+            block_network=bool(meta.get("block_network")),
+            hidden=(self.data_root, Path.home().resolve(), Path("/root")),
+            mapped_ids=ids is not None,
+        )
+        network = None
+        if not layout.block_network:
+            if self.isolation.pasta is None:
+                raise UpstreamError(
+                    "upstream",
+                    "workspaces reach the network through pasta, which is not installed "
+                    "(apt-get install passt); create the workspace with block_network",
+                )
+            network = sandbox_launch.Network(self.isolation.pasta, self.host_ports)
+        bwrap = self.isolation.bwrap
+        assert bwrap is not None
+        readonly = sandbox.python_environment()
+
+        def spawn(output: int) -> subprocess.Popen[bytes]:
+            return sandbox_launch.launch(
+                lambda fds: sandbox.bwrap_argv(bwrap, layout, daemon, readonly=readonly, fds=fds),
+                stdin=config,
+                output=output,
+                env=host_env,
+                cwd=ws.run,
+                ids=ids,
+                network=network,
+            )
+
+        return spawn
+
+    def _limits(self, meta: dict[str, Any]) -> dict[str, int]:
+        """The rlimits of every command: the workspace's memory as each process's address
+        space, and the driver's bounds on processes (per workspace uid), open files and the
+        size of one file."""
+        limits = dict(self.limits)
+        memory_mb = meta.get("resources", {}).get("memory_mb")
+        if isinstance(memory_mb, int):
+            limits["address_space_bytes"] = memory_mb << 20
+        return limits
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -294,6 +404,7 @@ class LocalDriver:
         return [
             *self.agent_argv,
             "daemon",
+            *("--config", "-"),
             *("--root", root),
             *("--state-dir", state_dir),
             *("--socket", socket),
@@ -330,6 +441,34 @@ class LocalDriver:
         return meta
 
 
+def _memfd(data: bytes) -> int:
+    """An anonymous file holding `data`, positioned at its start (a daemon's stdin)."""
+    fd = os.memfd_create("mwc-launch-config", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _host_ports(text: str | None) -> tuple[int, ...]:
+    ports = []
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        if not part.strip().isdigit() or not 0 < int(part) < 65536:
+            raise InvalidArgumentError(
+                "invalid_argument",
+                f"{HOST_PORTS_ENV} must list TCP ports (1-65535) separated by commas, "
+                f"not {part.strip()[:16]!r}",
+                field="host_ports",
+            )
+        ports.append(int(part))
+    return tuple(ports)
+
+
 def _record(meta: dict[str, Any], state: str) -> WorkspaceRecord:
     return WorkspaceRecord.model_validate({**meta, "state": state})
 
@@ -341,6 +480,23 @@ def _marker(workspace_id: str) -> str:
 def _state(ws: WorkspaceDir) -> str:
     # Cheap and local: is the recorded daemon process alive? (`connect` restarts a stopped one.)
     return "running" if local_daemon.running(ws.pid_file) else "stopped"
+
+
+# What this driver can enforce of `resources`: the memory bound as each command's address space
+# (an rlimit: cgroups are not used). CPU shares, GPUs and lifetimes are Modal's, and a value
+# that would only be stored is refused.
+_ENFORCED_RESOURCES = ("memory_mb",)
+
+
+def _check_resources(resources: dict[str, Any]) -> None:
+    for key, value in resources.items():
+        if value is not None and key not in _ENFORCED_RESOURCES:
+            raise InvalidArgumentError(
+                "invalid_argument",
+                f"resources.{key[:32]} cannot be enforced by the local driver (it applies "
+                f"{', '.join(_ENFORCED_RESOURCES)}); leave it out, or use the Modal driver",
+                f"resources.{key[:32]}",
+            )
 
 
 def _check_tags(tags: dict[str, str]) -> None:

@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,32 +37,46 @@ class DaemonStartError(RuntimeError):
     """The daemon exited or did not listen in time; the message carries its log's end."""
 
 
-def start(
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    *,
-    cwd: Path,
-    log: Path,
-    pid_file: Path,
-    socket_path: Path,
-    timeout: float,
-) -> DaemonProcess:
-    """Start `argv` detached and wait until it accepts connections on `socket_path`."""
-    if log.exists() and log.stat().st_size > _LOG_ROTATE_BYTES:
-        log.replace(log.with_name(log.name + ".1"))
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
+Spawn = Callable[[int], "subprocess.Popen[bytes]"]
+
+
+def spawn_detached(argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, stdin: int) -> Spawn:
+    """The plain way to start a daemon: `argv` in a session of its own, output to the log."""
+
+    def spawn(output: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             list(argv),
             env=dict(env),
             cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
+            stdin=stdin,
+            stdout=output,
+            stderr=output,
             # Its own session: the server's terminal signals (Ctrl-C) and its exit do not reach
             # the daemon, and the session's process group is what `stop` signals.
             start_new_session=True,
             close_fds=True,
         )
+
+    return spawn
+
+
+def start(
+    spawn: Spawn,
+    *,
+    log: Path,
+    pid_file: Path,
+    socket_path: Path,
+    timeout: float,
+) -> DaemonProcess:
+    """Start a daemon with `spawn` (given the log's descriptor) and wait until it accepts
+    connections on `socket_path`."""
+    if log.exists() and log.stat().st_size > _LOG_ROTATE_BYTES:
+        log.replace(log.with_name(log.name + ".1"))
+    with log.open("ab") as out:
+        try:
+            proc = spawn(out.fileno())
+        except (OSError, RuntimeError) as err:
+            raise DaemonStartError(f"{err}: {_tail(log)}") from err
     daemon = DaemonProcess(proc.pid, _start_time(proc.pid) or "")
     write_json_atomic(pid_file, {"pid": daemon.pid, "start_time": daemon.start_time})
     deadline = time.monotonic() + timeout
@@ -108,6 +122,11 @@ def stop(pid_file: Path, marker: str, *, grace: float = 10.0) -> None:
     all), without bwrap the commands, which run in sessions of their own.
     """
     recorded = _read_pid_file(pid_file)
+    if recorded is not None and _start_time(recorded.pid) == recorded.start_time:
+        # The daemon is a subreaper: whatever its commands started, even in sessions of their
+        # own and without the marker, stays among its descendants while it lives. Those go
+        # first, before the daemon's end could hand them to init.
+        _kill_tree_below(recorded.pid)
     if recorded is not None:
         group = [pid for pid in _marked(marker) if _group_of(pid) == recorded.pid]
         _signal_all(group, signal.SIGTERM)
@@ -204,6 +223,31 @@ def _marked(marker: str) -> list[int]:
             continue  # not ours, or gone
         if needle in environ and _stat(int(entry.name)) is not None:
             found.append(int(entry.name))
+    return found
+
+
+def _kill_tree_below(root: int) -> None:
+    """SIGKILL every descendant of `root`, until none is left (a fork racing the kill is
+    caught by the next round)."""
+    for _ in range(100):
+        below = _descendants(root)
+        if not below:
+            return
+        _signal_all(below, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
     return found
 
 

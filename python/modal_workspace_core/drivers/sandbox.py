@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import sandbox_etc
+
 # What commands see. The workspace is their root and cwd, as on every driver.
 WORKSPACE_ROOT = "/workspace"
 # A home of the workspace's own, so nothing of the host user's home (dotfiles, credentials,
@@ -32,30 +34,6 @@ SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # /usr systems the top-level names are symlinks into /usr and are recreated as symlinks.
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
-# Files and directories under /etc that hold secrets of the host rather than configuration a
-# command needs: password hashes, host keys, private TLS keys, sudo rules, Wi-Fi and VPN
-# credentials, Kerberos keytabs, systemd credentials. Those that exist are masked.
-_ETC_SECRETS = (
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/etc/ssl/private",
-    "/etc/pki/tls/private",
-    "/etc/security/opasswd",
-    "/etc/krb5.keytab",
-    "/etc/credstore",
-    "/etc/credstore.encrypted",
-    "/etc/NetworkManager/system-connections",
-    "/etc/wpa_supplicant",
-    "/etc/wireguard",
-    "/etc/letsencrypt",
-    "/etc/docker",
-    "/etc/containers/auth.json",
-)
-
 
 @dataclass(frozen=True)
 class SandboxLayout:
@@ -65,10 +43,26 @@ class SandboxLayout:
     home: Path  # mounted read-write at SANDBOX_HOME
     state: Path  # the agent's state dir, at AGENT_STATE_DIR
     socket_dir: Path  # the directory of the agent's socket, at AGENT_SOCKET_DIR
+    # The files written for this sandbox's /etc (`sandbox_etc`), with their paths inside.
+    etc_files: tuple[tuple[Path, str], ...] = ()
     block_network: bool = False
     # Host paths that must stay invisible even if a read-only mount would cover them (the data
     # root with every other workspace, the host user's home).
     hidden: tuple[Path, ...] = ()
+    # Root only: the user namespace's ids are mapped by the launcher (`sandbox_launch`), so that
+    # the agent and the workspace's commands run as different host uids.
+    mapped_ids: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchFds:
+    """The descriptors bwrap synchronises its start with (`sandbox_launch` holds the other
+    ends): it reports its child's pid, then waits for the user namespace's id maps and for the
+    network to be attached before it runs the command."""
+
+    info: int
+    block: int
+    userns_block: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +72,9 @@ class Isolation:
     enabled: bool
     bwrap: str | None
     reason: str
+    # pasta (Debian's `passt`), which gives isolated workspaces their network; without it they
+    # are refused unless they block the network.
+    pasta: str | None = None
 
 
 def bwrap_argv(
@@ -86,6 +83,7 @@ def bwrap_argv(
     command: Sequence[str],
     *,
     readonly: Iterable[Path] = (),
+    fds: LaunchFds | None = None,
 ) -> list[str]:
     """The argv that runs `command` isolated in the workspace of `layout`.
 
@@ -95,30 +93,44 @@ def bwrap_argv(
     host (`/proc/*/cmdline`) and the environment may carry secrets.
     """
     argv = [bwrap]
-    # New user, pid, ipc, uts and cgroup namespaces (user and cgroup where possible), and a new
-    # network namespace only when the workspace must not reach the network. The pid namespace
-    # hides the host's processes (their argv and environment), and the end of its init (bwrap,
-    # which the driver kills last when it stops a workspace) ends every process inside.
-    argv += ["--unshare-all"]
-    if not layout.block_network:
-        argv += ["--share-net"]
-    # No capabilities, even for a root user: nothing inside may mount, trace or change owners.
-    argv += ["--cap-drop", "ALL", "--hostname", "workspace"]
+    # New user, pid, ipc, uts, cgroup and network namespaces. The pid namespace hides the host's
+    # processes (their argv and environment), and the end of its init (bwrap, which the driver
+    # kills last when it stops a workspace) ends every process inside. The network namespace has
+    # only a loopback of its own: the launcher attaches user-mode networking to it unless the
+    # workspace blocks the network, so the host's loopback services are never on a route.
+    argv += ["--unshare-all", "--unshare-net"]
+    if fds is not None:
+        argv += ["--info-fd", str(fds.info), "--block-fd", str(fds.block)]
+    if layout.mapped_ids:
+        assert fds is not None and fds.userns_block is not None
+        # The agent is root of its user namespace with only the capabilities it needs to run
+        # commands as their own uid (setuid, setgid), to signal them (kill) and to watch
+        # directories they made private (dac_read_search); commands get none.
+        argv += ["--unshare-user", "--userns-block-fd", str(fds.userns_block)]
+        argv += ["--uid", "0", "--gid", "0"]
+        argv += ["--cap-drop", "ALL"]
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_READ_SEARCH"):
+            argv += ["--cap-add", cap]
+    else:
+        # No capabilities: nothing inside may mount, trace or change owners.
+        argv += ["--cap-drop", "ALL"]
+    argv += ["--hostname", "workspace"]
     # Deliberately absent: `--die-with-parent`, because the agent daemon must outlive the
     # server that starts it (a restarted server finds it again); and `--new-session`, because
     # the daemon has no terminal to protect and must stay in the process group the driver
     # signals to stop it.
     for name in _SYSTEM_DIRS:
         argv += _mirror_system_dir(name)
-    # Configuration that programs read (users, DNS, certificates, locale, git), read-only and
-    # without the host's secrets.
-    argv += ["--ro-bind", "/etc", "/etc"]
-    argv += _etc_masks()
-    argv += _resolver_outside_etc()
+    # A constructed /etc: the files written for this sandbox and an allowlist of the host's
+    # configuration that programs need, read-only (`sandbox_etc`).
+    argv += ["--dir", "/etc"]
+    for host_path, inside in (*layout.etc_files, *sandbox_etc.host_entries()):
+        argv += ["--ro-bind", str(host_path), inside]
+    argv += ["--symlink", "/proc/self/mounts", "/etc/mtab"]
     # A private /proc for the new pid namespace, a minimal /dev (null, zero, random, tty, pts,
-    # shm) and a private /tmp, so nothing is shared with the host's.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    bound = [Path(p) for p in (*_SYSTEM_DIRS, "/etc")]
+    # shm) and a private /tmp that every user may write, so nothing is shared with the host's.
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    bound = [Path(p) for p in _SYSTEM_DIRS]
     for path in _minimal_cover(readonly):
         # Never the whole filesystem, nor a hidden path itself: masking it afterwards would
         # leave nothing of the mount.
@@ -133,7 +145,13 @@ def bwrap_argv(
             argv += ["--tmpfs", str(path)]
     # The workspace's own directories, read-write: the files, the home, the agent's state, and
     # the socket's directory, so the daemon's socket appears on the host where the gateway
-    # connects to it (a socket made later cannot be bound by itself).
+    # connects to it (a socket made later cannot be bound by itself). With mapped ids the state
+    # and socket directories belong to the agent (mode 0700), out of the commands' reach.
+    # The parents of the mounts below, made here so that their modes are ours (bwrap would copy
+    # the host parent's): the home's parent readable by all, the agent's directory by the
+    # agent alone.
+    argv += ["--perms", "0755", "--dir", "/home", "--perms", "0755", "--dir", "/run"]
+    argv += ["--perms", "0700", "--dir", "/run/agent"]
     argv += ["--bind", str(layout.workspace), WORKSPACE_ROOT]
     argv += ["--bind", str(layout.home), SANDBOX_HOME]
     argv += ["--bind", str(layout.state), AGENT_STATE_DIR]
@@ -141,6 +159,26 @@ def bwrap_argv(
     argv += ["--chdir", WORKSPACE_ROOT, "--"]
     argv += list(command)
     return argv
+
+
+def mounted_trees() -> list[Path]:
+    """Every host path a sandbox sees read-only (the system, the allowlisted /etc entries and
+    the Python environment): a file of the operator's under one of them would be readable by
+    every workspace."""
+    trees = [Path(p) for p in _SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)]
+    trees += [host for host, _ in sandbox_etc.host_entries()]
+    trees += _minimal_cover(python_environment())
+    return trees
+
+
+def exposed_by(path: Path) -> Path | None:
+    """The mounted tree `path` lies under (symlinks resolved), or None."""
+    real = Path(os.path.realpath(path))
+    for tree in mounted_trees():
+        tree = Path(os.path.realpath(tree))
+        if real == tree or tree in real.parents:
+            return tree
+    return None
 
 
 def python_environment() -> list[Path]:
@@ -184,7 +222,7 @@ def _probe_cached(bwrap: str) -> Isolation:
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
         return Isolation(False, bwrap, f"bwrap does not work here: {why}")
-    return Isolation(True, bwrap, "bubblewrap isolation")
+    return Isolation(True, bwrap, "bubblewrap isolation", shutil.which("pasta"))
 
 
 def _mirror_system_dir(path: str) -> list[str]:
@@ -193,36 +231,6 @@ def _mirror_system_dir(path: str) -> list[str]:
     if os.path.isdir(path):
         return ["--ro-bind", path, path]
     return []
-
-
-def _etc_masks() -> list[str]:
-    argv: list[str] = []
-    paths = list(_ETC_SECRETS)
-    ssh = Path("/etc/ssh")
-    if ssh.is_dir():
-        # Host private keys; the client configuration beside them stays readable.
-        paths += [str(p) for p in sorted(ssh.glob("ssh_host_*_key"))]
-    for path in paths:
-        if os.path.islink(path) or not os.path.exists(path):
-            continue
-        if os.path.isdir(path):
-            argv += ["--tmpfs", path]
-        else:
-            argv += ["--ro-bind", "/dev/null", path]
-    return argv
-
-
-def _resolver_outside_etc() -> list[str]:
-    # On systemd hosts /etc/resolv.conf links into /run, which is not mounted: mount the file it
-    # points to at that same place so DNS keeps working.
-    argv: list[str] = []
-    for name in ("/etc/resolv.conf", "/etc/hosts"):
-        if not os.path.islink(name):
-            continue
-        target = os.path.realpath(name)
-        if os.path.isfile(target) and not target.startswith(("/etc/", "/usr/")):
-            argv += ["--ro-bind", target, target]
-    return argv
 
 
 def _minimal_cover(paths: Iterable[Path]) -> list[Path]:

@@ -6,6 +6,8 @@ mod args;
 mod exec_io;
 mod execs;
 mod file_ops;
+mod fs_user;
+pub mod launch_config;
 mod lock;
 mod meta;
 mod prune;
@@ -13,6 +15,7 @@ mod record;
 mod service;
 mod watches;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +49,9 @@ pub struct DaemonConfig {
     /// Variables of the daemon's own environment that hold secrets (names, never values):
     /// every exec inherits them, so their values are redacted from every exec.
     pub redact_env: Vec<String>,
+    /// Read a [`launch_config::LaunchConfig`] from stdin at start: the execs' environment then
+    /// comes from it, not from the daemon's own.
+    pub config_stdin: bool,
 }
 
 impl DaemonConfig {
@@ -59,6 +65,7 @@ impl DaemonConfig {
             max_watches: DEFAULT_MAX_WATCHES,
             max_ended_execs: DEFAULT_MAX_ENDED_EXECS,
             redact_env: Vec::new(),
+            config_stdin: false,
         }
     }
 }
@@ -66,6 +73,18 @@ impl DaemonConfig {
 impl Daemon {
     /// Opens the root, starts the supervisor (as a subreaper) and loads earlier execs.
     pub fn open(config: &DaemonConfig) -> Result<Arc<Self>, String> {
+        let launch = launch_config::LaunchConfig {
+            env: std::env::vars_os().collect(),
+            ..Default::default()
+        };
+        Self::open_with(config, launch)
+    }
+
+    /// Opens with the environment, user and limits a launcher gave.
+    pub fn open_with(
+        config: &DaemonConfig,
+        launch: launch_config::LaunchConfig,
+    ) -> Result<Arc<Self>, String> {
         let root = std::fs::canonicalize(&config.root)
             .map_err(|e| format!("cannot use --root {}: {e}", config.root.display()))?;
         let root_str = root
@@ -76,9 +95,11 @@ impl Daemon {
         let ws = Arc::new(Workspace::open(&root).map_err(|e| e.message)?);
         // Variables named in MWC_PRIVATE_ENV stay with the daemon: an exec gets one only when its
         // request asks for it (`secret_env`), and then it is redacted from that exec's output.
-        let (base_env, agent_env) = agent_env::AgentEnv::split(std::env::vars_os());
+        let secrets = inherited_secrets(&config.redact_env, &launch.env);
+        let (base_env, agent_env) = agent_env::AgentEnv::split(launch.env);
         let supervisor = Supervisor::new(SupervisorConfig {
             base_env,
+            confinement: launch.confinement,
             ..SupervisorConfig::default()
         })
         .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
@@ -89,7 +110,7 @@ impl Daemon {
             supervisor,
             LogConfig::with_max_bytes(config.max_log_bytes),
             budget,
-            inherited_secrets(&config.redact_env),
+            secrets,
         )
         .with_agent_env(agent_env)
         .with_max_ended(config.max_ended_execs);
@@ -107,29 +128,62 @@ impl Daemon {
             ws,
             execs,
             started: Instant::now(),
+            workspace_user: launch.workspace_user,
         }))
     }
 }
 
-/// The values of the named variables of this process's environment (those set and not empty).
-fn inherited_secrets(names: &[String]) -> Vec<String> {
+/// The values of the named variables of the execs' environment (those set and not empty).
+fn inherited_secrets(names: &[String], env: &[(OsString, OsString)]) -> Vec<String> {
     names
         .iter()
-        .filter_map(|name| std::env::var(name).ok())
+        .filter_map(|name| env.iter().find(|(k, _)| k.to_str() == Some(name.as_str())))
+        .filter_map(|(_, value)| value.to_str())
         .filter(|value| !value.is_empty())
+        .map(str::to_owned)
         .collect()
+}
+
+/// The launcher's configuration from stdin, when asked for; the environment otherwise.
+fn launch_config(config: &DaemonConfig) -> Result<launch_config::LaunchConfig, String> {
+    if !config.config_stdin {
+        return Ok(launch_config::LaunchConfig {
+            env: std::env::vars_os().collect(),
+            ..Default::default()
+        });
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
+        .map_err(|e| format!("cannot read the launch configuration from stdin: {e}"))?;
+    launch_config::parse(&bytes)
+}
+
+/// Keeps commands of the same uid from reading the daemon's memory, environment and open files
+/// (`/proc/<daemon>/…`) or tracing it: it holds the workspace's secrets and its channel.
+fn refuse_inspection() -> Result<(), String> {
+    // SAFETY: prctl(PR_SET_DUMPABLE) changes a flag of this process and reads no memory of ours.
+    let done = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if done < 0 {
+        return Err(format!(
+            "cannot make the daemon undumpable: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Refuses to start when another daemon holds the
 /// socket or the state directory.
 pub async fn run(config: DaemonConfig) -> Result<(), String> {
+    refuse_inspection()?;
+    let launch = launch_config(&config)?;
     create_private_dir(&config.state_dir)?;
     let _state_lock =
         lock::Lock::acquire(&config.state_dir.join("daemon.lock"), "state directory")?;
     let mut socket_lock_path = config.socket.as_os_str().to_owned();
     socket_lock_path.push(".lock");
     let _socket_lock = lock::Lock::acquire(Path::new(&socket_lock_path), "socket")?;
-    let daemon = Daemon::open(&config)?;
+    let daemon = Daemon::open_with(&config, launch)?;
     let listener = lock::bind_private(&config.socket)?;
     tracing::info!(socket = %config.socket.display(), root = %daemon.root, "agent daemon listening");
 

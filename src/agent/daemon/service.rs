@@ -8,9 +8,11 @@ use serde_json::{json, Value};
 
 use super::execs::ExecRegistry;
 use super::file_ops;
+use super::fs_user::AsUser;
 use super::watches::WatchStreams;
 use crate::agent::exec_log::ExecLog;
 use crate::agent::files::Workspace;
+use crate::agent::process::CommandUser;
 use crate::channel::message::{ErrorBody, ErrorCode, BUILD, PROTOCOL_VERSION};
 use crate::channel::server::{Reply, ReplyFuture, Request, Service};
 use crate::channel::subscription::{EventSource, RingSource, WaitFuture, WAIT_SLICE};
@@ -23,6 +25,8 @@ pub struct Daemon {
     pub(crate) execs: ExecRegistry,
     pub(crate) watches: WatchStreams,
     pub(crate) started: Instant,
+    /// The user file operations run as (the commands'), when it is not the agent's.
+    pub(crate) workspace_user: Option<CommandUser>,
 }
 
 fn ready(result: Result<Value, ErrorBody>) -> ReplyFuture {
@@ -89,8 +93,10 @@ impl Service for Daemon {
                 let ws = Arc::clone(&self.ws);
                 let root = self.root.clone();
                 let op = op.to_owned();
+                let user = self.workspace_user;
                 Box::pin(async move {
                     let done = tokio::task::spawn_blocking(move || {
+                        let _as_user = AsUser::enter(user);
                         file_ops::run(&ws, &root, &op, &args, payload)
                     })
                     .await;

@@ -5,6 +5,7 @@
 //! handle (state, stdin, resize, cancel, wait) and hands output to the caller's [`OutputSink`].
 //! [`Redactor`] removes known secret values from a byte stream before it is stored.
 
+mod confine;
 mod exec;
 mod fdio;
 mod group;
@@ -22,6 +23,7 @@ mod supervisor;
 #[cfg(test)]
 mod tests;
 
+pub use confine::{CommandUser, Confinement, Limit};
 pub use exec::Exec;
 pub use redact::{Redactor, REDACTED};
 pub use sink::{ChannelSink, OutputSink, SinkEvent, SinkFuture, Stream, MAX_CHUNK};

@@ -125,7 +125,7 @@ fn start(
     if *shared.cancel.borrow() {
         return Start::Cancelled;
     }
-    match launch(spec, &config.base_env, reaper) {
+    match launch(spec, &config.base_env, &config.confinement, reaper) {
         Ok(launched) => {
             let pid = u32::try_from(launched.pid).ok();
             shared.status.send_modify(|status| {

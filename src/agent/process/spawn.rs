@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 
 use tokio::sync::oneshot;
 
+use super::confine::Confinement;
 use super::fdio::FdIo;
 use super::group::signal_group;
 use super::pty;
@@ -30,6 +31,7 @@ pub(crate) struct Launched {
 pub(crate) fn launch(
     spec: &ExecSpec,
     base_env: &[(OsString, OsString)],
+    confinement: &Confinement,
     reaper: &Reaper,
 ) -> Result<Launched, String> {
     let (mut command, program) = match &spec.command {
@@ -82,6 +84,7 @@ pub(crate) fn launch(
                 .stderr(Stdio::piped());
         }
     }
+    confinement.apply(&mut command);
     let take_tty = pty_pair.is_some();
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
     // calls are allowed. It makes two system calls, setsid(2) and ioctl(2) on fd 0 (which std has

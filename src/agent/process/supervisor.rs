@@ -6,6 +6,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::confine::Confinement;
 use super::exec::{Exec, ExecShared};
 use super::reaper::{reaper, Reaper};
 use super::run::{run, RunContext};
@@ -28,6 +29,8 @@ pub struct SupervisorConfig {
     pub adopt_orphans: bool,
     /// See [`DEFAULT_DRAIN_TIMEOUT`].
     pub drain_timeout: Duration,
+    /// The user and limits every command starts with.
+    pub confinement: Confinement,
 }
 
 impl Default for SupervisorConfig {
@@ -37,6 +40,7 @@ impl Default for SupervisorConfig {
             base_env: std::env::vars_os().collect(),
             adopt_orphans: true,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            confinement: Confinement::default(),
         }
     }
 }

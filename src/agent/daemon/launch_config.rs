@@ -1,0 +1,155 @@
+//! The daemon's start-up configuration from its launcher, read from stdin: the environment
+//! every exec starts from (the workspace's env and secret values), the user commands run as and
+//! their resource limits.
+//!
+//! Stdin rather than argv or the daemon's own environment: those are readable by other
+//! processes (`/proc/*/cmdline`, `/proc/*/environ`) and, for the environment, would also apply
+//! to the processes that start the daemon (a workspace's `LD_PRELOAD` must never reach them).
+
+use std::ffi::OsString;
+
+use serde_json::{Map, Value};
+
+use crate::agent::process::{CommandUser, Confinement, Limit};
+
+/// What the launcher gave.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// The execs' base environment (their spec's `env` is added to it).
+    pub env: Vec<(OsString, OsString)>,
+    pub confinement: Confinement,
+    /// The uid the agent's own files (exec logs, records) belong to, when commands run as
+    /// another: file operations on the workspace run as the commands' user instead.
+    pub workspace_user: Option<CommandUser>,
+}
+
+/// Parses `{"env": {NAME: VALUE}, "user": {"uid": N, "gid": N}, "limits": {NAME: N}}`; every
+/// key is optional, unknown keys are refused (a launcher and agent out of step must not start).
+pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("the launch configuration: {e}"))?;
+    let Value::Object(top) = value else {
+        return Err("the launch configuration must be a JSON object".into());
+    };
+    let mut config = LaunchConfig::default();
+    for (key, value) in &top {
+        match key.as_str() {
+            "env" => config.env = env(value)?,
+            "user" => {
+                let user = user(value)?;
+                config.confinement.user = Some(user);
+                config.workspace_user = Some(user);
+            }
+            "limits" => config.confinement.limits = limits(value)?,
+            other => {
+                return Err(format!(
+                    "the launch configuration has an unknown key '{other}'"
+                ))
+            }
+        }
+    }
+    Ok(config)
+}
+
+fn object<'a>(value: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
+    value
+        .as_object()
+        .ok_or_else(|| format!("the launch configuration's '{what}' must be an object"))
+}
+
+fn env(value: &Value) -> Result<Vec<(OsString, OsString)>, String> {
+    object(value, "env")?
+        .iter()
+        .map(|(name, value)| {
+            let name = crate::policy::env_name(name).map_err(|e| format!("env: {}", e.message))?;
+            match value.as_str() {
+                Some(text) if !text.contains('\0') => Ok((name.into(), text.into())),
+                _ => Err(format!("env.{name} must be a string without NUL")),
+            }
+        })
+        .collect()
+}
+
+fn number(map: &Map<String, Value>, key: &str, what: &str) -> Result<u64, String> {
+    map.get(key)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("the launch configuration's '{what}.{key}' must be a whole number"))
+}
+
+fn user(value: &Value) -> Result<CommandUser, String> {
+    let map = object(value, "user")?;
+    let id = |key: &str| {
+        let n = number(map, key, "user")?;
+        // Root is never a command's user: that is what this setting exists to avoid.
+        u32::try_from(n)
+            .ok()
+            .filter(|&n| n != 0)
+            .ok_or_else(|| format!("user.{key} must be a uid/gid other than 0"))
+    };
+    Ok(CommandUser {
+        uid: id("uid")?,
+        gid: id("gid")?,
+    })
+}
+
+fn limits(value: &Value) -> Result<Vec<(Limit, u64)>, String> {
+    let map = object(value, "limits")?;
+    map.keys()
+        .map(|name| {
+            let limit = Limit::from_name(name).ok_or_else(|| format!("unknown limit '{name}'"))?;
+            Ok((limit, number(map, name, "limits")?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_full_configuration_is_read() {
+        let config = parse(
+            br#"{"env": {"A": "1", "LD_PRELOAD": "x.so"}, "user": {"uid": 1000, "gid": 1000},
+                 "limits": {"processes": 256, "address_space_bytes": 134217728}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            config.env,
+            vec![
+                ("A".into(), "1".into()),
+                ("LD_PRELOAD".into(), "x.so".into())
+            ]
+        );
+        assert_eq!(
+            config.confinement.user,
+            Some(CommandUser {
+                uid: 1000,
+                gid: 1000
+            })
+        );
+        assert_eq!(config.confinement.limits.len(), 2);
+    }
+
+    #[test]
+    fn test_an_empty_configuration_confines_nothing() {
+        assert_eq!(parse(b"{}").unwrap(), LaunchConfig::default());
+    }
+
+    #[test]
+    fn test_bad_configurations_are_refused_with_a_reason() {
+        for (bad, needle) in [
+            (&b"[]"[..], "object"),
+            (br#"{"env": {"1A": "x"}}"#, "env"),
+            (br#"{"env": {"A": 1}}"#, "env.A"),
+            (br#"{"user": {"uid": 0, "gid": 5}}"#, "user.uid"),
+            (br#"{"user": {"uid": 5}}"#, "user.gid"),
+            (br#"{"limits": {"stack": 1}}"#, "unknown limit"),
+            (br#"{"limits": {"processes": -1}}"#, "limits.processes"),
+            (br#"{"extra": 1}"#, "unknown key"),
+            (b"not json", "launch configuration"),
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+}
