@@ -314,8 +314,15 @@ class AgentChannel:
     """
 
     def __new__(
-        cls, *, stream_bytes: int = 1048576, max_streams: int = 64, credit: int = 1048576
-    ) -> Self: ...
+        cls,
+        *,
+        stream_bytes: int = 1048576,
+        max_streams: int = 64,
+        credit: int = 1048576,
+        key: str | None = None,
+    ) -> Self:
+        """`key`: the workspace's channel key, sent in every Hello (an agent started with one
+        refuses a peer without it)."""
     def feed(
         self, data: bytes | bytearray | memoryview
     ) -> tuple[str | None, list[_Response], list[str]]:

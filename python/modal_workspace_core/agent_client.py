@@ -14,7 +14,7 @@ from ._core import AgentChannel, Page
 from .agent_error import AgentError
 from .agent_log import AgentLog
 from .stream_waiters import StreamWaiters
-from .transports import Connector, Transport, open_subprocess, open_unix
+from .transports import Connector, PeerCheck, Transport, open_subprocess, open_unix
 
 __all__ = ["AgentClient", "AgentError"]
 
@@ -54,10 +54,17 @@ class AgentClient:
 
     @classmethod
     async def connect_unix(
-        cls, path: str | os.PathLike[str], *, resume: AgentClient | None = None, **cache: int
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        resume: AgentClient | None = None,
+        check: PeerCheck | None = None,
+        key: str | None = None,
+        **cache: int,
     ) -> AgentClient:
-        """Connects to the agent daemon's unix socket."""
-        return await cls._connect(lambda: open_unix(path), resume, cache)
+        """Connects to the agent daemon's unix socket; `check` vets the listening process at
+        every (re)connect, and `key` (the workspace's channel key) proves the gateway to it."""
+        return await cls._connect(lambda: open_unix(path, check), resume, cache, key)
 
     @classmethod
     async def connect_subprocess(
@@ -98,21 +105,29 @@ class AgentClient:
 
     @classmethod
     async def _connect(
-        cls, connector: Connector, resume: AgentClient | None, cache: dict[str, int]
+        cls,
+        connector: Connector,
+        resume: AgentClient | None,
+        cache: dict[str, int],
+        key: str | None = None,
     ) -> AgentClient:
-        client = cls._adopt(resume, cache, connector)
+        client = cls._adopt(resume, cache, connector, key)
         await client._start(await connector())
         return client
 
     @classmethod
     def _adopt(
-        cls, resume: AgentClient | None, cache: dict[str, int], connector: Connector | None
+        cls,
+        resume: AgentClient | None,
+        cache: dict[str, int],
+        connector: Connector | None,
+        key: str | None = None,
     ) -> AgentClient:
         """A client on a new channel, or on `resume`'s channel (its cache, whose open streams
         are resubscribed from the last seq held). `cache` sets the bounds of a new channel:
         `stream_bytes`, `max_streams`, `credit`."""
         if resume is None:
-            return cls(AgentChannel(**cache), connector)
+            return cls(AgentChannel(**cache, key=key), connector)
         if cache:
             raise ValueError("a resumed client keeps the cache bounds of the one it resumes")
         resume._abandon("the channel moved to a new client")

@@ -94,6 +94,9 @@ def _serve(args: argparse.Namespace) -> int:
         tokens = [minted]
     try:
         driver = create_driver(settings.driver, data_root=settings.data_root)
+        refuse_exposed = getattr(driver, "refuse_exposed", None)
+        if refuse_exposed is not None:
+            refuse_exposed(settings.private_files)
     except WorkspaceError as exc:
         # A driver checks its own settings (isolation, the Modal ones) when it starts: say what
         # is wrong in one line, as for the settings above, instead of a traceback.
@@ -118,15 +121,10 @@ def _serve(args: argparse.Namespace) -> int:
         ]
     else:
         lines.append(f"  token:          from {settings.token_source}")
-    isolation = getattr(driver, "isolation", None)
-    if isolation is not None:
-        # The local driver's own word on whether commands are contained (bubblewrap).
-        enabled, reason = getattr(isolation, "enabled", False), getattr(isolation, "reason", "")
-        lines.append(
-            "  isolation:      bubblewrap"
-            if enabled
-            else f"  isolation:      NONE ({reason}): commands can read this user's files"
-        )
+    describe = getattr(driver, "describe_isolation", None)
+    if describe is not None:
+        # The local driver's own word on how commands are contained.
+        lines += describe()
     lines += [
         f"  REST:           {base}/api/workspaces   (Authorization: Bearer <token>)",
         f"  MCP:            {base}/mcp/",

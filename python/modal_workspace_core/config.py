@@ -56,6 +56,9 @@ class Settings(BaseModel):
     # secret name -> {ENV_NAME: value}; locally from MODAL_WORKSPACE_LOCAL_SECRETS_FILE.
     secret_values: Mapping[str, Mapping[str, str]] = {}
     allowed_hosts: tuple[str, ...] = ()
+    # Files of the operator's that hold secrets (the token file, the local secrets file): the
+    # local driver refuses to start when a sandbox would see one.
+    private_files: tuple[Path, ...] = ()
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.
@@ -197,4 +200,9 @@ def load_settings(
         github_secret=env.get(GITHUB_SECRET_ENV) or "github",
         secret_values=secret_values,
         allowed_hosts=_split(env.get(ALLOWED_HOSTS_ENV)),
+        private_files=tuple(
+            Path(env[name]).expanduser()
+            for name in (TOKEN_FILE_ENV, LOCAL_SECRETS_FILE_ENV)
+            if env.get(name)
+        ),
     )

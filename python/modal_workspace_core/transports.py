@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -212,10 +213,25 @@ class _SocketWriter:
         await asyncio.shield(self._protocol.closed)
 
 
-async def open_unix(path: str | os.PathLike[str]) -> Transport:
-    """Connects to the agent's unix socket."""
+# Checks the process at the other end of a connected unix socket (`SO_PEERCRED`) and raises
+# OSError when it is not the agent expected there.
+PeerCheck = Callable[[socket.socket], None]
+
+
+async def open_unix(path: str | os.PathLike[str], check: PeerCheck | None = None) -> Transport:
+    """Connects to the agent's unix socket; `check` vets the listening process before a byte is
+    sent."""
     loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_unix_connection(lambda: _SocketProtocol(loop), os.fspath(path))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, os.fspath(path))
+        if check is not None:
+            check(sock)
+        _, protocol = await loop.create_unix_connection(lambda: _SocketProtocol(loop), sock=sock)
+    except BaseException:
+        sock.close()
+        raise
     return PushedTransport(protocol.reads, _SocketWriter(protocol))
 
 

@@ -42,14 +42,19 @@ impl PyAgentChannel {
 #[pymethods]
 impl PyAgentChannel {
     #[new]
-    #[pyo3(signature = (*, stream_bytes=1_048_576, max_streams=64, credit=1_048_576))]
-    fn new(stream_bytes: usize, max_streams: usize, credit: usize) -> PyResult<Self> {
+    #[pyo3(signature = (*, stream_bytes=1_048_576, max_streams=64, credit=1_048_576, key=None))]
+    fn new(
+        stream_bytes: usize,
+        max_streams: usize,
+        credit: usize,
+        key: Option<String>,
+    ) -> PyResult<Self> {
         let config = CacheConfig {
             stream_bytes,
             max_streams,
             credit,
         };
-        let channel = AgentChannel::new(config).map_err(policy_error)?;
+        let channel = AgentChannel::with_key(config, key).map_err(policy_error)?;
         Ok(Self {
             inner: Mutex::new(channel),
             scratch: Mutex::new(Vec::new()),

@@ -26,6 +26,11 @@ pub struct Hello {
     pub protocol: u32,
     pub build: String,
     pub role: Role,
+    /// The gateway's proof that it is the gateway: the workspace's channel key, which the agent
+    /// was given at start (never by a command). An agent started with a key serves nothing to a
+    /// peer without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl Hello {
@@ -34,6 +39,7 @@ impl Hello {
             protocol: PROTOCOL_VERSION,
             build: BUILD.to_owned(),
             role,
+            key: None,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
 
@@ -73,6 +74,11 @@ pub trait Service: Send + Sync + 'static {
 
     /// The stream named `id` (an exec or a watch), for `subscribe`.
     fn stream(&self, id: &str) -> Result<Arc<dyn EventSource>, ErrorBody>;
+
+    /// The key a peer's `Hello` must carry, when the service has one.
+    fn channel_key(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Serves one connection until the peer closes it or breaks the protocol.
@@ -165,7 +171,7 @@ async fn converse<R: AsyncRead + Unpin>(
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err("no Hello from the peer in time".into()),
     };
-    check_hello(&first, out).await?;
+    check_hello(&first, out, service.channel_key()).await?;
 
     let (control_tx, control_rx) = mpsc::channel::<Control>(64);
     let pump_task = tokio::spawn(pump(control_rx, out.clone()));
@@ -235,7 +241,11 @@ async fn converse<R: AsyncRead + Unpin>(
 
 /// Answers the peer's Hello: equal protocol numbers continue, anything else is refused with
 /// `protocol_mismatch` (id 0) naming both versions and builds.
-async fn check_hello(first: &Frame, out: &mpsc::Sender<Vec<u8>>) -> Result<(), String> {
+async fn check_hello(
+    first: &Frame,
+    out: &mpsc::Sender<Vec<u8>>,
+    key: Option<&str>,
+) -> Result<(), String> {
     let ours = Hello::ours(Role::Agent);
     let refuse = |message: String| {
         response_bytes(
@@ -276,6 +286,22 @@ async fn check_hello(first: &Frame, out: &mpsc::Sender<Vec<u8>>) -> Result<(), S
         )
         .await?;
         return Err(format!("protocol mismatch (peer speaks {theirs})"));
+    }
+    if let Some(key) = key {
+        let given = peer.get("key").and_then(Value::as_str).unwrap_or("");
+        // Constant time: how much of a guess matched must not show in the time to refuse it.
+        if !bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+            let reply = response_bytes(
+                0,
+                Err(ErrorBody::new(
+                    ErrorCode::Permission,
+                    "this agent serves only its gateway: the Hello carries no valid channel key",
+                )),
+                Vec::new(),
+            );
+            send(out, reply).await?;
+            return Err("a peer without the channel key".into());
+        }
     }
     Ok(())
 }

@@ -194,3 +194,61 @@ async fn streams_with_events_take_turns() {
     let quiet_at = order.iter().position(|s| s == "quiet");
     assert!(quiet_at.is_some_and(|i| i <= 2), "{order:?}");
 }
+
+/// A service that serves only peers proving the key.
+struct Keyed;
+
+impl Service for Keyed {
+    fn handle(&self, request: Request) -> ReplyFuture {
+        Box::pin(async move { Reply::ok(Value::Object(request.args)) })
+    }
+    fn stream(&self, _id: &str) -> Result<Arc<dyn EventSource>, ErrorBody> {
+        Err(ErrorBody::new(ErrorCode::NotFound, "no streams"))
+    }
+    fn channel_key(&self) -> Option<&str> {
+        Some("00112233445566778899aabbccddeeff")
+    }
+}
+
+async fn hello_with(key: Option<&str>) -> Peer {
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let (reader, writer) = tokio::io::split(theirs);
+    tokio::spawn(serve(reader, writer, Arc::new(Keyed)));
+    let mut peer = Peer {
+        io: ours,
+        decoder: FrameDecoder::new(),
+    };
+    let _ = peer.header().await;
+    let mut hello = json!({"protocol": 1, "build": "test", "role": "gateway"});
+    if let Some(key) = key {
+        hello["key"] = json!(key);
+    }
+    peer.send(FrameKind::Hello, hello, b"").await;
+    peer.send(
+        FrameKind::Request,
+        json!({"id": 1, "op": "echo", "args": {"n": 1}}),
+        b"",
+    )
+    .await;
+    peer
+}
+
+#[tokio::test]
+async fn a_peer_without_the_channel_key_is_refused_before_any_request() {
+    for key in [None, Some("00112233445566778899aabbccddeefe"), Some("")] {
+        let mut peer = hello_with(key).await;
+        let (kind, response) = peer.header().await;
+        assert_eq!(kind, FrameKind::Response);
+        assert_eq!(response["id"], 0, "{key:?}");
+        assert_eq!(response["error"]["code"], "permission");
+        assert!(peer.next().await.is_none(), "the connection closes");
+    }
+}
+
+#[tokio::test]
+async fn a_peer_with_the_channel_key_is_served() {
+    let mut peer = hello_with(Some("00112233445566778899aabbccddeeff")).await;
+    let (_, response) = peer.header().await;
+    assert_eq!(response["id"], 1);
+    assert_eq!(response["result"]["n"], 1);
+}

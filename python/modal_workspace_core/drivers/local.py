@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import getpass
 import json
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -112,6 +113,46 @@ class LocalDriver:
         self._secret_env: dict[str, dict[str, str]] = {}
         self._socket_paths = local_daemon.SocketPaths()
 
+    def describe_isolation(self) -> builtins.list[str]:
+        """The banner's lines on what contains this driver's commands."""
+        if not self.isolation.enabled:
+            return [
+                f"  isolation:      NONE ({self.isolation.reason}): commands can read this "
+                "user's files; install bubblewrap (apt-get install bubblewrap) to isolate them"
+            ]
+        user = (
+            "a uid of its own per workspace"
+            if workspace_uids.enabled()
+            else "your uid (run as root for a uid per workspace)"
+        )
+        ports = ",".join(map(str, self.host_ports)) or "none"
+        network = (
+            f"own namespace through pasta; host loopback ports: {ports}"
+            if self.isolation.pasta
+            else "none (install passt for networked workspaces)"
+        )
+        return [
+            f"  isolation:      bubblewrap; commands as {user}",
+            f"  network:        {network}",
+            "  limits:         rlimits per command (no cgroups): "
+            + ", ".join(f"{k}={v}" for k, v in sorted(self.limits.items())),
+        ]
+
+    def refuse_exposed(self, private_files: Iterable[Path]) -> None:
+        """Refuses to serve when a sandbox would see one of the operator's secret files (a
+        token or secrets file under the system or the Python environment mounted inside)."""
+        if not self.isolation.enabled:
+            return
+        for path in private_files:
+            tree = sandbox.exposed_by(path)
+            if tree is not None:
+                raise InvalidArgumentError(
+                    "invalid_argument",
+                    f"{path} lies under {tree}, which every workspace sees read-only: move it "
+                    "out of the system and Python environment directories",
+                    field="private_files",
+                )
+
     # --- the contract -----------------------------------------------------------------------
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord:
@@ -167,12 +208,15 @@ class LocalDriver:
         await asyncio.to_thread(self._meta, ws)
         # A path that stays valid: the client reconnects by it after a lost connection.
         path = self._socket_paths.get(ws.socket)
+        check = functools.partial(local_daemon.check_peer, ws.pid_file)
+        key = await asyncio.to_thread(ws.channel_key)
         with contextlib.suppress(OSError, AgentError):
-            return await AgentClient.connect_unix(path)
+            return await AgentClient.connect_unix(path, check=check, key=key)
         # Dead, or alive and not answering: (re)start it, once, under the workspace's lock.
         await asyncio.to_thread(self._ensure_daemon, ws)
+        key = await asyncio.to_thread(ws.channel_key)
         try:
-            return await AgentClient.connect_unix(path)
+            return await AgentClient.connect_unix(path, check=check, key=key)
         except (OSError, AgentError) as err:
             raise UpstreamError(
                 "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
@@ -293,7 +337,12 @@ class LocalDriver:
             **self._secret_env.get(workspace_id, {}),
             WORKSPACE_ID_ENV: workspace_id,  # last: a workspace's env cannot change it
         }
-        launch_config: dict[str, Any] = {"env": command_env, "limits": self._limits(meta)}
+        launch_config: dict[str, Any] = {
+            "env": command_env,
+            "limits": self._limits(meta),
+            # A new key at every start: whatever learnt an earlier one learnt nothing lasting.
+            "channel_key": ws.new_channel_key(),
+        }
         if ids is not None:
             launch_config["user"] = {
                 "uid": sandbox_launch.COMMAND_ID,

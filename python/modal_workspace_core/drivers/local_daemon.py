@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -143,6 +144,33 @@ def stop(pid_file: Path, marker: str, *, grace: float = 10.0) -> None:
         time.sleep(0.02)
     with contextlib.suppress(FileNotFoundError):
         pid_file.unlink()
+
+
+def check_peer(pid_file: Path, sock: socket.socket) -> None:
+    """Raises OSError unless the process listening at the other end of `sock` is the daemon
+    recorded in `pid_file`: that process itself (unisolated), or the child of the sandbox's init
+    that the recorded bwrap started (isolated), running as this process's uid. A command of the
+    workspace cannot pass: it runs as another uid, or (without one) below the daemon, which is a
+    subreaper, so never as a child of the init. A socket planted elsewhere, or a symlink to
+    another workspace's, fails the same way."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    recorded = running(pid_file)
+    if recorded is None:
+        raise ConnectionRefusedError("the workspace's agent is not running")
+    if uid != os.geteuid():
+        raise PermissionError(f"the process behind the agent's socket runs as uid {uid}")
+    if pid == recorded.pid:
+        return
+    parent = _parent_of(pid)
+    if parent is not None and _parent_of(parent) == recorded.pid:
+        return
+    raise PermissionError("the process behind the agent's socket is not the workspace's agent")
+
+
+def _parent_of(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None  # field 4: the parent
 
 
 def accepts(socket_path: Path) -> bool:

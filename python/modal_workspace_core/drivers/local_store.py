@@ -3,7 +3,8 @@ under a lock so that several server processes (or a restarted one) agree on it.
 
 Layout of `<data root>/ws-…/`: `workspace/` (the files, `/workspace` to commands), `home/` (the
 commands' `$HOME`), `state/` (the agent's exec logs), `run/agent.sock` (the agent's socket),
-`meta.json` (the record), `agent.pid`, `agent.log`, `.lock`.
+`meta.json` (the record), `agent.pid`, `agent.log`, `channel.key` (what the gateway proves
+itself to the agent with), `etc/` (the sandbox's generated /etc files), `.lock`.
 """
 
 from __future__ import annotations
@@ -73,6 +74,28 @@ class WorkspaceDir:
     @property
     def log(self) -> Path:
         return self.path / "agent.log"
+
+    @property
+    def key_file(self) -> Path:
+        return self.path / "channel.key"
+
+    def new_channel_key(self) -> str:
+        """A fresh channel key for the daemon about to start, kept where only the gateway
+        reads it (the data root is never mounted into a sandbox)."""
+        key = secrets.token_hex(32)
+        tmp = self.key_file.with_name(f".channel.key.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key)
+        tmp.replace(self.key_file)
+        return key
+
+    def channel_key(self) -> str | None:
+        """The running daemon's channel key (None before its first start)."""
+        try:
+            return self.key_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
 
     def make(self) -> None:
         """Create the directory (raising FileExistsError if it exists) and its parts."""

@@ -21,6 +21,8 @@ pub struct LaunchConfig {
     /// The uid the agent's own files (exec logs, records) belong to, when commands run as
     /// another: file operations on the workspace run as the commands' user instead.
     pub workspace_user: Option<CommandUser>,
+    /// The key the gateway's `Hello` must carry; commands never see it.
+    pub channel_key: Option<String>,
 }
 
 /// Parses `{"env": {NAME: VALUE}, "user": {"uid": N, "gid": N}, "limits": {NAME: N}}`; every
@@ -41,6 +43,7 @@ pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
                 config.workspace_user = Some(user);
             }
             "limits" => config.confinement.limits = limits(value)?,
+            "channel_key" => config.channel_key = Some(channel_key(value)?),
             other => {
                 return Err(format!(
                     "the launch configuration has an unknown key '{other}'"
@@ -92,6 +95,17 @@ fn user(value: &Value) -> Result<CommandUser, String> {
     })
 }
 
+fn channel_key(value: &Value) -> Result<String, String> {
+    match value.as_str() {
+        Some(key)
+            if (32..=256).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            Ok(key.to_owned())
+        }
+        _ => Err("channel_key must be 32 to 256 hex digits".into()),
+    }
+}
+
 fn limits(value: &Value) -> Result<Vec<(Limit, u64)>, String> {
     let map = object(value, "limits")?;
     map.keys()
@@ -110,7 +124,8 @@ mod tests {
     fn test_a_full_configuration_is_read() {
         let config = parse(
             br#"{"env": {"A": "1", "LD_PRELOAD": "x.so"}, "user": {"uid": 1000, "gid": 1000},
-                 "limits": {"processes": 256, "address_space_bytes": 134217728}}"#,
+                 "limits": {"processes": 256, "address_space_bytes": 134217728},
+                 "channel_key": "00112233445566778899aabbccddeeff"}"#,
         )
         .unwrap();
         assert_eq!(
@@ -128,6 +143,10 @@ mod tests {
             })
         );
         assert_eq!(config.confinement.limits.len(), 2);
+        assert_eq!(
+            config.channel_key.as_deref(),
+            Some("00112233445566778899aabbccddeeff")
+        );
     }
 
     #[test]
@@ -146,6 +165,7 @@ mod tests {
             (br#"{"limits": {"stack": 1}}"#, "unknown limit"),
             (br#"{"limits": {"processes": -1}}"#, "limits.processes"),
             (br#"{"extra": 1}"#, "unknown key"),
+            (br#"{"channel_key": "short"}"#, "channel_key"),
             (b"not json", "launch configuration"),
         ] {
             let err = parse(bad).unwrap_err();

@@ -129,6 +129,7 @@ impl Daemon {
             execs,
             started: Instant::now(),
             workspace_user: launch.workspace_user,
+            channel_key: launch.channel_key,
         }))
     }
 }

@@ -27,6 +27,8 @@ pub struct Daemon {
     pub(crate) started: Instant,
     /// The user file operations run as (the commands'), when it is not the agent's.
     pub(crate) workspace_user: Option<CommandUser>,
+    /// What a peer's `Hello` must carry, when the launcher gave one.
+    pub(crate) channel_key: Option<String>,
 }
 
 fn ready(result: Result<Value, ErrorBody>) -> ReplyFuture {
@@ -38,6 +40,10 @@ fn ready(result: Result<Value, ErrorBody>) -> ReplyFuture {
 }
 
 impl Service for Daemon {
+    fn channel_key(&self) -> Option<&str> {
+        self.channel_key.as_deref()
+    }
+
     fn handle(&self, request: Request) -> ReplyFuture {
         let Request {
             op, args, payload, ..

@@ -92,11 +92,18 @@ pub struct AgentChannel {
     next_id: u64,
     pending: HashMap<u64, Pending>,
     cache: StreamCache,
+    /// The workspace's channel key, sent in every `Hello`.
+    key: Option<String>,
 }
 
 impl AgentChannel {
     /// A channel whose first outgoing bytes are the gateway's `Hello`.
     pub fn new(config: CacheConfig) -> Result<Self, PolicyError> {
+        Self::with_key(config, None)
+    }
+
+    /// A channel that proves itself to the agent with `key` in each `Hello`.
+    pub fn with_key(config: CacheConfig, key: Option<String>) -> Result<Self, PolicyError> {
         config.check()?;
         let mut channel = Self {
             decoder: FrameDecoder::new(),
@@ -106,8 +113,9 @@ impl AgentChannel {
             next_id: 1,
             pending: HashMap::new(),
             cache: StreamCache::new(config),
+            key,
         };
-        channel.push(&wire::gateway_hello());
+        channel.push(&wire::gateway_hello(channel.key.as_deref()));
         Ok(channel)
     }
 
@@ -253,7 +261,8 @@ impl AgentChannel {
         self.hello = None;
         self.failure = None;
         self.pending.clear();
-        self.push(&wire::gateway_hello());
+        let hello = wire::gateway_hello(self.key.as_deref());
+        self.push(&hello);
         for (stream, cursor) in self.cache.resume_points() {
             self.send_subscribe(&stream, cursor, false);
         }

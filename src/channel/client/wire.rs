@@ -44,9 +44,13 @@ impl fmt::Display for ChannelError {
 
 impl std::error::Error for ChannelError {}
 
-pub fn gateway_hello() -> Frame {
-    // A Hello of known strings always serializes.
-    message::frame(FrameKind::Hello, &Hello::ours(Role::Gateway), Vec::new())
+pub fn gateway_hello(key: Option<&str>) -> Frame {
+    let hello = Hello {
+        key: key.map(str::to_owned),
+        ..Hello::ours(Role::Gateway)
+    };
+    // A Hello of strings always serializes.
+    message::frame(FrameKind::Hello, &hello, Vec::new())
         .unwrap_or_else(|_| Frame::new(FrameKind::Hello, Vec::new(), Vec::new()))
 }
 
@@ -219,6 +223,7 @@ mod tests {
             protocol: 2,
             build: "9.9.9".into(),
             role: Role::Agent,
+            key: None,
         };
         let err = check_agent(&theirs).unwrap_err();
         assert_eq!(err.code, "protocol_mismatch");
