@@ -109,10 +109,13 @@ class Served:
 
 
 def workspace_files_containing(data_root: Path, secret: str) -> list[Path]:
-    """Every file under the data root (workspaces, homes, exec logs) that holds `secret`."""
+    """Every file under the data root (workspaces, homes, exec logs) that holds `secret`. A
+    workspace's disk image is read through its mount point, file by file, like the rest."""
     needle = secret.encode()
     found = []
     for path in data_root.rglob("*"):
+        if path.name == "disk.img":
+            continue
         with contextlib.suppress(OSError):
             if path.is_file() and not path.is_symlink() and needle in path.read_bytes():
                 found.append(path)

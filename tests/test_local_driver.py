@@ -77,9 +77,10 @@ async def test_commands_run_in_the_workspace_with_its_environment(driver: LocalD
         await client.close()
     assert done.exit["returncode"] == 0
     assert done.stdout.splitlines() == [record.root, "hello", "yes"]
-    # Secret values never reach the disk of the data root.
+    # Secret values never reach the disk of the data root (the workspace's own disk image is
+    # read through its mount point, like every file of the workspace).
     for path in (driver.data_root / wid).rglob("*"):
-        if path.is_file():
+        if path.is_file() and path.name != "disk.img":
             assert b"s3cret-value" not in path.read_bytes(), path
 
 
@@ -282,5 +283,5 @@ async def _clone_in_a_workspace(driver: LocalDriver, git_server: GitServer) -> N
     assert git_server.token in git_server.passwords
     # The exec's environment is recorded with the token redacted: it is in no file.
     for path in (driver.data_root / wid).rglob("*"):
-        if path.is_file():
+        if path.is_file() and path.name != "disk.img":  # read through its mount point
             assert git_server.token.encode() not in path.read_bytes(), path

@@ -357,3 +357,28 @@ def _pids_named(name: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+@needs_root
+async def test_a_workspace_that_fills_its_disk_gets_enospc_and_others_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    driver = LocalDriver(tmp_path / "data", isolation="bwrap", disk_mb=64)
+    async with mwc.Workspaces(driver=driver) as wss:
+        full = await wss.create()
+        other = await wss.create()
+        done = await full.exec(
+            "head -c 200000000 /dev/zero > /workspace/big; echo $?; "
+            "head -c 200000000 /dev/zero > /tmp/big; head -c 200000000 /dev/zero > ~/big"
+        )
+        assert done.stdout.strip() != "0"
+        assert done.stderr.count("No space left on device") == 3, done.stderr
+        with pytest.raises(mwc.WorkspaceError) as refused:
+            await full.file_write("more.txt", "x" * 1_000_000)
+        assert "space" in str(refused.value).lower()
+        assert (await other.exec("head -c 1000000 /dev/zero > f && wc -c < f")).stdout == (
+            "1000000\n"
+        )
+        for ws in (full, other):
+            await ws.terminate()
+    assert not any(tmp_path.glob("data/ws-*"))

@@ -30,7 +30,8 @@ from ..errors import (
     NotFoundError,
     UpstreamError,
 )
-from . import local_daemon, sandbox, sandbox_etc, sandbox_launch, workspace_uids
+from . import local_daemon, sandbox, sandbox_etc, sandbox_launch, workspace_disk, workspace_uids
+from .workspace_disk import DiskError, WorkspaceDisk
 from .base import WorkspaceRecord, WorkspaceSpec
 from .local_store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
 
@@ -43,6 +44,8 @@ WORKSPACE_ID_ENV = "MODAL_WORKSPACE_ID"
 # The only environment the host-side processes of a workspace (bwrap, pasta) get.
 _HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOST_PORTS_ENV = "MODAL_WORKSPACE_HOST_PORTS"
+DISK_MB_ENV = "MODAL_WORKSPACE_DISK_MB"
+DEFAULT_DISK_MB = 10_240
 # Bounds every command gets (rlimits; the processes bound counts per workspace only where the
 # workspace has a uid of its own, that is when the gateway runs as root).
 DEFAULT_LIMITS = {
@@ -69,6 +72,7 @@ class LocalDriver:
         start_timeout: float = 60.0,
         host_ports: tuple[int, ...] | None = None,
         limits: dict[str, int] | None = None,
+        disk_mb: int | None = None,
     ) -> None:
         """`data_root` defaults to `$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory.
         `isolation` (default `$MODAL_WORKSPACE_ISOLATION`, else `auto`): `auto` uses bubblewrap
@@ -108,6 +112,12 @@ class LocalDriver:
             host_ports if host_ports is not None else _host_ports(os.environ.get(HOST_PORTS_ENV))
         )
         self.limits = dict(DEFAULT_LIMITS if limits is None else limits)
+        # A disk of its own per workspace (MODAL_WORKSPACE_DISK_MB), where the gateway can
+        # mount one: isolated, as root.
+        self.disk_mb: int | None = None
+        self.disk_reason = workspace_disk.available() if self.isolation.enabled else "unisolated"
+        if self.disk_reason is None:
+            self.disk_mb = disk_mb if disk_mb is not None else _disk_mb(os.environ.get(DISK_MB_ENV))
         # Secret values live only in memory and in the daemon's environment, never on disk: a
         # daemon restarted by a later server process starts without them.
         self._secret_env: dict[str, dict[str, str]] = {}
@@ -131,8 +141,13 @@ class LocalDriver:
             if self.isolation.pasta
             else "none (install passt for networked workspaces)"
         )
+        disk = (
+            f"{self.disk_mb} MiB of its own per workspace"
+            if self.disk_mb is not None
+            else f"not bounded ({self.disk_reason})"
+        )
         return [
-            f"  isolation:      bubblewrap; commands as {user}",
+            f"  isolation:      bubblewrap; commands as {user}; disk: {disk}",
             f"  network:        {network}",
             "  limits:         rlimits per command (no cgroups): "
             + ", ".join(f"{k}={v}" for k, v in sorted(self.limits.items())),
@@ -251,6 +266,8 @@ class LocalDriver:
                 self._start_daemon(ws, meta)
         except BaseException:
             local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            with contextlib.suppress(UpstreamError):
+                self._release_disk(ws)
             ws.remove()
             raise
 
@@ -269,6 +286,13 @@ class LocalDriver:
         ids = workspace_uids.host_ids(slot)
         for part in (ws.workspace, ws.home):
             os.chown(part, ids.commands, ids.commands)
+        if self.disk_mb is not None:
+            meta["local"]["disk_mb"] = self.disk_mb
+            ws.write_meta(meta)
+            try:
+                WorkspaceDisk(ws.path).create(self.disk_mb, ids.commands)
+            except DiskError as err:
+                raise UpstreamError("upstream", f"cannot give the workspace a disk: {err}") from err
         # The data root's directories are the gateway's (0700); bwrap sets the sandbox up as
         # the gateway's root, so the workspace's uid never needs to reach them on the host.
 
@@ -308,7 +332,14 @@ class LocalDriver:
     def _destroy_sync(self, ws: WorkspaceDir) -> None:
         with self._held(ws) as meta:
             local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            self._release_disk(ws)
             ws.remove()
+
+    def _release_disk(self, ws: WorkspaceDir) -> None:
+        try:
+            WorkspaceDisk(ws.path).release()
+        except DiskError as err:
+            raise UpstreamError("upstream", f"cannot release the workspace's disk: {err}") from err
 
     def _start_daemon(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
         workspace_id = meta["workspace_id"]
@@ -394,12 +425,23 @@ class LocalDriver:
             secret_names,
         )
         inside_id = sandbox_launch.COMMAND_ID if ids else os.getuid()
+        files, home, tmp = ws.workspace, ws.home, None
+        if meta.get("local", {}).get("disk_mb"):
+            disk = WorkspaceDisk(ws.path)
+            try:
+                disk.mount()
+            except DiskError as err:
+                raise UpstreamError(
+                    "upstream", f"cannot mount the workspace's disk: {err}"
+                ) from err
+            files, home, tmp = disk.workspace, disk.home, disk.tmp
         etc_files = sandbox_etc.write_generated(
             ws.path / "etc", inside_id, inside_id if ids else os.getgid(), sandbox.SANDBOX_HOME
         )
         layout = sandbox.SandboxLayout(
-            workspace=ws.workspace,
-            home=ws.home,
+            workspace=files,
+            home=home,
+            tmp=tmp,
             state=ws.state,
             socket_dir=ws.run,
             etc_files=tuple(etc_files),
@@ -500,6 +542,18 @@ def _memfd(data: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _disk_mb(text: str | None) -> int:
+    if not text:
+        return DEFAULT_DISK_MB
+    if not text.strip().isdigit() or not 64 <= int(text) <= 16 << 20:
+        raise InvalidArgumentError(
+            "invalid_argument",
+            f"{DISK_MB_ENV} must be a size in MiB from 64 to 16777216, not {text.strip()[:16]!r}",
+            field="disk_mb",
+        )
+    return int(text)
 
 
 def _host_ports(text: str | None) -> tuple[int, ...]:

@@ -27,6 +27,8 @@ SANDBOX_HOME = "/home/workspace"
 # `git status` do not show them.
 AGENT_STATE_DIR = "/run/agent/state"
 AGENT_SOCKET_DIR = "/run/agent/sock"
+# A /tmp in memory is bounded: without a disk of its own a workspace's /tmp is this large at most.
+TMPFS_BYTES = 1 << 30
 # A PATH that exists inside the sandbox: only system directories are mounted.
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -43,6 +45,8 @@ class SandboxLayout:
     home: Path  # mounted read-write at SANDBOX_HOME
     state: Path  # the agent's state dir, at AGENT_STATE_DIR
     socket_dir: Path  # the directory of the agent's socket, at AGENT_SOCKET_DIR
+    # The directory mounted at /tmp (on the workspace's own disk); None gives a bounded tmpfs.
+    tmp: Path | None = None
     # The files written for this sandbox's /etc (`sandbox_etc`), with their paths inside.
     etc_files: tuple[tuple[Path, str], ...] = ()
     block_network: bool = False
@@ -129,7 +133,9 @@ def bwrap_argv(
     argv += ["--symlink", "/proc/self/mounts", "/etc/mtab"]
     # A private /proc for the new pid namespace, a minimal /dev (null, zero, random, tty, pts,
     # shm) and a private /tmp that every user may write, so nothing is shared with the host's.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if layout.tmp is None:
+        argv += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
     bound = [Path(p) for p in _SYSTEM_DIRS]
     for path in _minimal_cover(readonly):
         # Never the whole filesystem, nor a hidden path itself: masking it afterwards would
@@ -154,6 +160,8 @@ def bwrap_argv(
     argv += ["--perms", "0700", "--dir", "/run/agent"]
     argv += ["--bind", str(layout.workspace), WORKSPACE_ROOT]
     argv += ["--bind", str(layout.home), SANDBOX_HOME]
+    if layout.tmp is not None:
+        argv += ["--bind", str(layout.tmp), "/tmp"]
     argv += ["--bind", str(layout.state), AGENT_STATE_DIR]
     argv += ["--bind", str(layout.socket_dir), AGENT_SOCKET_DIR]
     argv += ["--chdir", WORKSPACE_ROOT, "--"]

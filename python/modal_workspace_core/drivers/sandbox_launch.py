@@ -84,11 +84,19 @@ def launch(
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     userns_r, userns_w = os.pipe() if ids is not None else (-1, -1)
-    child_fds = [fd for fd in (info_w, block_r, userns_r) if fd >= 0]
     fds = LaunchFds(info_w, block_r, userns_r if ids is not None else None)
+    argv = list(build_argv(fds))
+    # bwrap reads its options from a file (`--args`), so the sandbox's init, whose command line
+    # every process inside can read, shows no host paths (the data root's); the command after
+    # `--` stays on the command line, where bwrap takes it from.
+    split = argv.index("--")
+    args = os.memfd_create("mwc-bwrap-args", 0)
+    os.write(args, b"".join(os.fsencode(a) + b"\0" for a in argv[1:split]))
+    os.lseek(args, 0, os.SEEK_SET)
+    child_fds = [fd for fd in (info_w, block_r, userns_r, args) if fd >= 0]
     try:
         proc = subprocess.Popen(
-            list(build_argv(fds)),
+            [argv[0], "--args", str(args), *argv[split:]],
             env=dict(env),
             cwd=cwd,
             stdin=stdin,
