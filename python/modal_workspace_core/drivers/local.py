@@ -31,9 +31,9 @@ from ..errors import (
     UpstreamError,
 )
 from . import local_daemon, sandbox, sandbox_etc, sandbox_launch, workspace_disk, workspace_uids
-from .workspace_disk import DiskError, WorkspaceDisk
 from .base import WorkspaceRecord, WorkspaceSpec
 from .local_store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
+from .workspace_disk import DiskError, WorkspaceDisk
 
 IsolationMode = Literal["auto", "bwrap", "none"]
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
