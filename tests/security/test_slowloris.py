@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from .gateway import AUTH, Gateway, gateway
+from .gateway import AUTH, gateway
 
 HALF_OPEN = 2000
 # Far more than the server needs to answer; a server that cannot answer never does.
