@@ -28,8 +28,14 @@ ALLOWED_VOLUMES_ENV = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
 GITHUB_SECRET_ENV = "MODAL_WORKSPACE_GITHUB_SECRET"
 LOCAL_SECRETS_FILE_ENV = "MODAL_WORKSPACE_LOCAL_SECRETS_FILE"
 ALLOWED_HOSTS_ENV = "MODAL_WORKSPACE_ALLOWED_HOSTS"
+AGENT_TIMEOUT_ENV = "MODAL_WORKSPACE_AGENT_TIMEOUT"
 
 MIN_TOKEN_CHARS = 8
+# How long the gateway waits for a workspace agent's answer (on top of a long-poll's own wait)
+# before it answers 504: long enough for a busy agent, short enough that a stopped one does not
+# hold the caller.
+DEFAULT_AGENT_TIMEOUT = 30.0
+MAX_AGENT_TIMEOUT = 600.0
 DriverName = Literal["local", "modal"]
 
 
@@ -56,6 +62,7 @@ class Settings(BaseModel):
     # secret name -> {ENV_NAME: value}; locally from MODAL_WORKSPACE_LOCAL_SECRETS_FILE.
     secret_values: Mapping[str, Mapping[str, str]] = {}
     allowed_hosts: tuple[str, ...] = ()
+    agent_timeout: float = DEFAULT_AGENT_TIMEOUT
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.
@@ -169,6 +176,20 @@ def _load_secret_values(path: str | None) -> dict[str, dict[str, str]]:
     return secrets
 
 
+def _load_agent_timeout(value: str | None) -> float:
+    if not value:
+        return DEFAULT_AGENT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 1.0 <= seconds <= MAX_AGENT_TIMEOUT:  # NaN fails this too
+        raise ConfigError(
+            f"{AGENT_TIMEOUT_ENV}: seconds from 1 to {MAX_AGENT_TIMEOUT:g}, not {value[:32]!r}"
+        )
+    return seconds
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None,
     *,
@@ -197,4 +218,5 @@ def load_settings(
         github_secret=env.get(GITHUB_SECRET_ENV) or "github",
         secret_values=secret_values,
         allowed_hosts=_split(env.get(ALLOWED_HOSTS_ENV)),
+        agent_timeout=_load_agent_timeout(env.get(AGENT_TIMEOUT_ENV)),
     )
