@@ -177,7 +177,8 @@ def serve(app: ASGIApp, host: str, port: int) -> None:
         port=port,
         http=CoalescingHttpToolsProtocol.guarded(guard),
         log_level="info",
-        proxy_headers=True,
+        # The app trusts proxy headers from the configured proxies only (`forwarded`).
+        proxy_headers=False,
         # The responses say nothing of the server's software.
         server_header=False,
     )

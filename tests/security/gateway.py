@@ -43,6 +43,7 @@ def _limit_descriptors(count: int) -> None:
 def gateway(
     tmp: Path, *, env: Mapping[str, str] | None = None, max_descriptors: int | None = None
 ) -> Iterator[Gateway]:
+    tmp.mkdir(parents=True, exist_ok=True)
     data_root = tmp / "data"
     port = free_port()
     server_env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
