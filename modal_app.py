@@ -33,6 +33,8 @@ FORWARDED_SETTINGS = (
     "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME",
     "MODAL_WORKSPACE_SANDBOX_APP",
     "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS",
+    "MODAL_WORKSPACE_AGENT_TIMEOUT",
+    "MODAL_WORKSPACE_PUBLIC_URL",
 )
 
 
@@ -89,6 +91,9 @@ def build_gateway() -> Any:
         settings.tokens,
         host="0.0.0.0",
         allowed_hosts=settings.allowed_hosts,
+        # Modal's proxy serves web endpoints over HTTPS only and routes by the Host header,
+        # which therefore names the deployment; clients cannot reach the container around it.
+        public_scheme="https",
     )
 
 

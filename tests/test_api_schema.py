@@ -93,14 +93,33 @@ async def test_every_reference_in_the_actions_schema_resolves(client: httpx2.Asy
     assert refs <= set(schema["components"]["schemas"])
 
 
+PROXY_HEADERS = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "ws.example.org"}
+
+
 async def test_servers_come_from_the_request(client: httpx2.AsyncClient) -> None:
     direct = (await client.get("/action-openapi.json")).json()
     assert direct["servers"] == [{"url": "http://127.0.0.1:8000"}]
-    proxied = await client.get(
-        "/action-openapi.json",
-        headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "ws.example.org"},
-    )
+    # No proxy is trusted by default: a client cannot name the server it is told to use.
+    spoofed = await client.get("/action-openapi.json", headers=PROXY_HEADERS)
+    assert spoofed.json()["servers"] == [{"url": "http://127.0.0.1:8000"}]
+
+
+async def test_servers_follow_the_headers_of_a_trusted_proxy() -> None:
+    settings = load_settings({"MODAL_WORKSPACE_TRUSTED_PROXIES": "127.0.0.1"})
+    app = create_app(Service(RecordingDriver(), settings), [TOKEN])
+    transport = httpx2.ASGITransport(app=app, client=("127.0.0.1", 4321))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
+        proxied = await c.get("/action-openapi.json", headers=PROXY_HEADERS)
     assert proxied.json()["servers"] == [{"url": "https://ws.example.org"}]
+
+
+async def test_servers_are_the_configured_public_url() -> None:
+    settings = load_settings({"MODAL_WORKSPACE_PUBLIC_URL": "https://gw.example.com/"})
+    app = create_app(Service(RecordingDriver(), settings), [TOKEN])
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
+        schema = (await c.get("/action-openapi.json", headers=PROXY_HEADERS)).json()
+    assert schema["servers"] == [{"url": "https://gw.example.com"}]
 
 
 async def test_the_full_schema_lists_every_operation_without_422(

@@ -118,6 +118,8 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
         unauthenticated = await client.get("/api/workspaces")
     assert health["driver"] == "modal"
     assert "/api/workspaces" in schema["paths"]
+    # Modal serves web endpoints over HTTPS only, whatever scheme its scope carries.
+    assert schema["servers"] == [{"url": "https://127.0.0.1"}]
     assert unauthenticated.status_code == 401
 
 

@@ -24,6 +24,10 @@ _READ_BYTES = 256 * 1024
 # How long `connect_*` waits for the agent's Hello.
 _HELLO_TIMEOUT = 10.0
 
+# How long a request waits for its answer unless told otherwise (`AgentClient.request_timeout`):
+# an agent that stopped answering must not hold its caller forever.
+DEFAULT_REQUEST_TIMEOUT = 60.0
+
 
 class AgentClient:
     """One channel to one workspace agent. Make it with a `connect_*` class method.
@@ -49,6 +53,8 @@ class AgentClient:
         self._log = AgentLog(self._loop, self.request)
         self._lost: AgentError | None = AgentError("unavailable", "not connected yet")
         self._shut = False
+        # The deadline of a request that names none (a long-poll names its own).
+        self.request_timeout = DEFAULT_REQUEST_TIMEOUT
 
     # --- connecting ---------------------------------------------------------------------------
 
@@ -215,7 +221,9 @@ class AgentClient:
         payload: bytes = b"",
         timeout: float | None = None,
     ) -> tuple[dict[str, Any], bytes]:
-        """Sends one request and returns its result and payload; raises `AgentError`."""
+        """Sends one request and returns its result and payload; raises `AgentError` (code
+        `timeout` when no answer came within `timeout` seconds, by default
+        `request_timeout`)."""
         self._check_usable()
         try:
             request_id = self._channel.request(op, dict(args or {}), payload)
@@ -225,13 +233,15 @@ class AgentClient:
         self._pending[request_id] = future
         try:
             self._flush()
-            await self._drain()
             if timeout is None:
-                return await future
+                timeout = self.request_timeout
             try:
-                return await asyncio.wait_for(future, timeout)
+                # A peer that stopped reading stops the drain too: it is within the deadline.
+                async with asyncio.timeout(timeout):
+                    await self._drain()
+                    return await future
             except TimeoutError:
-                raise AgentError("timeout", f"{op} got no answer in {timeout} s") from None
+                raise AgentError("timeout", f"{op} got no answer in {timeout:g} s") from None
         finally:
             if self._pending.pop(request_id, None) is not None:
                 self._channel.cancel(request_id)

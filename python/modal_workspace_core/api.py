@@ -25,6 +25,7 @@ from .errors import (
     WorkspaceError,
     invalid_from_details,
 )
+from .forwarded import TrustedProxyHeaders
 from .mcp import McpEndpoint
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .operation_routes import OperationDispatch, OperationRoute, OperationServer, endpoint
@@ -89,9 +90,12 @@ def create_app(
     host: str = "127.0.0.1",
     allowed_hosts: Sequence[str] = (),
     close_service: bool = True,
+    public_scheme: str | None = None,
 ) -> FastAPI:
     """The whole HTTP application. `tokens` must not be empty: the caller decides where they
-    come from (settings, or a token the CLI minted for a loopback-only server)."""
+    come from (settings, or a token the CLI minted for a loopback-only server).
+    `public_scheme` is the scheme clients use when the platform fixes it (Modal serves web
+    endpoints over HTTPS only); the settings' public URL, when set, wins over everything."""
     if not tokens:
         raise ValueError("create_app needs at least one bearer token")
     mcp_app = McpEndpoint(service, host=host, allowed_hosts=allowed_hosts)
@@ -139,7 +143,8 @@ def create_app(
 
     @app.get("/action-openapi.json", include_in_schema=False)
     async def action_openapi(request: Request) -> JSONResponse:
-        return JSONResponse(actions_schema(app.openapi(), _server_url(request)))
+        public = service.settings.public_url or _server_url(request, public_scheme)
+        return JSONResponse(actions_schema(app.openapi(), public))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -176,15 +181,18 @@ def create_app(
     app.add_middleware(OperationDispatch, servers=servers)
     app.add_middleware(BodyLimit)
     app.add_middleware(BearerAuth, tokens=tokens)
+    # Outermost: no part of the app sees a proxy header that no trusted proxy sent.
+    app.add_middleware(TrustedProxyHeaders, trusted=service.settings.trusted_proxies)
     return app
 
 
-def _server_url(request: Request) -> str:
-    """The public base URL as the client reached it, honouring a proxy's X-Forwarded-* headers."""
+def _server_url(request: Request, public_scheme: str | None) -> str:
+    """The base URL as the client reached it. Proxy headers are there only when a trusted proxy
+    sent them (`TrustedProxyHeaders`, which also set the scheme from `X-Forwarded-Proto`)."""
     headers = request.headers
-    proto = headers.get("x-forwarded-proto", request.url.scheme).split(",")[0].strip()
     host = headers.get("x-forwarded-host") or headers.get("host") or request.url.netloc
     host = host.split(",")[0].strip()
-    if proto not in ("http", "https"):
-        proto = "https"
-    return f"{proto}://{host}"
+    scheme = public_scheme or request.url.scheme
+    if scheme not in ("http", "https"):
+        scheme = "https"
+    return f"{scheme}://{host}"

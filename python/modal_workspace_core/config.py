@@ -6,8 +6,10 @@ per request. Secret values loaded here are held in memory only and never printed
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -28,8 +30,16 @@ ALLOWED_VOLUMES_ENV = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
 GITHUB_SECRET_ENV = "MODAL_WORKSPACE_GITHUB_SECRET"
 LOCAL_SECRETS_FILE_ENV = "MODAL_WORKSPACE_LOCAL_SECRETS_FILE"
 ALLOWED_HOSTS_ENV = "MODAL_WORKSPACE_ALLOWED_HOSTS"
+AGENT_TIMEOUT_ENV = "MODAL_WORKSPACE_AGENT_TIMEOUT"
+TRUSTED_PROXIES_ENV = "MODAL_WORKSPACE_TRUSTED_PROXIES"
+PUBLIC_URL_ENV = "MODAL_WORKSPACE_PUBLIC_URL"
 
 MIN_TOKEN_CHARS = 8
+# How long the gateway waits for a workspace agent's answer (on top of a long-poll's own wait)
+# before it answers 504: long enough for a busy agent, short enough that a stopped one does not
+# hold the caller.
+DEFAULT_AGENT_TIMEOUT = 30.0
+MAX_AGENT_TIMEOUT = 600.0
 DriverName = Literal["local", "modal"]
 
 
@@ -59,6 +69,11 @@ class Settings(BaseModel):
     # Files of the operator's that hold secrets (the token file, the local secrets file): the
     # local driver refuses to start when a sandbox would see one.
     private_files: tuple[Path, ...] = ()
+    agent_timeout: float = DEFAULT_AGENT_TIMEOUT
+    # Peers (addresses or networks) whose X-Forwarded-* headers are believed; nobody's else.
+    trusted_proxies: tuple[str, ...] = ()
+    # The base URL clients reach the gateway by (the Actions schema's `servers`), when known.
+    public_url: str | None = None
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.
@@ -172,6 +187,54 @@ def _load_secret_values(path: str | None) -> dict[str, dict[str, str]]:
     return secrets
 
 
+def _load_agent_timeout(value: str | None) -> float:
+    if not value:
+        return DEFAULT_AGENT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 1.0 <= seconds <= MAX_AGENT_TIMEOUT:  # NaN fails this too
+        raise ConfigError(
+            f"{AGENT_TIMEOUT_ENV}: seconds from 1 to {MAX_AGENT_TIMEOUT:g}, not {value[:32]!r}"
+        )
+    return seconds
+
+
+def _load_trusted_proxies(value: str | None) -> tuple[str, ...]:
+    proxies = []
+    for part in _split(value):
+        try:
+            network = ipaddress.ip_network(part, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"{TRUSTED_PROXIES_ENV}: {part[:64]!r} is not an IP address or network "
+                "(e.g. 10.0.0.5,192.168.0.0/24)"
+            ) from None
+        proxies.append(str(network.network_address) if network.num_addresses == 1 else str(network))
+    return tuple(proxies)
+
+
+def _load_public_url(value: str | None) -> str | None:
+    if not value:
+        return None
+    shape = "like https://gateway.example.com"
+    try:
+        url = urllib.parse.urlsplit(value.strip())
+        url.port  # noqa: B018  # raises on a malformed port
+    except ValueError:
+        raise ConfigError(f"{PUBLIC_URL_ENV}: not a URL ({shape})") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ConfigError(f"{PUBLIC_URL_ENV}: an http(s) URL with a host name, {shape}")
+    if url.username is not None or url.password is not None or url.query or url.fragment:
+        raise ConfigError(f"{PUBLIC_URL_ENV}: no credentials, query or fragment ({shape})")
+    if not value.strip().isascii() or any(
+        c.isspace() or not c.isprintable() for c in value.strip()
+    ):
+        raise ConfigError(f"{PUBLIC_URL_ENV}: printable ASCII without spaces ({shape})")
+    return urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/"), "", ""))
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None,
     *,
@@ -205,4 +268,7 @@ def load_settings(
             for name in (TOKEN_FILE_ENV, LOCAL_SECRETS_FILE_ENV)
             if env.get(name)
         ),
+        agent_timeout=_load_agent_timeout(env.get(AGENT_TIMEOUT_ENV)),
+        trusted_proxies=_load_trusted_proxies(env.get(TRUSTED_PROXIES_ENV)),
+        public_url=_load_public_url(env.get(PUBLIC_URL_ENV)),
     )

@@ -19,7 +19,13 @@ from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .connection_guard import (
+    ConnectionGuard,
+    GuardedHttpToolsProtocol,
+    connection_cap,
+    raise_fd_limit,
+)
 
 # A held write is joined with the next one only while both are small (a head and a page); a
 # large body goes out as it is, after what was held, rather than be copied to join them.
@@ -83,9 +89,9 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol over a `CoalescingTransport`, leaving the access log to
-    `AccessLog`."""
+class CoalescingHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """uvicorn's httptools protocol (with the guard's deadlines and connection cap) over a
+    `CoalescingTransport`, leaving the access log to `AccessLog`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -162,13 +168,17 @@ def _path_with_query(scope: Scope) -> str:
 
 def serve(app: ASGIApp, host: str, port: int) -> None:
     """Runs `app` on uvicorn until interrupted."""
+    # Every connection costs a descriptor: take all the process may have, and keep the number
+    # of connections well below it (`connection_guard`).
+    guard = ConnectionGuard(connection_cap(raise_fd_limit()))
     uvicorn.run(
         AccessLog(app),
         host=host,
         port=port,
-        http=CoalescingHttpToolsProtocol,
+        http=CoalescingHttpToolsProtocol.guarded(guard),
         log_level="info",
-        proxy_headers=True,
+        # The app trusts proxy headers from the configured proxies only (`forwarded`).
+        proxy_headers=False,
         # The responses say nothing of the server's software.
         server_header=False,
     )

@@ -169,6 +169,20 @@ class McpEndpoint:
                 self.manager = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
+            # A GET opens the server-to-client SSE stream of a session; a stateless server has
+            # nothing to send on it, and the SDK would hold it open for as long as the client
+            # waits. The spec's answer for "no stream here" is 405.
+            body = {
+                "error": {
+                    "code": "method_not_allowed",
+                    "message": "this MCP endpoint is stateless: send requests with POST",
+                }
+            }
+            await JSONResponse(body, status_code=405, headers={"Allow": "POST"})(
+                scope, receive, send
+            )
+            return
         if self.manager is None:
             body = {"error": {"code": "upstream", "message": "the MCP endpoint is not running"}}
             await JSONResponse(body, status_code=503)(scope, receive, send)

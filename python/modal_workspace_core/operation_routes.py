@@ -87,6 +87,10 @@ def _json_object(body: bytes) -> dict[str, Any]:
         parsed = json.loads(body)
     except ValueError:
         raise InvalidArgumentError("the body is not valid JSON") from None
+    except RecursionError:
+        # The parser recurses per level: `[[[[…` deep enough runs out of stack, which is the
+        # client's malformed input, not the gateway's failure.
+        raise InvalidArgumentError("the body's JSON nests too deeply") from None
     if parsed is None:
         return {}
     if not isinstance(parsed, dict):

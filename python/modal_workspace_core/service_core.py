@@ -144,10 +144,11 @@ class Service:
         repeat (`exec.start` is: the gateway names the exec)."""
 
         async def once(client: AgentClient) -> tuple[dict[str, Any], bytes]:
-            result, data = await client.request(op, dict(args), payload)
+            timeout = self.settings.agent_timeout
+            result, data = await client.request(op, dict(args), payload, timeout=timeout)
             return dict(result or {}), bytes(data or b"")
 
-        return await self._with_channel(workspace_id, once, retry=op in REPEATABLE_OPS)
+        return await self._with_channel(workspace_id, once, what=op, retry=op in REPEATABLE_OPS)
 
     async def read_events(
         self,
@@ -170,9 +171,56 @@ class Service:
                 wait_seconds=wait_seconds,
             )
 
-        return await self._with_channel(workspace_id, once, retry=True)
+        what = f"a read of {stream}'s events"
+        return await self._with_channel(
+            workspace_id, once, what=what, retry=True, wait=wait_seconds
+        )
 
     async def _with_channel(
+        self,
+        workspace_id: str,
+        use: Callable[[AgentClient], Awaitable[T]],
+        *,
+        what: str,
+        retry: bool,
+        wait: float = 0.0,
+    ) -> T:
+        """`use` of the workspace's channel (opened if need be), within a deadline: the
+        request's own wait and the agent timeout. An agent that does not answer (stopped, or
+        wedged) costs its callers that long, never more, and never other workspaces."""
+        budget = wait + self.settings.agent_timeout
+        try:
+            async with asyncio.timeout(budget):
+                return await self._using_channel(workspace_id, use, retry=retry)
+        except TimeoutError:
+            revived = await self._revive(workspace_id)
+            then = (
+                "it was stopped and has been restarted (its running commands were lost): "
+                "try again"
+                if revived
+                else "the workspace may be overloaded: try again later"
+            )
+            raise TimeoutError_(
+                f"the agent of workspace {workspace_id} did not answer {what} within "
+                f"{budget:g} s; {then}",
+                field="workspace_id",
+            ) from None
+
+    async def _revive(self, workspace_id: str) -> bool:
+        """After a deadline passed: a driver that can tell a stopped agent from a busy one
+        restarts the stopped one, and the next request opens a new channel to it."""
+        revive = getattr(self.driver, "revive", None)
+        if revive is None:
+            return False
+        try:
+            revived = bool(await revive(workspace_id))
+        except WorkspaceError:
+            return False
+        if revived:
+            await self.drop_agent(workspace_id)
+        return revived
+
+    async def _using_channel(
         self, workspace_id: str, use: Callable[[AgentClient], Awaitable[T]], *, retry: bool
     ) -> T:
         for attempt in (1, 2):
@@ -187,7 +235,7 @@ class Service:
                     # use opens a new one.
                     await self.drop_agent(workspace_id)
                 if not (lost and retry and attempt == 1):
-                    raise translate_error(exc) from None
+                    raise _naming(translate_error(exc), workspace_id) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def merge_tags(self, workspace_id: str, updates: Mapping[str, str]) -> WorkspaceRecord:
@@ -267,6 +315,14 @@ class Service:
             await self.drop_agent(workspace_id)
         if close_driver:
             await self.driver.close()
+
+
+def _naming(err: WorkspaceError, workspace_id: str) -> WorkspaceError:
+    """A timeout says which workspace did not answer (the channel's own message cannot)."""
+    if isinstance(err, TimeoutError_) and workspace_id not in err.message:
+        err.message = f"workspace {workspace_id}: {err.message}"
+        err.args = (err.message,)
+    return err
 
 
 async def _close_quietly(client: AgentClient) -> None:

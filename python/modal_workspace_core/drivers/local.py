@@ -237,6 +237,24 @@ class LocalDriver:
                 "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
             ) from err
 
+    async def revive(self, workspace_id: str) -> bool:
+        """Restarts the agent when it is stopped (SIGSTOP, a tracer): it would never answer
+        again. A busy agent is left alone. True when it was restarted."""
+        ws = self._dir(workspace_id)
+        return await asyncio.to_thread(self._revive_sync, ws)
+
+    def _revive_sync(self, ws: WorkspaceDir) -> bool:
+        isolated = bool(self._meta(ws).get("local", {}).get("isolated"))
+        if not local_daemon.agent_stopped(ws.pid_file, isolated=isolated):
+            return False
+        with self._held(ws) as meta:
+            if not local_daemon.agent_stopped(ws.pid_file, isolated=isolated):
+                return False  # another caller restarted it while we waited for the lock
+            log.warning("the agent of %s was stopped: restarting it", meta["workspace_id"])
+            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            self._start_daemon(ws, meta)
+        return True
+
     async def destroy(self, workspace_id: str) -> None:
         ws = self._dir(workspace_id)
         await asyncio.to_thread(self._destroy_sync, ws)

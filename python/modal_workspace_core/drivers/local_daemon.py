@@ -168,6 +168,31 @@ def check_peer(pid_file: Path, sock: socket.socket) -> None:
     raise PermissionError("the process behind the agent's socket is not the workspace's agent")
 
 
+def agent_stopped(pid_file: Path, *, isolated: bool) -> bool:
+    """Whether the recorded daemon, or the sandbox processes between it and the gateway, are
+    stopped (state T) or traced (t): such an agent never answers again until continued. Its
+    commands (below the daemon) are theirs to stop."""
+    recorded = running(pid_file)
+    if recorded is None:
+        return False
+    chain = [recorded.pid]
+    below = [recorded.pid]
+    # Isolated, the recorded bwrap, its sandbox's init, then the daemon; else the daemon itself.
+    for _ in range(2 if isolated else 0):
+        below = _children(below)
+        chain += below
+    return any((_stat(pid) or ["?"])[0] in ("T", "t") for pid in chain)
+
+
+def _children(parents: list[int]) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            if int(fields[1]) in parents:
+                found.append(int(entry.name))
+    return found
+
+
 def _parent_of(pid: int) -> int | None:
     fields = _stat(pid)
     return int(fields[1]) if fields else None  # field 4: the parent
