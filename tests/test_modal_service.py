@@ -15,7 +15,7 @@ from modal_workspace_core.client import Workspaces
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.modal import ModalDriver, ModalSettings
 from modal_workspace_core.errors import PermissionDeniedError, UpstreamError
-from support.git_server import GitServer, insteadof_config
+from support.git_server import GitServer
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
 
@@ -54,6 +54,7 @@ async def workspaces(
             "MODAL_WORKSPACE_DRIVER": "modal",
             "MODAL_WORKSPACE_ALLOWED_SECRETS": allowed_secrets,
             "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data"),
+            **git_server.gateway_env,
         }
     )
     assert not settings.secret_values
@@ -118,10 +119,7 @@ async def test_named_secrets_reach_commands_as_modal_secrets_not_as_values(
 async def test_the_github_token_reaches_git_only_through_askpass_and_is_redacted(
     workspaces: Workspaces, git_server: GitServer
 ) -> None:
-    ws = await workspaces.create(env={"GIT_CONFIG_GLOBAL": "/workspace/.gitconfig"})
-    await ws.file_write(
-        ".gitconfig", content=insteadof_config(git_server.base_url, username="x-access-token")
-    )
+    ws = await workspaces.create()
     # The sandbox holds the token, but ordinary commands do not see it.
     assert (await ws.exec("printenv GH_TOKEN; echo $?")).stdout == "1\n"
 

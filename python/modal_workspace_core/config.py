@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ._core import PolicyError
-from .policy import env_name, name_allowlist, secret_allowlist
+from .policy import env_name, github_base, name_allowlist, secret_allowlist
 
 __all__ = ["ConfigError", "Settings", "default_data_root", "load_settings"]
 
@@ -28,6 +28,11 @@ ALLOWED_VOLUMES_ENV = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
 GITHUB_SECRET_ENV = "MODAL_WORKSPACE_GITHUB_SECRET"
 LOCAL_SECRETS_FILE_ENV = "MODAL_WORKSPACE_LOCAL_SECRETS_FILE"
 ALLOWED_HOSTS_ENV = "MODAL_WORKSPACE_ALLOWED_HOSTS"
+GITHUB_URL_ENV = "MODAL_WORKSPACE_GITHUB_URL"
+GITHUB_API_URL_ENV = "MODAL_WORKSPACE_GITHUB_API_URL"
+ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
+DEFAULT_GITHUB_URL = "https://github.com"
+DEFAULT_GITHUB_API_URL = "https://api.github.com"
 
 MIN_TOKEN_CHARS = 8
 DriverName = Literal["local", "modal"]
@@ -56,6 +61,12 @@ class Settings(BaseModel):
     # secret name -> {ENV_NAME: value}; locally from MODAL_WORKSPACE_LOCAL_SECRETS_FILE.
     secret_values: Mapping[str, Mapping[str, str]] = {}
     allowed_hosts: tuple[str, ...] = ()
+    # Where git reaches GitHub (`OWNER/REPO` inputs are rebuilt onto it) and where its REST API
+    # is; canonical (`github_base`): a GitHub Enterprise server, or a test server.
+    github_url: str = DEFAULT_GITHUB_URL
+    github_api_url: str = DEFAULT_GITHUB_API_URL
+    # Whether `secret_names` may name the GitHub secret (every command would then hold it).
+    allow_github_secret_in_workspaces: bool = False
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.
@@ -140,6 +151,22 @@ def _check_listed_keys(
             )
 
 
+def _base_url(env: Mapping[str, str], name: str, default: str) -> str:
+    try:
+        return github_base(env.get(name) or default)
+    except PolicyError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"{name}: use 1 or 0 (true or false), not {value[:16]!r}")
+
+
 def _load_secret_values(path: str | None) -> dict[str, dict[str, str]]:
     if not path:
         return {}
@@ -197,4 +224,7 @@ def load_settings(
         github_secret=env.get(GITHUB_SECRET_ENV) or "github",
         secret_values=secret_values,
         allowed_hosts=_split(env.get(ALLOWED_HOSTS_ENV)),
+        github_url=_base_url(env, GITHUB_URL_ENV, DEFAULT_GITHUB_URL),
+        github_api_url=_base_url(env, GITHUB_API_URL_ENV, DEFAULT_GITHUB_API_URL),
+        allow_github_secret_in_workspaces=_flag(env, ALLOW_GITHUB_SECRET_ENV),
     )

@@ -100,7 +100,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
             field="destination",
         )
     record = await svc.record(inp.workspace_id)
-    argv = gitcmd.clone_argv(repo.url, rel(dest), inp.ref, inp.depth)
+    argv = gitcmd.clone_argv(repo.url_on(svc.settings.github_url), rel(dest), inp.ref, inp.depth)
     tags = {"repo-url": repo.url, "repo-path": dest}
     if inp.ref:
         tags["repo-ref"] = inp.ref
