@@ -8,7 +8,7 @@ use super::daemon::{self, DaemonConfig};
 const USAGE: &str = "\
 usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
-                        [--max-ended-execs N] [--redact-env NAME,...]
+                        [--max-ended-execs N] [--redact-env NAME,...] [--agent-dir DIR]
        mwc-agent connect --socket PATH
        mwc-agent --help
 
@@ -21,6 +21,9 @@ daemon   supervise the workspace's processes, files and watches, keep durable ex
          not_found. Running execs are never deleted.
          --redact-env names variables of the daemon's environment that hold secrets: their
          values are redacted from every exec's events and records, like an exec's own secrets.
+         --agent-dir (default STATE-DIR/agent), outside --root, is the HOME and working
+         directory of the agent-identity steps of exec.start, which get a fixed environment
+         and none of the workspace's; git mirrors are kept there.
 connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
          exits 0 when the daemon closes the connection.
 ";
@@ -114,6 +117,7 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
         "--max-watches",
         "--max-ended-execs",
         "--redact-env",
+        "--agent-dir",
     ];
     let Some(opts) = options(args, &known)? else {
         return Ok(None);
@@ -144,6 +148,9 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
             .ok()
             .filter(|&n: &usize| n > 0)
             .ok_or("--max-ended-execs must be a positive integer")?;
+    }
+    if let Some(v) = get("--agent-dir") {
+        config.agent_dir = Some(PathBuf::from(v));
     }
     if let Some(v) = get("--redact-env") {
         config.redact_env = v

@@ -22,7 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::agent::exec_log::{LogBudget, LogConfig};
 use crate::agent::files::Workspace;
-use crate::agent::process::{Supervisor, SupervisorConfig};
+use crate::agent::process::{agent_base_env, Supervisor, SupervisorConfig};
 use crate::agent::watch::DEFAULT_MAX_WATCHES;
 use crate::channel::server;
 pub use prune::DEFAULT_MAX_ENDED_EXECS;
@@ -37,6 +37,10 @@ pub struct DaemonConfig {
     pub root: PathBuf,
     /// Where exec records and logs live (survives restarts).
     pub state_dir: PathBuf,
+    /// The agent's own directory, outside the workspace root: the HOME and working directory
+    /// of agent-identity steps, and what they keep between operations (git mirrors). Default
+    /// `<state_dir>/agent`.
+    pub agent_dir: Option<PathBuf>,
     pub socket: PathBuf,
     pub max_log_bytes: u64,
     pub max_total_log_bytes: u64,
@@ -53,6 +57,7 @@ impl DaemonConfig {
         Self {
             root,
             state_dir,
+            agent_dir: None,
             socket,
             max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
             max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
@@ -60,6 +65,15 @@ impl DaemonConfig {
             max_ended_execs: DEFAULT_MAX_ENDED_EXECS,
             redact_env: Vec::new(),
         }
+    }
+}
+
+impl DaemonConfig {
+    /// See [`DaemonConfig::agent_dir`].
+    pub fn agent_dir(&self) -> PathBuf {
+        self.agent_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("agent"))
     }
 }
 
@@ -74,11 +88,14 @@ impl Daemon {
             .to_owned();
         crate::policy::workspace_path(&root_str, ".").map_err(|e| e.message)?;
         let ws = Arc::new(Workspace::open(&root).map_err(|e| e.message)?);
-        // Variables named in MWC_PRIVATE_ENV stay with the daemon: an exec gets one only when its
-        // request asks for it (`secret_env`), and then it is redacted from that exec's output.
-        let (base_env, agent_env) = agent_env::AgentEnv::split(std::env::vars_os());
+        // Variables named in MWC_PRIVATE_ENV are withheld from every exec (and kept nowhere).
+        let base_env = agent_env::workspace_env(std::env::vars_os());
+        let agent_dir = config.agent_dir();
+        let agent_home = agent_dir.join("home");
+        create_private_dir(&agent_home)?;
         let supervisor = Supervisor::new(SupervisorConfig {
             base_env,
+            agent_env: agent_base_env(&agent_home),
             ..SupervisorConfig::default()
         })
         .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
@@ -91,7 +108,7 @@ impl Daemon {
             budget,
             inherited_secrets(&config.redact_env),
         )
-        .with_agent_env(agent_env)
+        .with_agent_home(agent_home)
         .with_max_ended(config.max_ended_execs);
         let loaded = execs
             .load()
@@ -104,6 +121,7 @@ impl Daemon {
                 config.max_watches,
             ),
             root: root_str,
+            agent_dir: agent_dir.to_string_lossy().into_owned(),
             ws,
             execs,
             started: Instant::now(),
@@ -186,7 +204,7 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create --state-dir {}: {e}", dir.display()))
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
 #[cfg(test)]

@@ -83,6 +83,9 @@ pub(crate) fn launch(
         }
     }
     let take_tty = pty_pair.is_some();
+    // `spec.identity` chose the environment above (the caller's `base_env`). A uid of its own
+    // per identity (workspace commands under one, agent steps under another) is switched to
+    // in the `pre_exec` below, where the sandbox's user set-up adds it.
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
     // calls are allowed. It makes two system calls, setsid(2) and ioctl(2) on fd 0 (which std has
     // already dup2'ed to the PTY slave), neither of which allocates or takes a lock; on failure it
