@@ -70,6 +70,8 @@ def modal_backend(github_token: str) -> Iterator[Backend]:
         env = plane.sdk_env() | {
             "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME": _IMAGE,
             "MODAL_WORKSPACE_SANDBOX_APP": "e2e-sandboxes",
+            # The GitHub secret as modal_app.py attaches it: to the gateway, not to sandboxes.
+            "GH_TOKEN": github_token,
         }
         yield Backend("modal", env, files_root=root, plane=plane)
         # Every call the product made is one the control plane implements (docs/modal.md).

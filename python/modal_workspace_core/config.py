@@ -31,6 +31,8 @@ ALLOWED_HOSTS_ENV = "MODAL_WORKSPACE_ALLOWED_HOSTS"
 GITHUB_URL_ENV = "MODAL_WORKSPACE_GITHUB_URL"
 GITHUB_API_URL_ENV = "MODAL_WORKSPACE_GITHUB_API_URL"
 ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
+# What the GitHub secret holds, and so the gateway's variable once the secret is attached to it.
+GITHUB_TOKEN_ENV = "GH_TOKEN"
 DEFAULT_GITHUB_URL = "https://github.com"
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
 
@@ -67,6 +69,9 @@ class Settings(BaseModel):
     github_api_url: str = DEFAULT_GITHUB_API_URL
     # Whether `secret_names` may name the GitHub secret (every command would then hold it).
     allow_github_secret_in_workspaces: bool = False
+    # Modal driver: the GitHub token as the gateway holds it (`GH_TOKEN` of the GitHub secret,
+    # which `modal_app.py` attaches to the gateway, not to sandboxes). Never printed.
+    github_token: str | None = None
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.
@@ -227,4 +232,5 @@ def load_settings(
         github_url=_base_url(env, GITHUB_URL_ENV, DEFAULT_GITHUB_URL),
         github_api_url=_base_url(env, GITHUB_API_URL_ENV, DEFAULT_GITHUB_API_URL),
         allow_github_secret_in_workspaces=_flag(env, ALLOW_GITHUB_SECRET_ENV),
+        github_token=(env.get(GITHUB_TOKEN_ENV) or None) if chosen == "modal" else None,
     )

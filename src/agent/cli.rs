@@ -9,6 +9,7 @@ const USAGE: &str = "\
 usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
                         [--max-ended-execs N] [--redact-env NAME,...] [--agent-dir DIR]
+                        [--askpass PATH]
        mwc-agent connect --socket PATH
        mwc-agent --help
 
@@ -23,7 +24,8 @@ daemon   supervise the workspace's processes, files and watches, keep durable ex
          values are redacted from every exec's events and records, like an exec's own secrets.
          --agent-dir (default STATE-DIR/agent), outside --root, is the HOME and working
          directory of the agent-identity steps of exec.start, which get a fixed environment
-         and none of the workspace's; git mirrors are kept there.
+         and none of the workspace's; git mirrors are kept there. --askpass names the
+         GIT_ASKPASS program of those steps (read-only to the workspace); ping reports both.
 connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
          exits 0 when the daemon closes the connection.
 ";
@@ -118,6 +120,7 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
         "--max-ended-execs",
         "--redact-env",
         "--agent-dir",
+        "--askpass",
     ];
     let Some(opts) = options(args, &known)? else {
         return Ok(None);
@@ -148,6 +151,9 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
             .ok()
             .filter(|&n: &usize| n > 0)
             .ok_or("--max-ended-execs must be a positive integer")?;
+    }
+    if let Some(v) = get("--askpass") {
+        config.askpass = Some(PathBuf::from(v));
     }
     if let Some(v) = get("--agent-dir") {
         config.agent_dir = Some(PathBuf::from(v));

@@ -41,6 +41,9 @@ pub struct DaemonConfig {
     /// of agent-identity steps, and what they keep between operations (git mirrors). Default
     /// `<state_dir>/agent`.
     pub agent_dir: Option<PathBuf>,
+    /// The GIT_ASKPASS program agent steps use, which the workspace cannot modify (reported
+    /// by `ping`; the daemon only passes it on).
+    pub askpass: Option<PathBuf>,
     pub socket: PathBuf,
     pub max_log_bytes: u64,
     pub max_total_log_bytes: u64,
@@ -58,6 +61,7 @@ impl DaemonConfig {
             root,
             state_dir,
             agent_dir: None,
+            askpass: None,
             socket,
             max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
             max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
@@ -122,6 +126,10 @@ impl Daemon {
             ),
             root: root_str,
             agent_dir: agent_dir.to_string_lossy().into_owned(),
+            askpass: config
+                .askpass
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
             ws,
             execs,
             started: Instant::now(),
