@@ -196,16 +196,17 @@ def test_the_predecessor_workflow_still_works(rig: Rig) -> None:
 
 def test_a_hooks_path_hook_of_the_workspace_never_sees_the_token(rig: Rig) -> None:
     ws = create(rig)
-    dump = "env; cat /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n'"
-    setup = (
-        "mkdir -p /workspace/hooks && "
-        f"for h in post-checkout reference-transaction pre-auto-gc; do printf '#!/bin/sh\\n{dump}"
-        " >> /workspace/hooks.log\\n' > /workspace/hooks/$h; chmod +x /workspace/hooks/$h; done"
-        " && git config --global core.hooksPath /workspace/hooks"
-    )
+    hook = "#!/bin/sh\n{ env; tr '\\0' '\\n' < /proc/$PPID/environ; } >> /workspace/hooks.log\n"
+    names = ["post-checkout", "reference-transaction", "pre-auto-gc", "post-index-change"]
+    for name in names:
+        body = {"path": f"hooks/{name}", "content": hook}
+        ok(rig.api.put(f"/workspaces/{ws}/files/content", json=body))
+    setup = "chmod +x hooks/* && git config --global core.hooksPath /workspace/hooks"
     assert sh(rig, ws, setup)["returncode"] == 0
     seen, last = clone(rig, ws)
     assert last["returncode"] == 0, seen
+    # The hooks did run, in the workspace step: they saw no token.
+    assert "GIT_" in sh(rig, ws, "cat hooks.log")["stdout"]
     assert_no_leak(rig, seen)
 
 
