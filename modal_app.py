@@ -97,7 +97,19 @@ def build_gateway() -> Any:
     )
 
 
-@app.function(secrets=[modal.Secret.from_name(SECRET_NAME)], timeout=600, scaledown_window=300)
+def gateway_secrets() -> list[modal.Secret]:
+    """The bearer token's secret, and the GitHub secret when it is allowlisted: the gateway
+    holds the GitHub token and hands it to the one git step that needs it, so it is never
+    attached to a sandbox."""
+    secrets = [modal.Secret.from_name(SECRET_NAME)]
+    github = os.environ.get("MODAL_WORKSPACE_GITHUB_SECRET") or "github"
+    allowed = os.environ.get("MODAL_WORKSPACE_ALLOWED_SECRETS", "")
+    if github in {entry.split(":")[0].strip() for entry in allowed.split(",")}:
+        secrets.append(modal.Secret.from_name(github, required_keys=["GH_TOKEN"]))
+    return secrets
+
+
+@app.function(secrets=gateway_secrets(), timeout=600, scaledown_window=300)
 @modal.concurrent(max_inputs=MAX_CONCURRENT_REQUESTS)
 @modal.asgi_app()
 def gateway() -> Any:

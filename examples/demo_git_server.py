@@ -2,9 +2,10 @@
 `octocat/hello` and `octocat/Hello-World` over git's smart HTTP on 127.0.0.1, behind basic auth
 (like a private repository: clone with `use_github_token`).
 
-It is the test suite's own git server. Run it, export the two settings it prints before
-`make serve`, and map `https://github.com/` to it inside a workspace with the `git config` line it
-prints: `repo_clone` then makes exactly the call it makes against the real GitHub.
+It is the test suite's own git server. Run it and export the settings it prints before
+`make serve`: they give the gateway the token and make this server its GitHub
+(`MODAL_WORKSPACE_GITHUB_URL`), so `repo_clone` makes exactly the call it makes against the real
+GitHub, and nothing is set up inside the workspace.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def main() -> int:
     print("before `make serve`:")
     print("  export MODAL_WORKSPACE_ALLOWED_SECRETS=github")
     print(f"  export MODAL_WORKSPACE_LOCAL_SECRETS_FILE={secrets_file}")
-    print("inside a workspace (workspace_exec):")
-    print(f"  git config --global url.{server.base_url}.insteadOf https://github.com/", flush=True)
+    for name, value in server.gateway_env.items():
+        print(f"  export {name}={value}", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -4,9 +4,9 @@ read the diff, terminate.
 
     MODAL_WORKSPACE_MCP_TOKEN=… python examples/mcp_walkthrough.py http://127.0.0.1:8000/mcp/
 
-`--github-base URL` first maps `https://github.com/` to another git server inside the workspace
-(the README's offline walkthrough uses `examples/demo_git_server.py`, which needs
-`--use-github-token`: it stands for a private repository).
+The gateway decides where `OWNER/REPO` is cloned from (`MODAL_WORKSPACE_GITHUB_URL`); the
+README's offline walkthrough points it at `examples/demo_git_server.py`, which needs
+`--use-github-token`: it stands for a private repository.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Lines:
         print(f"  | {line.rstrip(chr(13)).rsplit(chr(13), 1)[-1].rstrip()}")
 
 
-async def walkthrough(url: str, token: str, github_base: str | None, github_token: bool) -> None:
+async def walkthrough(url: str, token: str, github_token: bool) -> None:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
     async with Client(streamable_http_client(url, http_client=http)) as client:
         call = Tools(client)
@@ -92,9 +92,6 @@ async def walkthrough(url: str, token: str, github_base: str | None, github_toke
 
         ws = (await call("workspace_create", idempotency_key="mcp-walkthrough"))["workspace_id"]
         print(f"workspace_create -> {ws}")
-        if github_base:
-            mapping = f"git config --global url.{github_base}.insteadOf https://github.com/"
-            await call("workspace_exec", workspace_id=ws, command=mapping)
 
         clone = await call(
             "repo_clone",
@@ -154,7 +151,6 @@ async def walkthrough(url: str, token: str, github_base: str | None, github_toke
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url", help="the server's MCP endpoint, ending in /mcp/")
-    parser.add_argument("--github-base", help="map https://github.com/ to this git server")
     parser.add_argument(
         "--use-github-token",
         action="store_true",
@@ -165,7 +161,7 @@ def main() -> int:
     if not token:
         print("set MODAL_WORKSPACE_MCP_TOKEN to the server's token", file=sys.stderr)
         return 2
-    asyncio.run(walkthrough(args.url, token, args.github_base, args.use_github_token))
+    asyncio.run(walkthrough(args.url, token, args.use_github_token))
     return 0
 
 

@@ -70,6 +70,8 @@ def modal_backend(github_token: str) -> Iterator[Backend]:
         env = plane.sdk_env() | {
             "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME": _IMAGE,
             "MODAL_WORKSPACE_SANDBOX_APP": "e2e-sandboxes",
+            # The GitHub secret as modal_app.py attaches it: to the gateway, not to sandboxes.
+            "GH_TOKEN": github_token,
         }
         yield Backend("modal", env, files_root=root, plane=plane)
         # Every call the product made is one the control plane implements (docs/modal.md).
@@ -124,10 +126,16 @@ def workspace_files_containing(data_root: Path, secret: str) -> list[Path]:
 
 @contextlib.contextmanager
 def serve(
-    tmp: Path, github_token: str, backend: Backend, *, terminate_all: bool = True
+    tmp: Path,
+    github_token: str,
+    backend: Backend,
+    *,
+    terminate_all: bool = True,
+    github_env: dict[str, str] | None = None,
 ) -> Iterator[Served]:
     """Runs the server on `backend` until the block ends; then ends its workspaces (unless told
-    not to, for a restart) and the server."""
+    not to, for a restart) and the server. `github_env`: the settings that make a test git
+    server the gateway's GitHub (`GitServer.gateway_env`)."""
     data_root = tmp / "data"
     port = free_port()
     # Nothing of this process's Modal or gateway settings leaks into the server's.
@@ -138,6 +146,7 @@ def serve(
         # is redacted from every command's output.
         "MODAL_WORKSPACE_ALLOWED_SECRETS": "github:GH_TOKEN",
         **backend.env,
+        **(github_env or {}),
     }
     log = tmp / f"server-{port}.log"
     argv = [str(SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]

@@ -29,7 +29,7 @@ def served(
 ) -> Iterator[Served]:
     with (
         backend_for(request.param, tmp_path, git_server.token) as backend,
-        serve(tmp_path, git_server.token, backend) as s,
+        serve(tmp_path, git_server.token, backend, github_env=git_server.gateway_env) as s,
     ):
         yield s
 
@@ -91,9 +91,6 @@ async def test_the_whole_job_through_mcp(served: Served, git_server: GitServer, 
     async with connect(served, mode) as client:
         call = Tools(client)
         ws = (await call("workspace_create", idempotency_key=f"mcp-{mode}"))["workspace_id"]
-        command = f"git config --global url.{git_server.base_url}.insteadOf https://github.com/"
-        assert (await call("workspace_exec", workspace_id=ws, command=command))["returncode"] == 0
-
         clone = await call(
             "repo_clone", workspace_id=ws, repository="octo/hello", use_github_token=True
         )

@@ -39,7 +39,9 @@ def served(
             backend = stack.enter_context(local_backend(tmp_path, token, isolation="none"))
         else:
             backend = stack.enter_context(backend_for(request.param, tmp_path, token))
-        yield stack.enter_context(serve(tmp_path, token, backend))
+        yield stack.enter_context(
+            serve(tmp_path, token, backend, github_env=git_server.gateway_env)
+        )
 
 
 @pytest.fixture
@@ -97,18 +99,6 @@ def test_the_whole_job_through_rest(
     assert again["workspace_id"] == ws
     assert created["tags"]["team"] == "qa" and created["state"] == "running"
     assert [w["workspace_id"] for w in ok(api.get("/workspaces"))["workspaces"]] == [ws]
-
-    # git in this workspace reaches the test server for https://github.com/ URLs.
-    setup = ok(
-        api.post(
-            f"/workspaces/{ws}/exec",
-            json={
-                "command": f"git config --global url.{git_server.base_url}.insteadOf "
-                "https://github.com/"
-            },
-        )
-    )
-    assert setup["returncode"] == 0, setup
 
     # Clone with the token: it reaches the server, and nowhere else.
     with ArgvSampler(token) as sampler:

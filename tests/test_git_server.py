@@ -14,12 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support.git_server import (
-    HELLO_REPO,
-    ArgvSampler,
-    GitServer,
-    write_insteadof_config,
-)
+from support.git_server import HELLO_REPO, ArgvSampler, GitServer
 
 ASKPASS = """#!/bin/sh
 case "$1" in
@@ -30,15 +25,14 @@ esac
 
 
 def git_env(tmp_path: Path, server: GitServer, password: str) -> dict[str, str]:
-    """An environment in which `https://github.com/` is the test server and askpass answers."""
+    """An environment with no git configuration in which askpass answers."""
     askpass = tmp_path / "askpass.sh"
     askpass.write_text(ASKPASS)
     askpass.chmod(askpass.stat().st_mode | stat.S_IXUSR)
-    config = write_insteadof_config(tmp_path / "gitconfig", server.base_url)
     return {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
-        "GIT_CONFIG_GLOBAL": str(config),
+        "GIT_CONFIG_GLOBAL": os.devnull,
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_ASKPASS": str(askpass),
@@ -62,7 +56,7 @@ def git(
 def test_clone_with_the_right_token_through_askpass(git_server: GitServer, tmp_path: Path) -> None:
     env = git_env(tmp_path, git_server, git_server.token)
     dest = tmp_path / "hello"
-    argv = ["clone", "--progress", f"https://github.com/{HELLO_REPO}", str(dest)]
+    argv = ["clone", "--progress", git_server.repo_url(HELLO_REPO), str(dest)]
     assert all(git_server.token not in arg for arg in argv)
     with ArgvSampler(git_server.token) as sampler:
         done = git(env, *argv)
@@ -78,9 +72,9 @@ def test_clone_with_the_right_token_through_askpass(git_server: GitServer, tmp_p
     assert sampler.leaks == []
 
 
-def test_the_github_url_is_rewritten_by_git_itself(git_server: GitServer, tmp_path: Path) -> None:
+def test_ls_remote_lists_every_branch(git_server: GitServer, tmp_path: Path) -> None:
     env = git_env(tmp_path, git_server, git_server.token)
-    done = git(env, "ls-remote", f"https://github.com/{HELLO_REPO}.git")
+    done = git(env, "ls-remote", git_server.repo_url(HELLO_REPO))
     assert done.returncode == 0, done.stderr
     refs = {line.split("\t")[1] for line in done.stdout.splitlines()}
     assert {"HEAD", "refs/heads/main", "refs/heads/feature", "refs/heads/release/1.0"} <= refs
@@ -88,7 +82,7 @@ def test_the_github_url_is_rewritten_by_git_itself(git_server: GitServer, tmp_pa
 
 def test_a_wrong_token_is_refused_with_401(git_server: GitServer, tmp_path: Path) -> None:
     env = git_env(tmp_path, git_server, "ghp_wrong")
-    done = git(env, "clone", f"https://github.com/{HELLO_REPO}", str(tmp_path / "no"))
+    done = git(env, "clone", git_server.repo_url(HELLO_REPO), str(tmp_path / "no"))
     assert done.returncode != 0
     assert "Authentication failed" in done.stderr or "401" in done.stderr
     assert not (tmp_path / "no").exists()
@@ -114,7 +108,7 @@ def test_push_of_a_new_branch_reaches_the_bare_repository(
 ) -> None:
     env = git_env(tmp_path, git_server, git_server.token)
     dest = tmp_path / "hello"
-    assert git(env, "clone", f"https://github.com/{HELLO_REPO}", str(dest)).returncode == 0
+    assert git(env, "clone", git_server.repo_url(HELLO_REPO), str(dest)).returncode == 0
     (dest / "NEW.md").write_text("pushed\n")
     assert git(env, "switch", "--quiet", "-c", "topic", cwd=dest).returncode == 0
     assert git(env, "add", "NEW.md", cwd=dest).returncode == 0

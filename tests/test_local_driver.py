@@ -22,7 +22,7 @@ from modal_workspace_core.drivers.base import WorkspaceSpec
 from modal_workspace_core.drivers.local import IsolationMode, LocalDriver
 from modal_workspace_core.errors import ConflictError, InvalidArgumentError, NotFoundError
 from support.agent_exec import drain, run
-from support.git_server import GitServer, insteadof_config
+from support.git_server import GitServer
 from support.processes import pid_alive, processes_of
 
 
@@ -241,7 +241,7 @@ esac
 """
 
 
-async def test_a_workspace_clones_from_github_mapped_to_the_test_server(
+async def test_a_workspace_clones_from_the_test_server_with_askpass(
     tmp_path: Path, git_server: GitServer
 ) -> None:
     # The test server listens on the host's loopback: the operator's allowlist opens its port.
@@ -259,17 +259,15 @@ async def _clone_in_a_workspace(driver: LocalDriver, git_server: GitServer) -> N
     await driver.create(wid, WorkspaceSpec())
     client = await driver.connect(wid)
     try:
-        config = insteadof_config(git_server.base_url)
         await client.request(
-            "file.write", {"path": ".mwc/gitconfig", "create_parents": True}, config.encode()
+            "file.write", {"path": ".mwc/askpass", "create_parents": True}, ASKPASS.encode()
         )
-        await client.request("file.write", {"path": ".mwc/askpass"}, ASKPASS.encode())
+        url = git_server.repo_url("octo/hello")
         done = await run(
             client,
-            "chmod +x .mwc/askpass && git clone --quiet https://github.com/octo/hello src/hello "
-            "&& cat src/hello/README.md",
+            f"chmod +x .mwc/askpass && git clone -q {url} src/hello && cat src/hello/README.md",
             env={
-                "GIT_CONFIG_GLOBAL": ".mwc/gitconfig",
+                "GIT_CONFIG_GLOBAL": "/dev/null",
                 "GIT_ASKPASS": "./.mwc/askpass",
                 "GIT_TERMINAL_PROMPT": "0",
                 "MWC_TEST_GIT_TOKEN": git_server.token,

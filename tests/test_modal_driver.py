@@ -222,7 +222,6 @@ async def test_the_variables_listed_for_secrets_are_required_and_redacted_by_nam
             new_id("ws"),
             WorkspaceSpec(
                 resources={"secret_names": ["openai"]},
-                private_secrets={"github": ["GH_TOKEN"]},
                 secret_env={"FROM_GATEWAY": "held-value"},
             ),
         )
@@ -232,7 +231,7 @@ async def test_the_variables_listed_for_secrets_are_required_and_redacted_by_nam
     (sandbox,) = modal_control_plane.sandboxes()
     args = list(sandbox.definition.entrypoint_args)
     # Names only, after the daemon's own options: never a value.
-    assert args[-2:] == ["--redact-env", "FROM_GATEWAY,GH_TOKEN,OPENAI_API_KEY"]
+    assert args[-2:] == ["--redact-env", "FROM_GATEWAY,OPENAI_API_KEY"]
     assert not any(v in arg for arg in args for v in ("sk-test", "gh-test", "held-value"))
     # A variable the allowlist does not list is in the sandbox, just not redacted.
     assert sandbox.env["ORG"] == "o"

@@ -15,7 +15,7 @@ from modal_workspace_core.client import Workspaces
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.modal import ModalDriver, ModalSettings
 from modal_workspace_core.errors import PermissionDeniedError, UpstreamError
-from support.git_server import GitServer, insteadof_config
+from support.git_server import GitServer
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
 
@@ -54,6 +54,9 @@ async def workspaces(
             "MODAL_WORKSPACE_DRIVER": "modal",
             "MODAL_WORKSPACE_ALLOWED_SECRETS": allowed_secrets,
             "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data"),
+            **git_server.gateway_env,
+            # The GitHub secret attached to the gateway (modal_app.py), not to sandboxes.
+            "GH_TOKEN": git_server.token,
         }
     )
     assert not settings.secret_values
@@ -110,19 +113,16 @@ async def test_named_secrets_reach_commands_as_modal_secrets_not_as_values(
     # Allowlisted without its variables ("openai", not "openai:OPENAI_API_KEY"): the secret
     # works, and its value is not redacted, as docs/modal.md says.
     assert (await ws.exec("printenv OPENAI_API_KEY")).stdout == "sk-modal-held\n"
-    # Looked up by name (openai, and the private github secret); none made from values, which
-    # the gateway does not have (its settings hold no secret values).
-    assert modal_control_plane.calls()["SecretGetOrCreate"] - before == 2
+    # Looked up by name (openai only: the GitHub secret is the gateway's, never a sandbox's);
+    # none made from values, which the gateway does not have (its settings hold no secret values).
+    assert modal_control_plane.calls()["SecretGetOrCreate"] - before == 1
 
 
 async def test_the_github_token_reaches_git_only_through_askpass_and_is_redacted(
     workspaces: Workspaces, git_server: GitServer
 ) -> None:
-    ws = await workspaces.create(env={"GIT_CONFIG_GLOBAL": "/workspace/.gitconfig"})
-    await ws.file_write(
-        ".gitconfig", content=insteadof_config(git_server.base_url, username="x-access-token")
-    )
-    # The sandbox holds the token, but ordinary commands do not see it.
+    ws = await workspaces.create()
+    # The sandbox does not hold the token: the gateway sends it for the one git step.
     assert (await ws.exec("printenv GH_TOKEN; echo $?")).stdout == "1\n"
 
     clone = await ws.repo_clone("octo/hello", use_github_token=True)

@@ -1,6 +1,7 @@
-"""The git command lines of the repo operations, run for real against local repositories
-(`url.<path>.insteadOf` maps the canonical GitHub URL to them, as the end-to-end tests do over
-HTTP), and the parser of `git status --porcelain=v2`."""
+"""The git command lines of the repo operations, run for real: the network step (as the agent
+would run it, with its fixed environment and the package's askpass) against the test git server
+over HTTP into a mirror, then the workspace step from the mirror; and the parser of
+`git status --porcelain=v2`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from modal_workspace_core import gitcmd
+from modal_workspace_core import agent, gitcmd
+from support.git_server import GitServer
 
-URL = "https://github.com/octo/hello.git"
+SLUG = "octo/hello"
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -27,6 +29,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 @pytest.fixture
 def git_env(tmp_path: Path) -> dict[str, str]:
+    """A workspace command's environment: a home with a git identity."""
     home = tmp_path / "home"
     home.mkdir()
     config = home / "gitconfig"
@@ -43,76 +46,93 @@ def git_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def origin(tmp_path: Path, git_env: dict[str, str]) -> Path:
-    """A bare repository with main (two commits), a branch `feature` and a tag `v1`, served to
-    git as https://github.com/octo/hello.git."""
-    work = tmp_path / "seed"
-    work.mkdir()
-    git(work, "init", "-q", env=git_env)
-    (work / "README.md").write_text("hello\n")
-    git(work, "add", ".", env=git_env)
-    git(work, "commit", "-qm", "one", env=git_env)
-    git(work, "tag", "v1", env=git_env)
-    git(work, "checkout", "-qb", "feature", env=git_env)
-    (work / "feature.txt").write_text("feature\n")
-    git(work, "add", ".", env=git_env)
-    git(work, "commit", "-qm", "feature", env=git_env)
-    git(work, "checkout", "-q", "main", env=git_env)
-    (work / "README.md").write_text("hello\nworld\n")
-    git(work, "commit", "-qam", "two", env=git_env)
-    bare = tmp_path / "hello.git"
-    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare), env=git_env)
-    git(tmp_path, "config", "--global", f"url.{bare}.insteadOf", URL, env=git_env)
-    return bare
-
-
-@pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "workspace"
     root.mkdir()
     return root
 
 
-def test_clone_argv_puts_the_url_and_destination_after_a_double_dash() -> None:
-    argv = gitcmd.clone_argv(URL, "hello", "main", 1)
-    assert argv == [
-        "git",
-        "clone",
-        "--progress",
-        "--depth=1",
-        "--branch=main",
-        "--",
-        URL,
-        "./hello",
-    ]
-    # A destination that starts with '-' stays a path.
-    assert gitcmd.clone_argv(URL, "-x", None, None)[-1] == "./-x"
+class TwoSteps:
+    """Runs a clone or fetch as the agent runs its two steps."""
+
+    def __init__(self, server: GitServer, tmp_path: Path, workspace: Path, env: dict[str, str]):
+        self.server, self.workspace, self.env = server, workspace, env
+        self.agent_dir = tmp_path / "agent"
+        (self.agent_dir / "home").mkdir(parents=True)
+        self.base = server.base_url.rstrip("/")
+
+    def network_env(self) -> dict[str, str]:
+        fixed = {"PATH": os.environ["PATH"], "HOME": str(self.agent_dir / "home")}
+        env = {**fixed, **gitcmd.mirror_env(self.base, str(agent.ASKPASS))}
+        return {**env, gitcmd.TOKEN_ENV: self.server.token}
+
+    def mirror(self, dest: str) -> str:
+        return gitcmd.mirror_path(str(self.agent_dir), f"/workspace/{dest}")
+
+    def clone(
+        self, dest: str, ref: str | None = None, depth: int | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        url, mirror = self.server.repo_url(SLUG), self.mirror(dest)
+        argv = gitcmd.mirror_argv("clone", url, mirror, ref, depth, self.base)
+        first = run(argv, self.agent_dir / "home", self.network_env())
+        if first.returncode != 0:
+            return first
+        step = gitcmd.clone_from_mirror_argv(mirror, dest, ref, depth, url)
+        return run(step, self.workspace, self.env)
+
+    def fetch(self, dest: str, ref: str | None = None) -> subprocess.CompletedProcess[str]:
+        url, mirror = self.server.repo_url(SLUG), self.mirror(dest)
+        argv = gitcmd.mirror_argv("fetch", url, mirror, ref, None, self.base)
+        first = run(argv, self.agent_dir / "home", self.network_env())
+        if first.returncode != 0:
+            return first
+        return run(gitcmd.fetch_from_mirror_argv(mirror, dest, ref, None), self.workspace, self.env)
 
 
-def test_clone_of_a_branch_runs_real_git(
-    origin: Path, workspace: Path, git_env: dict[str, str]
-) -> None:
-    done = run(gitcmd.clone_argv(URL, "hello", "feature", None), workspace, git_env)
+@pytest.fixture
+def steps(
+    git_server: GitServer, tmp_path: Path, workspace: Path, git_env: dict[str, str]
+) -> TwoSteps:
+    return TwoSteps(git_server, tmp_path, workspace, git_env)
+
+
+def test_the_network_step_reads_no_configuration_and_allows_only_http_transports() -> None:
+    argv = gitcmd.mirror_argv(
+        "clone", "https://github.com/o/r.git", "/m", None, None, "https://github.com"
+    )
+    assert "protocol.allow=never" in argv and "core.hooksPath=/dev/null" in argv
+    assert "protocol.http.allow=always" not in argv  # only for a plain-http (test) base
+    env = gitcmd.mirror_env("https://github.com", "/pkg/git_askpass.sh")
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null" and env["GIT_CONFIG_NOSYSTEM"] == "1"
+    assert env[gitcmd.BASE_ENV] == "https://github.com"
+
+
+def test_clone_of_a_branch_runs_real_git(steps: TwoSteps, workspace: Path) -> None:
+    done = steps.clone("hello", "feature")
     assert done.returncode == 0, done.stderr
-    assert (workspace / "hello" / "feature.txt").read_text() == "feature\n"
+    assert (workspace / "hello" / "src" / "feature.py").read_text() == "FEATURE = True\n"
     assert "Cloning into" in done.stderr  # git's progress, which the events carry
+    origin = git(workspace / "hello", "remote", "get-url", "origin")
+    assert origin.strip() == steps.server.repo_url(SLUG)
+    assert steps.server.token in steps.server.passwords
 
 
 def test_clone_of_a_commit_fetches_it_and_detaches(
-    origin: Path, workspace: Path, git_env: dict[str, str]
+    steps: TwoSteps, workspace: Path, git_env: dict[str, str]
 ) -> None:
-    first = git(origin, "rev-parse", "v1", env=git_env).strip()
-    done = run(gitcmd.clone_argv(URL, "hello", first, 1), workspace, git_env)
+    bare = steps.server.root / f"{SLUG}.git"
+    first = git(bare, "rev-parse", "main", env=git_env).strip()
+    done = steps.clone("hello", first, 1)
     assert done.returncode == 0, done.stderr
     assert git(workspace / "hello", "rev-parse", "HEAD", env=git_env).strip() == first
-    assert (workspace / "hello" / "README.md").read_text() == "hello\n"
 
 
 def test_fetch_and_checkout_of_a_remote_branch(
-    origin: Path, workspace: Path, git_env: dict[str, str]
+    steps: TwoSteps, workspace: Path, git_env: dict[str, str]
 ) -> None:
-    assert run(gitcmd.clone_argv(URL, "hello", None, None), workspace, git_env).returncode == 0
-    assert run(gitcmd.fetch_argv("hello", None, None), workspace, git_env).returncode == 0
+    assert steps.clone("hello").returncode == 0
+    fetched = steps.fetch("hello")
+    assert fetched.returncode == 0, fetched.stderr
     done = run(gitcmd.checkout_argv("hello", "feature", False), workspace, git_env)
     assert done.returncode == 0, done.stderr
     assert git(workspace / "hello", "branch", "--show-current", env=git_env).strip() == "feature"
@@ -121,10 +141,19 @@ def test_fetch_and_checkout_of_a_remote_branch(
     assert git(workspace / "hello", "branch", "--show-current", env=git_env).strip() == "topic/x"
 
 
-def test_checkout_never_reads_the_ref_as_a_file_to_overwrite(
-    origin: Path, workspace: Path, git_env: dict[str, str]
+def test_a_fetch_of_a_named_ref_leaves_it_in_fetch_head(
+    steps: TwoSteps, workspace: Path, git_env: dict[str, str]
 ) -> None:
-    assert run(gitcmd.clone_argv(URL, "hello", None, None), workspace, git_env).returncode == 0
+    assert steps.clone("hello").returncode == 0
+    assert steps.fetch("hello", "release/1.0").returncode == 0
+    shown = git(workspace / "hello", "show", "FETCH_HEAD:VERSION", env=git_env)
+    assert shown == "1.0\n"
+
+
+def test_checkout_never_reads_the_ref_as_a_file_to_overwrite(
+    steps: TwoSteps, workspace: Path, git_env: dict[str, str]
+) -> None:
+    assert steps.clone("hello").returncode == 0
     readme = workspace / "hello" / "README.md"
     readme.write_text("local edits\n")
     done = run(gitcmd.checkout_argv("hello", "README.md", False), workspace, git_env)
@@ -133,9 +162,9 @@ def test_checkout_never_reads_the_ref_as_a_file_to_overwrite(
 
 
 def test_diff_shows_untracked_files_as_new_without_touching_the_index(
-    origin: Path, workspace: Path, git_env: dict[str, str]
+    steps: TwoSteps, workspace: Path, git_env: dict[str, str]
 ) -> None:
-    assert run(gitcmd.clone_argv(URL, "hello", None, None), workspace, git_env).returncode == 0
+    assert steps.clone("hello").returncode == 0
     repo = workspace / "hello"
     (repo / "README.md").write_text("changed\n")
     (repo / "new.txt").write_text("brand new\n")
@@ -157,9 +186,9 @@ def test_diff_shows_untracked_files_as_new_without_touching_the_index(
 
 
 def test_status_is_parsed_from_real_porcelain_output(
-    origin: Path, workspace: Path, git_env: dict[str, str]
+    steps: TwoSteps, workspace: Path, git_env: dict[str, str]
 ) -> None:
-    assert run(gitcmd.clone_argv(URL, "hello", None, None), workspace, git_env).returncode == 0
+    assert steps.clone("hello").returncode == 0
     repo = workspace / "hello"
     clean = run(gitcmd.status_argv("hello"), workspace, git_env)
     parsed = gitcmd.parse_status(clean.stdout)
@@ -193,17 +222,45 @@ def test_parse_status_reads_renames_with_their_original_path() -> None:
     ]
 
 
-def test_askpass_answers_from_the_environment_and_the_runner_makes_it_executable(
-    tmp_path: Path,
-) -> None:
-    script = tmp_path / "askpass"
-    script.write_text(gitcmd.ASKPASS_SCRIPT)
-    assert "tok-123" not in gitcmd.ASKPASS_SCRIPT
-    env = {**os.environ, gitcmd.TOKEN_ENV: "tok-123"}
-    argv = gitcmd.with_askpass([str(script), "Password for 'https://github.com': "], str(script))
-    done = run(argv, tmp_path, env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "tok-123\n"
-    user = run([str(script), "Username for 'https://github.com': "], tmp_path, env)
-    assert user.stdout == "x-access-token\n"
-    assert "tok-123" not in " ".join(argv)
+ASKPASS_BASE = "https://github.com"
+
+
+def ask(prompt: str, *extra: str, base: str = ASKPASS_BASE) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], gitcmd.BASE_ENV: base, gitcmd.TOKEN_ENV: "tok-123"}
+    return run([str(agent.ASKPASS), prompt, *extra], Path("/"), env)
+
+
+def test_the_askpass_answers_git_for_the_configured_host() -> None:
+    user = ask("Username for 'https://github.com': ")
+    assert (user.returncode, user.stdout) == (0, "x-access-token\n")
+    password = ask("Password for 'https://x-access-token@github.com': ")
+    assert (password.returncode, password.stdout) == (0, "tok-123\n")
+    local = ask(
+        "Password for 'http://x-access-token@127.0.0.1:8080': ", base="http://127.0.0.1:8080"
+    )
+    assert local.stdout == "tok-123\n"
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Password for 'https://x-access-token@evil.example': ",
+        "Password for 'https://x-access-token@github.com.evil.example': ",
+        "Password for 'http://x-access-token@github.com': ",
+        "Password for 'https://someone@github.com': ",
+        "Password for 'https://x-access-token@github.com/octo/hello.git': ",
+        "Password for 'https://x-access-token@github.com': extra",
+        "Username for 'https://evil.example': ",
+        "Are you sure you want to continue connecting (yes/no)? ",
+        "",
+    ],
+)
+def test_the_askpass_answers_nothing_else(prompt: str) -> None:
+    done = ask(prompt)
+    assert done.returncode != 0 and done.stdout == ""
+
+
+def test_the_askpass_needs_one_prompt_and_a_base() -> None:
+    assert ask("Password for 'https://x-access-token@github.com': ", "more").stdout == ""
+    bad = ask("Password for 'https://x-access-token@github.com': ", base="")
+    assert bad.returncode != 0 and bad.stdout == ""

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import modal_workspace_core as mwc
 import pytest
 from e2e_support import workspace_files_containing
 from modal_workspace_core.config import load_settings
+from support.git_server import GitServer
 from support.processes import pid_alive, processes_of
 
 
@@ -115,21 +117,34 @@ async def test_a_watch_is_followed_by_pages_until_it_is_cancelled(wss: mwc.Works
     assert states[-1] == "cancelled", states
 
 
-async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(tmp_path: Path) -> None:
-    settings = load_settings({}, data_root=tmp_path / "data")
-    # A repository whose ref updates are slow (a reference-transaction hook), so the fetch is
-    # still running when the first gateway goes away.
+async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
+    tmp_path: Path, git_server: GitServer
+) -> None:
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"github": {"GH_TOKEN": git_server.token}}))
+    env = {
+        **git_server.gateway_env,
+        "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
+        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
+    }
+    settings = load_settings(env, data_root=tmp_path / "data")
+    # A clone whose ref updates are slow (a reference-transaction hook of its own), so a fetch
+    # is still running when the first gateway goes away; the server gets a commit to fetch.
     setup = (
-        "git init -q -b main origin && git -C origin -c user.name=t -c user.email=t@t "
-        "commit -q --allow-empty -m one && git clone -q origin repo && "
-        "printf '#!/bin/sh\\nsleep 1\\n' > repo/.git/hooks/reference-transaction && "
-        "chmod +x repo/.git/hooks/reference-transaction && git -C origin -c user.name=t "
-        "-c user.email=t@t commit -q --allow-empty -m two"  # so the fetch updates a ref
+        "printf '#!/bin/sh\\nsleep 1\\n' > hello/.git/hooks/reference-transaction && "
+        "chmod +x hello/.git/hooks/reference-transaction"
     )
+    bare = git_server.root / "octo/hello.git"
     async with mwc.Workspaces(settings=settings) as first:
         ws = await first.create()
+        cloned = await ws.repo_clone("octo/hello", use_github_token=True)
+        _ = [e async for e in ws.follow(cloned.exec_id)]
+        assert (await ws.realtime_exec_status(cloned.exec_id)).returncode == 0
         assert (await ws.exec(setup)).returncode == 0
-        fetch = await ws.repo_fetch("/workspace/repo")
+        tree = git_plumbing(bare, "rev-parse", "main^{tree}")
+        commit = git_plumbing(bare, "commit-tree", "-p", "main", "-m", "two", tree)
+        git_plumbing(bare, "update-ref", "refs/heads/main", commit)
+        fetch = await ws.repo_fetch("/workspace/hello", use_github_token=True)
     async with mwc.Workspaces(settings=settings) as second:
         try:
             again = await second.get(ws.id)
@@ -148,6 +163,15 @@ async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(tmp_pat
                 await asyncio.sleep(0.2)
         finally:
             await again.terminate()
+
+
+def git_plumbing(bare: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}
+    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    done = subprocess.run(
+        ["git", f"--git-dir={bare}", *args], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
 
 
 async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "check_id",
     "env_name",
     "git_ref",
+    "github_base",
     "github_repo",
     "idempotency_key",
     "name_allowlist",
@@ -65,9 +66,18 @@ class GitHubRepo:
         """`OWNER/REPO`."""
     @property
     def url(self) -> str:
-        """`https://github.com/OWNER/REPO.git`, the only URL git is given."""
+        """`https://github.com/OWNER/REPO.git`: the repository's identity (its `repo-url` tag)."""
+    def url_on(self, base: str) -> str:
+        """`BASE/OWNER/REPO.git` on a base URL `github_base` accepts: the only URL git is given.
+        Raises `PolicyError` for a bad base."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+
+def github_base(text: str) -> str:
+    """Check a GitHub base URL (`MODAL_WORKSPACE_GITHUB_URL`, `MODAL_WORKSPACE_GITHUB_API_URL`)
+    and return it canonical: `http(s)://HOST[:PORT][/PATH]`, scheme and host lowercased, no
+    trailing slash. Raises `PolicyError` for other schemes, userinfo (never echoed), query,
+    fragment, percent-escapes, whitespace, control characters, dot segments or a bad port."""
 
 def github_repo(text: str) -> GitHubRepo:
     """Parse `OWNER/REPO`, `OWNER/REPO.git` or `https://github.com/OWNER/REPO` (optional `.git`

@@ -6,13 +6,22 @@ Everything runs in the compiled core (`agent_main`); this module only hands it t
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ._core import agent_main
 
+# The GIT_ASKPASS program of authenticated git steps: shipped in the package, which sandboxes
+# mount read-only, so no workspace command can change what answers git's password prompt.
+ASKPASS = Path(__file__).resolve().with_name("git_askpass.sh")
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `mwc-agent` with `argv` (default: this process's arguments) and return the exit code."""
-    return agent_main(sys.argv[1:] if argv is None else argv)
+    """Run `mwc-agent` with `argv` (default: this process's arguments) and return the exit code.
+    A daemon is told where the package's askpass program is, unless the caller says."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["daemon"] and not any(a.split("=")[0] == "--askpass" for a in args):
+        args += ["--askpass", str(ASKPASS)]
+    return agent_main(args)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ._core import PolicyError
-from .policy import env_name, name_allowlist, secret_allowlist
+from .policy import env_name, github_base, name_allowlist, secret_allowlist
 
 __all__ = ["ConfigError", "Settings", "default_data_root", "load_settings"]
 
@@ -33,6 +33,13 @@ ALLOWED_HOSTS_ENV = "MODAL_WORKSPACE_ALLOWED_HOSTS"
 AGENT_TIMEOUT_ENV = "MODAL_WORKSPACE_AGENT_TIMEOUT"
 TRUSTED_PROXIES_ENV = "MODAL_WORKSPACE_TRUSTED_PROXIES"
 PUBLIC_URL_ENV = "MODAL_WORKSPACE_PUBLIC_URL"
+GITHUB_URL_ENV = "MODAL_WORKSPACE_GITHUB_URL"
+GITHUB_API_URL_ENV = "MODAL_WORKSPACE_GITHUB_API_URL"
+ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
+# What the GitHub secret holds, and so the gateway's variable once the secret is attached to it.
+GITHUB_TOKEN_ENV = "GH_TOKEN"
+DEFAULT_GITHUB_URL = "https://github.com"
+DEFAULT_GITHUB_API_URL = "https://api.github.com"
 
 MIN_TOKEN_CHARS = 8
 # How long the gateway waits for a workspace agent's answer (on top of a long-poll's own wait)
@@ -74,6 +81,15 @@ class Settings(BaseModel):
     trusted_proxies: tuple[str, ...] = ()
     # The base URL clients reach the gateway by (the Actions schema's `servers`), when known.
     public_url: str | None = None
+    # Where git reaches GitHub (`OWNER/REPO` inputs are rebuilt onto it) and where its REST API
+    # is; canonical (`github_base`): a GitHub Enterprise server, or a test server.
+    github_url: str = DEFAULT_GITHUB_URL
+    github_api_url: str = DEFAULT_GITHUB_API_URL
+    # Whether `secret_names` may name the GitHub secret (every command would then hold it).
+    allow_github_secret_in_workspaces: bool = False
+    # Modal driver: the GitHub token as the gateway holds it (`GH_TOKEN` of the GitHub secret,
+    # which `modal_app.py` attaches to the gateway, not to sandboxes). Never printed.
+    github_token: str | None = None
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.
@@ -156,6 +172,22 @@ def _check_listed_keys(
                 f"{LOCAL_SECRETS_FILE_ENV}: secret {name!r} has no {', '.join(missing)}, which "
                 f"{ALLOWED_SECRETS_ENV} lists for it"
             )
+
+
+def _base_url(env: Mapping[str, str], name: str, default: str) -> str:
+    try:
+        return github_base(env.get(name) or default)
+    except PolicyError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"{name}: use 1 or 0 (true or false), not {value[:16]!r}")
 
 
 def _load_secret_values(path: str | None) -> dict[str, dict[str, str]]:
@@ -271,4 +303,8 @@ def load_settings(
         agent_timeout=_load_agent_timeout(env.get(AGENT_TIMEOUT_ENV)),
         trusted_proxies=_load_trusted_proxies(env.get(TRUSTED_PROXIES_ENV)),
         public_url=_load_public_url(env.get(PUBLIC_URL_ENV)),
+        github_url=_base_url(env, GITHUB_URL_ENV, DEFAULT_GITHUB_URL),
+        github_api_url=_base_url(env, GITHUB_API_URL_ENV, DEFAULT_GITHUB_API_URL),
+        allow_github_secret_in_workspaces=_flag(env, ALLOW_GITHUB_SECRET_ENV),
+        github_token=(env.get(GITHUB_TOKEN_ENV) or None) if chosen == "modal" else None,
     )

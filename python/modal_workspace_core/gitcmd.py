@@ -1,47 +1,110 @@
 """The git command lines the repo operations run, and the parser of `git status` output.
 
-Argv is built only from policy-checked values, and every script here is a constant that takes
-those values as positional parameters: no client text is ever spliced into shell source.
+A clone or fetch is two steps of one exec: the network step (as the agent, with a fixed
+environment and configuration, the only git that may hold the token) fetches the canonical URL
+into a bare mirror in the agent's directory; the workspace step clones or fetches from that
+mirror with no token. Argv is built only from policy-checked values, and every script here is a
+constant that takes those values as positional parameters: no client text is ever spliced into
+shell source.
 """
 
 from __future__ import annotations
 
+import hashlib
+import posixpath
 import re
 
 __all__ = [
-    "ASKPASS_SCRIPT",
+    "TOKEN_ENV",
     "checkout_argv",
-    "clone_argv",
+    "clone_from_mirror_argv",
     "diff_argv",
-    "fetch_argv",
+    "fetch_from_mirror_argv",
+    "mirror_argv",
+    "mirror_env",
+    "mirror_path",
     "parse_status",
     "status_argv",
-    "with_askpass",
 ]
 
+# The network step's variable that holds the token, read only by the askpass program.
 TOKEN_ENV = "MWC_GIT_TOKEN"
-# Git asks for a username, then a password; GitHub takes any username with a token password.
-# The token is read from this exec's environment: it is never in the file, an argv or a URL.
-ASKPASS_SCRIPT = f"""#!/bin/sh
-case "$1" in
-  Username*) printf '%s\\n' x-access-token ;;
-  *) printf '%s\\n' "${TOKEN_ENV}" ;;
-esac
-"""
+# The configured base (`scheme://host[:port]`) the askpass answers for, and nothing else.
+BASE_ENV = "MWC_GIT_BASE"
 _COMMIT = re.compile(r"[0-9a-fA-F]{7,40}")
 
-# $1 = askpass script; the rest is the git argv. chmod is needed because the agent writes files
-# with ordinary permissions, and git runs GIT_ASKPASS directly (never through a shell).
-_ASKPASS_RUNNER = 'chmod 700 -- "$1" && shift && exec "$@"'
+# The configuration of the network step, the only git that ever holds the token: nothing is
+# read from a system or global file (see `mirror_env`), no hook, fsmonitor or credential helper
+# runs, only https (and http for a plain-http base) is spoken, redirects are not followed, and
+# the askpass is asked for the host alone. No checkout happens here, so no LFS filter runs.
+_NETWORK_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "credential.helper=",
+    "credential.useHttpPath=false",
+    "protocol.allow=never",
+    "protocol.https.allow=always",
+    "http.followRedirects=false",
+    "transfer.credentialsInUrl=die",
+)
 
-# $1 url, $2 dest, $3 commit, $4 depth ("" for a full clone). A commit cannot be named by
-# `clone --branch`, so fetch it by id into an empty clone and detach there.
-_CLONE_COMMIT = """set -e
-if [ -n "$4" ]; then set -- "$1" "$2" "$3" "--depth=$4"; else set -- "$1" "$2" "$3"; fi
-url=$1 dest=$2 commit=$3; shift 3
-git clone --progress --no-checkout "$@" -- "$url" "$dest"
-git -C "$dest" fetch --progress "$@" origin "$commit"
-git -C "$dest" checkout --progress --detach FETCH_HEAD
+# $1 clone|fetch, $2 url, $3 mirror, $4 branch or tag ("" for none), $5 commit ("" for none),
+# $6 depth ("" for full); the rest: git's -c options. A clone starts the mirror afresh; a fetch
+# updates it (creating it when the repository was not cloned through one).
+_MIRROR = """set -e
+mode=$1 url=$2 mirror=$3 ref=$4 commit=$5 depth=$6
+shift 6
+if [ "$mode" = clone ] || [ ! -d "$mirror" ]; then
+  rm -rf -- "$mirror"
+  mkdir -p -- "${mirror%/*}"
+  if [ "$mode" = clone ]; then
+    git "$@" clone --progress --bare ${depth:+--depth=$depth --no-single-branch} \
+      ${ref:+"--branch=$ref"} -- "$url" "$mirror"
+  else
+    git "$@" init --quiet --bare "$mirror"
+  fi
+fi
+if [ "$mode" = fetch ]; then
+  git "$@" --git-dir="$mirror" fetch --progress --prune ${depth:+--depth=$depth} -- "$url" \
+    '+refs/heads/*:refs/heads/*' '+refs/tags/*:refs/tags/*'
+fi
+if [ -n "$commit" ]; then
+  git "$@" --git-dir="$mirror" fetch --progress ${depth:+--depth=$depth} -- "$url" \
+    "+$commit:refs/mwc/commit"
+fi
+"""
+
+# $1 mirror URL (file://), $2 dest, $3 branch or tag, $4 commit, $5 depth, $6 origin URL,
+# $7 mirror path. No token and no network: the clone reads the agent's mirror, and `origin`
+# becomes the canonical URL. LFS objects are not fetched (GIT_LFS_SKIP_SMUDGE).
+_CLONE_FROM_MIRROR = """set -e
+src=$1 dest=$2 ref=$3 commit=$4 depth=$5 origin=$6 mirror=$7
+# The mirror belongs to the agent's git uid: upload-pack is told it is safe. Git clears `-c`
+# options (GIT_CONFIG_PARAMETERS) for a local transport's upload-pack, hence its own command.
+up="git -c safe.directory=$mirror upload-pack"
+if [ -n "$commit" ]; then
+  git -c safe.directory="$mirror" clone --progress --no-checkout ${depth:+--depth=$depth} \
+    --upload-pack="$up" -- "$src" "$dest"
+  git -c safe.directory="$mirror" -C "$dest" fetch --progress ${depth:+--depth=$depth} \
+    --upload-pack="$up" -- "$src" refs/mwc/commit
+  git -C "$dest" checkout --progress --detach FETCH_HEAD
+else
+  git -c safe.directory="$mirror" clone --progress ${depth:+--depth=$depth} \
+    --upload-pack="$up" ${ref:+"--branch=$ref"} -- "$src" "$dest"
+fi
+git -C "$dest" remote set-url origin "$origin"
+"""
+
+# $1 mirror URL, $2 dest, $3 branch or tag, $4 commit, $5 depth, $6 mirror path. The named ref
+# (if any) becomes FETCH_HEAD; every branch updates `origin/*`, as a fetch from origin would.
+_FETCH_FROM_MIRROR = """set -e
+src=$1 dest=$2 ref=$3 commit=$4 depth=$5 mirror=$6
+set --
+if [ -n "$commit" ]; then set -- refs/mwc/commit; elif [ -n "$ref" ]; then set -- "$ref"; fi
+up="git -c safe.directory=$mirror upload-pack"
+git -c safe.directory="$mirror" -C "$dest" fetch --progress ${depth:+--depth=$depth} \
+  --upload-pack="$up" -- "$src" "$@" '+refs/heads/*:refs/remotes/origin/*' \
+  '+refs/tags/*:refs/tags/*'
 """
 
 # $1 repo dir, $2 "stat" or "patch", $3 "cached" or "worktree". For the working tree, untracked
@@ -69,25 +132,108 @@ def is_commit(ref: str) -> bool:
     return bool(_COMMIT.fullmatch(ref))
 
 
-def clone_argv(url: str, dest_rel: str, ref: str | None, depth: int | None) -> list[str]:
-    if ref is not None and is_commit(ref):
-        return ["sh", "-c", _CLONE_COMMIT, "sh", url, _dir(dest_rel), ref, str(depth or "")]
-    argv = ["git", "clone", "--progress"]
-    if depth is not None:
-        argv.append(f"--depth={depth}")
-    if ref is not None:
-        argv.append(f"--branch={ref}")
-    return [*argv, "--", url, _dir(dest_rel)]
+def base_origin(base: str) -> str:
+    """`scheme://host[:port]` of a canonical base URL: what git's prompts name."""
+    scheme, _, rest = base.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
-def fetch_argv(dest_rel: str, ref: str | None, depth: int | None) -> list[str]:
-    argv = ["git", "-C", _dir(dest_rel), "fetch", "--progress"]
-    if depth is not None:
-        argv.append(f"--depth={depth}")
-    argv.append("origin")
-    if ref is not None:
-        argv.append(ref)
-    return argv
+def mirror_path(agent_dir: str, destination: str) -> str:
+    """The agent's bare mirror for the repository at `destination` (an absolute path)."""
+    key = hashlib.sha256(destination.encode()).hexdigest()[:32]
+    return posixpath.join(agent_dir, "git", f"{key}.git")
+
+
+def _split_ref(ref: str | None) -> tuple[str, str]:
+    if ref is None:
+        return "", ""
+    return ("", ref) if is_commit(ref) else (ref, "")
+
+
+def mirror_argv(
+    mode: str, url: str, mirror: str, ref: str | None, depth: int | None, base: str
+) -> list[str]:
+    """The network step (an agent-identity step): `url` into the agent's mirror."""
+    branch, commit = _split_ref(ref)
+    config = list(_NETWORK_CONFIG)
+    if base.startswith("http://"):
+        config.append("protocol.http.allow=always")  # a local or test server only
+    options = [part for item in config for part in ("-c", item)]
+    return [
+        "sh",
+        "-c",
+        _MIRROR,
+        "sh",
+        mode,
+        url,
+        mirror,
+        branch,
+        commit,
+        str(depth or ""),
+        *options,
+    ]
+
+
+def mirror_env(base: str, askpass: str | None) -> dict[str, str]:
+    """The network step's whole environment beyond the agent's fixed base: no configuration
+    file, no prompt, and the askpass (when a token is given) for the base's host only."""
+    env = {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_LFS_SKIP_SMUDGE": "1",
+        BASE_ENV: base_origin(base),
+    }
+    if askpass is not None:
+        env["GIT_ASKPASS"] = askpass
+    return env
+
+
+def clone_from_mirror_argv(
+    mirror: str, dest_rel: str, ref: str | None, depth: int | None, origin_url: str
+) -> list[str]:
+    """The workspace step of a clone: from the mirror, no token, `origin` set canonical."""
+    branch, commit = _split_ref(ref)
+    src = f"file://{mirror}"
+    depth_text = str(depth or "")
+    dest = _dir(dest_rel)
+    return [
+        "sh",
+        "-c",
+        _CLONE_FROM_MIRROR,
+        "sh",
+        src,
+        dest,
+        branch,
+        commit,
+        depth_text,
+        origin_url,
+        mirror,
+    ]
+
+
+def fetch_from_mirror_argv(
+    mirror: str, dest_rel: str, ref: str | None, depth: int | None
+) -> list[str]:
+    """The workspace step of a fetch: from the mirror into `origin/*` (and FETCH_HEAD)."""
+    branch, commit = _split_ref(ref)
+    src = f"file://{mirror}"
+    return [
+        "sh",
+        "-c",
+        _FETCH_FROM_MIRROR,
+        "sh",
+        src,
+        _dir(dest_rel),
+        branch,
+        commit,
+        str(depth or ""),
+        mirror,
+    ]
+
+
+# Step 2 never needs a token; LFS smudge stays off so a checkout never reaches for LFS objects.
+WORKSPACE_STEP_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
 
 
 def checkout_argv(dest_rel: str, ref: str, create_branch: bool) -> list[str]:
@@ -95,10 +241,6 @@ def checkout_argv(dest_rel: str, ref: str, create_branch: bool) -> list[str]:
     if create_branch:
         return ["git", "-C", _dir(dest_rel), "checkout", "--progress", "-b", ref, "--"]
     return ["git", "-C", _dir(dest_rel), "checkout", "--progress", ref, "--"]
-
-
-def with_askpass(argv: list[str], askpass_path: str) -> list[str]:
-    return ["sh", "-c", _ASKPASS_RUNNER, "sh", askpass_path, *argv]
 
 
 def status_argv(dest_rel: str) -> list[str]:

@@ -1,15 +1,16 @@
 """Handlers of git: clone, fetch and checkout as realtime execs of real git (progress in the
 events), status and diff run to completion; repo tags recorded only after success.
 
-A GitHub token reaches git only through a GIT_ASKPASS script that reads it from the one exec's
-environment, put there by the gateway (local driver) or by the agent from the workspace's private
-environment (Modal); either way the agent redacts it from every event.
+A clone or fetch is one exec of two steps (`gitcmd`): the network step runs as the agent, with
+a fixed environment and configuration the workspace does not control, fetching the canonical
+URL on the configured GitHub base into a mirror in the agent's own directory; only this step
+may hold the GitHub token, which reaches git through the package's askpass program, for the
+base's host alone. The workspace step then clones or fetches from the mirror, with no token.
 """
 
 from __future__ import annotations
 
 import logging
-import posixpath
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from .models import (
 )
 from .models import relative as rel
 from .ops_execs import exec_args, run_to_end
-from .repo_pending import GATEWAY_DIR, pending_path, record_pending, remove_quietly, settle
+from .repo_pending import pending_path, record_pending, remove_quietly, settle
 from .results import RepoDiff, RepoOperation, RepoStatus
 
 if TYPE_CHECKING:
@@ -36,47 +37,73 @@ log = logging.getLogger("modal_workspace_core.repo")
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 
 
-async def _start_git(
+async def _agent_paths(svc: Service, ws: str) -> tuple[str, str]:
+    """The agent's own directory (where mirrors live) and its askpass program."""
+    info, _ = await svc.request(ws, "ping", {})
+    agent_dir, askpass = info.get("agent_dir"), info.get("askpass")
+    if not isinstance(agent_dir, str) or not isinstance(askpass, str):
+        raise UpstreamError(
+            "this workspace's agent is older than the gateway and cannot run git operations: "
+            "terminate the workspace and create a new one"
+        )
+    return agent_dir, askpass
+
+
+async def _start(
+    svc: Service, record: WorkspaceRecord, args: dict[str, Any], tags: dict[str, str]
+) -> str:
+    """Starts the exec of `args` and records `tags` in the background once it succeeds
+    (`repo_pending`: a restarted gateway finishes what this one could not)."""
+    ws = record.workspace_id
+    exec_id = str(args["exec_id"])
+    try:
+        await record_pending(svc, ws, exec_id, tags, None)
+        await svc.request(ws, "exec.start", args)
+    except WorkspaceError:
+        await remove_quietly(svc, ws, pending_path(exec_id))
+        raise
+    svc.spawn(settle(svc, ws, exec_id, tags, None))
+    return exec_id
+
+
+async def _start_network_git(
     svc: Service,
     record: WorkspaceRecord,
-    argv: list[str],
     *,
+    mode: str,
+    url: str,
+    mirror: str,
+    askpass: str,
+    ref: str | None,
+    depth: int | None,
+    workspace_argv: list[str],
     use_token: bool,
     tags: dict[str, str],
 ) -> str:
-    """Starts `argv` as a realtime exec and records `tags` in the background once it succeeds
-    (`repo_pending`: a restarted gateway finishes what this one could not)."""
-    ws = record.workspace_id
-    exec_id = policy.new_id("ex")
-    env = dict(_GIT_ENV)
+    """The two-step exec of a clone or fetch (see the module's docstring)."""
+    base = svc.settings.github_url
+    env = gitcmd.mirror_env(base, askpass if use_token else None)
     secrets: list[str] = []
-    askpass: str | None = None
-    secret_env: dict[str, str] = {}
     if use_token:
-        # The driver says how the token reaches this exec: as a value the gateway holds, or
-        # copied by the agent from the workspace's own (private) environment.
+        # The token travels in this one request, as the network step's variable; the agent
+        # redacts it (and its encodings) from everything it records.
         token = svc.github_token(gitcmd.TOKEN_ENV)
-        askpass = f"{GATEWAY_DIR}/askpass-{exec_id}"
-        args = {"path": askpass, "create_parents": True}
-        await svc.request(ws, "file.write", args, gitcmd.ASKPASS_SCRIPT.encode())
-        argv = gitcmd.with_askpass(argv, posixpath.join(record.root, askpass))
-        env["GIT_ASKPASS"] = posixpath.join(record.root, askpass)
         env.update(token.env)
         secrets += token.redact
-        secret_env = token.agent_env
-    args = exec_args(record, exec_id, argv=argv, env=env, secrets=secrets)
-    if secret_env:
-        args["secret_env"] = secret_env
-    try:
-        await record_pending(svc, ws, exec_id, tags, askpass)
-        await svc.request(ws, "exec.start", args)
-    except WorkspaceError:
-        if askpass:
-            await remove_quietly(svc, ws, askpass)
-        await remove_quietly(svc, ws, pending_path(exec_id))
-        raise
-    svc.spawn(settle(svc, ws, exec_id, tags, askpass))
-    return exec_id
+    network = {
+        "identity": "agent",
+        "argv": gitcmd.mirror_argv(mode, url, mirror, ref, depth, base),
+        "env": env,
+    }
+    workspace = {
+        "argv": workspace_argv,
+        "env": dict(gitcmd.WORKSPACE_STEP_ENV),
+        "workdir": record.root,
+    }
+    args: dict[str, Any] = {"exec_id": policy.new_id("ex"), "steps": [network, workspace]}
+    if secrets:
+        args["secrets"] = secrets  # values to redact; they travel only in this request
+    return await _start(svc, record, args, tags)
 
 
 def _operation(exec_id: str, operation: str, dest: str, **extra: Any) -> RepoOperation:
@@ -100,19 +127,77 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
             field="destination",
         )
     record = await svc.record(inp.workspace_id)
-    argv = gitcmd.clone_argv(repo.url, rel(dest), inp.ref, inp.depth)
+    agent_dir, askpass = await _agent_paths(svc, record.workspace_id)
+    url = repo.url_on(svc.settings.github_url)
+    mirror = gitcmd.mirror_path(agent_dir, dest)
     tags = {"repo-url": repo.url, "repo-path": dest}
     if inp.ref:
         tags["repo-ref"] = inp.ref
-    exec_id = await _start_git(svc, record, argv, use_token=inp.use_github_token, tags=tags)
+    exec_id = await _start_network_git(
+        svc,
+        record,
+        mode="clone",
+        url=url,
+        mirror=mirror,
+        askpass=askpass,
+        ref=inp.ref,
+        depth=inp.depth,
+        workspace_argv=gitcmd.clone_from_mirror_argv(mirror, rel(dest), inp.ref, inp.depth, url),
+        use_token=inp.use_github_token,
+        tags=tags,
+    )
     return _operation(exec_id, "clone", dest, repository=repo.url, ref=inp.ref)
+
+
+async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
+    """The canonical URL to fetch `dest` from: the gateway's own record of the clone when it
+    made it, else the repository's `origin`, read as untrusted input and held to the policy
+    (so a rewritten origin can name only another repository on the configured base)."""
+    base = svc.settings.github_url
+    if record.tags.get("repo-path") == dest and record.tags.get("repo-url"):
+        return policy.github_repo(record.tags["repo-url"]).url_on(base)
+    done = await run_to_end(
+        svc,
+        record,
+        argv=["git", "-C", f"./{rel(dest)}", "config", "--get", "remote.origin.url"],
+        env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
+        timeout_seconds=60,
+        cap=4096,
+        head_only=True,
+    )
+    if done.status.get("returncode") != 0:
+        raise _git_failure(done.stderr.text() or "no remote 'origin'", dest)
+    origin = done.stdout.head.decode(errors="replace").strip()
+    if origin.startswith(f"{base}/"):
+        origin = origin[len(base) + 1 :]
+    try:
+        return policy.github_repo(origin).url_on(base)
+    except policy.PolicyError as exc:
+        raise InvalidArgumentError(
+            f"destination: its origin is not a GitHub repository ({exc})", field="destination"
+        ) from None
 
 
 async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
-    argv = gitcmd.fetch_argv(rel(inp.destination), inp.ref, inp.depth)
+    dest = inp.destination
+    agent_dir, askpass = await _agent_paths(svc, record.workspace_id)
+    url = await _fetch_url(svc, record, dest)
+    mirror = gitcmd.mirror_path(agent_dir, dest)
     tags = {"repo-fetched-at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    exec_id = await _start_git(svc, record, argv, use_token=inp.use_github_token, tags=tags)
+    exec_id = await _start_network_git(
+        svc,
+        record,
+        mode="fetch",
+        url=url,
+        mirror=mirror,
+        askpass=askpass,
+        ref=inp.ref,
+        depth=inp.depth,
+        workspace_argv=gitcmd.fetch_from_mirror_argv(mirror, rel(dest), inp.ref, inp.depth),
+        use_token=inp.use_github_token,
+        tags=tags,
+    )
     return _operation(exec_id, "fetch", inp.destination, ref=inp.ref)
 
 
@@ -120,7 +205,8 @@ async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
     argv = gitcmd.checkout_argv(rel(inp.destination), inp.ref, inp.create_branch)
     tags = {"repo-ref": inp.ref} if record.tags.get("repo-path") == inp.destination else {}
-    exec_id = await _start_git(svc, record, argv, use_token=False, tags=tags)
+    args = exec_args(record, policy.new_id("ex"), argv=argv, env=dict(gitcmd.WORKSPACE_STEP_ENV))
+    exec_id = await _start(svc, record, args, tags)
     return _operation(exec_id, "checkout", inp.destination, ref=inp.ref)
 
 

@@ -21,6 +21,7 @@ from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets,
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     TimeoutError_,
     UpstreamError,
     WorkspaceError,
@@ -195,8 +196,7 @@ class Service:
         except TimeoutError:
             revived = await self._revive(workspace_id)
             then = (
-                "it was stopped and has been restarted (its running commands were lost): "
-                "try again"
+                "it was stopped and has been restarted (its running commands were lost): try again"
                 if revived
                 else "the workspace may be overloaded: try again later"
             )
@@ -251,7 +251,18 @@ class Service:
         """Allowlisted secrets for a new workspace, as its driver hands them over; a name
         outside the allowlist is refused (403) before the driver is called."""
         for i, name in enumerate(names):
-            self._check_secret(name, f"secret_names[{i}]")
+            field = f"secret_names[{i}]"
+            self._check_secret(name, field)
+            if name == self.settings.github_secret and not (
+                self.settings.allow_github_secret_in_workspaces
+            ):
+                # Every command (and every repository's code) would hold the token.
+                raise PermissionDeniedError(
+                    f"{field}: {name!r} is the GitHub secret, which reaches git only through "
+                    "use_github_token; a workspace may hold it only if the operator sets "
+                    "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES=1",
+                    field=field,
+                )
         return self.secrets.for_workspace(names)
 
     def github_token(self, as_env: str) -> ExecSecret:

@@ -9,6 +9,7 @@ const USAGE: &str = "\
 usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
                         [--max-ended-execs N] [--redact-env NAME,...] [--config -]
+                        [--agent-dir DIR] [--askpass PATH]
        mwc-agent connect --socket PATH
        mwc-agent --help
 
@@ -23,6 +24,10 @@ daemon   supervise the workspace's processes, files and watches, keep durable ex
          values are redacted from every exec's events and records, like an exec's own secrets.
          --config - reads the launcher's JSON from stdin: the execs' environment (instead of
          the daemon's own), the user commands run as, and their resource limits.
+         --agent-dir (default STATE-DIR/agent), outside --root, is the HOME and working
+         directory of the agent-identity steps of exec.start, which get a fixed environment
+         and none of the workspace's; git mirrors are kept there. --askpass names the
+         GIT_ASKPASS program of those steps (read-only to the workspace); ping reports both.
 connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
          exits 0 when the daemon closes the connection.
 ";
@@ -117,6 +122,8 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
         "--max-ended-execs",
         "--redact-env",
         "--config",
+        "--agent-dir",
+        "--askpass",
     ];
     let Some(opts) = options(args, &known)? else {
         return Ok(None);
@@ -153,6 +160,12 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
             return Err("--config takes '-' (read the launch configuration from stdin)".into());
         }
         config.config_stdin = true;
+    }
+    if let Some(v) = get("--askpass") {
+        config.askpass = Some(PathBuf::from(v));
+    }
+    if let Some(v) = get("--agent-dir") {
+        config.agent_dir = Some(PathBuf::from(v));
     }
     if let Some(v) = get("--redact-env") {
         config.redact_env = v

@@ -40,6 +40,11 @@ impl PyGitHubRepo {
         self.0.url()
     }
 
+    /// `BASE/OWNER/REPO.git` on a base URL that `github_base` accepts.
+    fn url_on(&self, base: &Bound<'_, PyString>) -> PyResult<String> {
+        self.0.url_on(text(base)?).map_err(policy_error)
+    }
+
     fn __repr__(&self) -> String {
         // Both parts are policy-checked ASCII without quotes, so no escaping is needed.
         format!(
@@ -65,6 +70,12 @@ fn text<'a>(value: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
 fn github_repo(text: &Bound<'_, PyString>) -> PyResult<PyGitHubRepo> {
     let repo = policy::github_repo(self::text(text)?).map_err(policy_error)?;
     Ok(PyGitHubRepo(repo))
+}
+
+/// Checks the operator's GitHub base URL and returns it canonical.
+#[pyfunction]
+fn github_base(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::github_base(self::text(text)?).map_err(policy_error)
 }
 
 /// Checks a branch, tag or commit name and returns it unchanged.
@@ -170,6 +181,7 @@ fn name_allowlist(text: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
+    m.add_function(wrap_pyfunction!(github_base, m)?)?;
     m.add_function(wrap_pyfunction!(git_ref, m)?)?;
     m.add_function(wrap_pyfunction!(workspace_path, m)?)?;
     m.add_function(wrap_pyfunction!(new_id, m)?)?;

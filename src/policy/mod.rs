@@ -17,7 +17,7 @@ pub use git_ref::{git_ref, MAX_REF_BYTES};
 pub use id::{check_id, new_id, IdKind};
 pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAME_CHARS};
 pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
-pub use repo::{github_repo, GitHubRepo, MAX_REPO_INPUT_CHARS};
+pub use repo::{github_base, github_repo, GitHubRepo, MAX_BASE_URL_CHARS, MAX_REPO_INPUT_CHARS};
 pub use tags::{
     caller_tags, idempotency_key, is_managed_tag, stored_tag, tag_key, IDEMPOTENCY_TAG,
     MANAGED_TAGS, MANAGED_TAG_PREFIXES, MAX_IDEMPOTENCY_KEY_CHARS, MAX_TAGS, MAX_TAG_KEY_CHARS,

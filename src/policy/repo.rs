@@ -26,10 +26,118 @@ impl GitHubRepo {
         format!("{}/{}", self.owner, self.name)
     }
 
-    /// `https://github.com/OWNER/REPO.git`: the only URL git is ever given.
+    /// `https://github.com/OWNER/REPO.git`: the repository's identity (recorded in tags).
     pub fn url(&self) -> String {
         format!("https://{HOST}/{}/{}.git", self.owner, self.name)
     }
+
+    /// `BASE/OWNER/REPO.git` on a base that [`github_base`] accepted: the only URL git is given
+    /// (`https://github.com` in production; a GitHub Enterprise or test server otherwise).
+    pub fn url_on(&self, base: &str) -> Result<String, PolicyError> {
+        let base = github_base(base)?;
+        Ok(format!("{base}/{}/{}.git", self.owner, self.name))
+    }
+}
+
+/// Inputs longer than this are refused as a base URL.
+pub const MAX_BASE_URL_CHARS: usize = 200;
+
+/// Checks the operator's GitHub base URL (`MODAL_WORKSPACE_GITHUB_URL`, and the API one) and
+/// returns it canonical: `http(s)://HOST[:PORT][/PATH]`, scheme and host lowercased, no trailing
+/// slash. Refused: other schemes, userinfo (never echoed), query, fragment, percent-escapes,
+/// whitespace, control characters, backslashes, `.`/`..` segments, and empty hosts.
+pub fn github_base(text: &str) -> Result<String, PolicyError> {
+    const ACCEPTED_BASE: &str = "use http(s)://HOST[:PORT][/PATH], e.g. https://github.com";
+    let bad =
+        |rule: &'static str, what: &str| reject(rule, &format!("{what}; {ACCEPTED_BASE}"), text);
+    if text.chars().count() > MAX_BASE_URL_CHARS {
+        return Err(bad(
+            "base.too-long",
+            "a base URL must be at most 200 characters",
+        ));
+    }
+    if text
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '\\' | '%' | '?' | '#'))
+    {
+        return Err(bad(
+            "base.character",
+            "a base URL must not contain whitespace, control characters, '\\', '%', '?' or '#'",
+        ));
+    }
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return Err(bad(
+            "base.scheme",
+            "a base URL must start with https:// or http://",
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "https" && scheme != "http" {
+        return Err(bad(
+            "base.scheme",
+            "a base URL must start with https:// or http://",
+        ));
+    }
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.contains('@') {
+        return Err(PolicyError::without_echo(
+            "base.userinfo",
+            format!("a base URL must not carry a user name, password or token; {ACCEPTED_BASE}"),
+        ));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        && !host.starts_with(['.', '-']);
+    if !host_ok {
+        return Err(bad(
+            "base.host",
+            "a base URL needs a host name or IPv4 address",
+        ));
+    }
+    if let Some(port) = port {
+        let valid = !port.is_empty()
+            && port.len() <= 5
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
+        if !valid {
+            return Err(bad("base.port", "a base URL's port must be 1 to 65535"));
+        }
+    }
+    let path = path.strip_suffix('/').unwrap_or(path);
+    let segments: Vec<&str> = match path {
+        "" => Vec::new(),
+        _ => path.split('/').collect(),
+    };
+    let segment_ok = |s: &&str| {
+        !s.is_empty()
+            && *s != "."
+            && *s != ".."
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'~'))
+    };
+    if !segments.iter().all(segment_ok) {
+        return Err(bad(
+            "base.path",
+            "a base URL's path may hold only letters, digits, '.', '_', '-' and '~' segments",
+        ));
+    }
+    let mut out = format!("{scheme}://{}", host.to_ascii_lowercase());
+    if let Some(port) = port {
+        out.push(':');
+        out.push_str(port);
+    }
+    for segment in segments {
+        out.push('/');
+        out.push_str(segment);
+    }
+    Ok(out)
 }
 
 /// Parses `OWNER/REPO`, `OWNER/REPO.git` or `https://github.com/OWNER/REPO` (optional `.git`, one

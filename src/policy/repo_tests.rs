@@ -218,3 +218,61 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_base_url_is_returned_canonical() {
+    let table = [
+        ("https://github.com", "https://github.com"),
+        ("https://github.com/", "https://github.com"),
+        ("HTTPS://GitHub.COM", "https://github.com"),
+        ("http://127.0.0.1:36823/", "http://127.0.0.1:36823"),
+        ("https://ghe.example.org/git", "https://ghe.example.org/git"),
+    ];
+    for (input, want) in table {
+        assert_eq!(github_base(input).as_deref(), Ok(want), "{input}");
+    }
+}
+
+#[test]
+fn a_base_url_refuses_what_git_could_misread() {
+    let table = [
+        ("", "base.scheme"),
+        ("github.com", "base.scheme"),
+        ("ssh://github.com", "base.scheme"),
+        ("file:///srv/git", "base.scheme"),
+        ("https://user:tok@github.com", "base.userinfo"),
+        ("https://github.com?x=1", "base.character"),
+        ("https://github.com#frag", "base.character"),
+        ("https://github.com/%2e%2e", "base.character"),
+        ("https://github.com /x", "base.character"),
+        ("https://", "base.host"),
+        ("https://:80", "base.host"),
+        ("https://-evil.com", "base.host"),
+        ("https://github.com:0", "base.port"),
+        ("https://github.com:99999", "base.port"),
+        ("https://github.com:", "base.port"),
+        ("https://github.com/a/../b", "base.path"),
+        ("https://github.com//x", "base.path"),
+    ];
+    for (input, rule) in table {
+        let err = github_base(input).expect_err(input);
+        assert_eq!(err.rule, rule, "{input}");
+    }
+    let err = github_base("https://ghp_secret@github.com").unwrap_err();
+    assert!(!err.to_string().contains("ghp_secret"));
+}
+
+#[test]
+fn a_repository_url_is_rebuilt_onto_the_base() {
+    let hello = repo("octo", "hello");
+    assert_eq!(
+        hello.url_on("https://github.com/").as_deref(),
+        Ok("https://github.com/octo/hello.git")
+    );
+    assert_eq!(hello.url_on("https://github.com").ok(), Some(hello.url()));
+    assert_eq!(
+        hello.url_on("http://127.0.0.1:8080").as_deref(),
+        Ok("http://127.0.0.1:8080/octo/hello.git")
+    );
+    assert!(hello.url_on("ftp://x").is_err());
+}

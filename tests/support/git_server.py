@@ -1,8 +1,9 @@
 """A git smart-HTTP server for tests: bare repositories on 127.0.0.1 behind HTTP basic auth.
 
-Runs the real `git http-backend` as a CGI, records every Authorization header it is sent (so a
-test can prove a token reached it), and maps `https://github.com/` to itself through git's own
-`url.<base>.insteadOf`, so code under test keeps its strict GitHub URL policy.
+Runs the real `git http-backend` as a CGI and records every Authorization header it is sent (so a
+test can prove a token reached it, or did not). The gateway reaches it as GitHub through its own
+setting (`gateway_env`: `MODAL_WORKSPACE_GITHUB_URL`), never through a workspace's git
+configuration, so code under test keeps its strict GitHub URL policy.
 """
 
 from __future__ import annotations
@@ -90,6 +91,20 @@ class GitServer:
     def repo_url(self, slug: str) -> str:
         return f"{self.base_url}{slug}.git"
 
+    @property
+    def port(self) -> int:
+        return int(self.base_url.rstrip("/").rsplit(":", 1)[1])
+
+    @property
+    def gateway_env(self) -> dict[str, str]:
+        """The gateway settings that make this server its GitHub: git's base URL, and the host
+        port a workspace must be allowed to reach on 127.0.0.1 (its network namespace blocks the
+        host's loopback otherwise)."""
+        return {
+            "MODAL_WORKSPACE_GITHUB_URL": self.base_url,
+            "MODAL_WORKSPACE_HOST_PORTS": str(self.port),
+        }
+
     def create_repo(self, slug: str, commits: Mapping[str, Mapping[str, str]]) -> Path:
         """A bare repository `slug` (`OWNER/NAME`) whose branches hold the given files.
 
@@ -117,24 +132,6 @@ class GitServer:
     def _record(self, seen: SeenRequest) -> None:
         with self._lock:
             self.requests.append(seen)
-
-
-def insteadof_config(base_url: str, *, username: str | None = None) -> str:
-    """A git configuration that sends every `https://github.com/` URL to `base_url`.
-
-    Put it in the workspace's git configuration (its `$HOME/.gitconfig`, or a file named by
-    `GIT_CONFIG_GLOBAL`). With `username`, git asks its askpass only for the password.
-    """
-    text = f'[url "{base_url}"]\n\tinsteadOf = https://github.com/\n'
-    if username is not None:
-        text += f"[credential]\n\tusername = {username}\n"
-    return text
-
-
-def write_insteadof_config(path: Path, base_url: str, *, username: str | None = None) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(insteadof_config(base_url, username=username))
-    return path
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -313,8 +310,8 @@ def git_server(
     tmp_path_factory: pytest.TempPathFactory, hello_repo_template: Path
 ) -> Iterator[GitServer]:
     """A running git server holding `octo/hello` (branches `main`, `feature`, `release/1.0`);
-    its `base_url` is what `https://github.com/` is mapped to, `username`/`token` the only
-    credentials it accepts."""
+    its `gateway_env` makes it the gateway's GitHub, `username`/`token` the only credentials it
+    accepts."""
     token = "ghp_" + binascii.hexlify(os.urandom(16)).decode()
     root = tmp_path_factory.mktemp("git-server") / "repos"
     shutil.copytree(hello_repo_template, root, symlinks=True)

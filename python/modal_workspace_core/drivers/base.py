@@ -53,9 +53,6 @@ class WorkspaceSpec(BaseModel):
     # Secrets the provider holds and puts into the workspace by name (never through the gateway):
     # their variables are every command's ...
     secret_names: list[str] = []
-    # ... or, for these, withheld from commands: name -> variables an exec gets only through
-    # the agent's `secret_env` (the GitHub token `use_github_token` hands to git).
-    private_secrets: dict[str, list[str]] = {}
     # Of the secrets above, name -> the variables the operator's allowlist says it holds: the
     # provider checks they are there, and the agent redacts their values from all output.
     secret_keys: dict[str, list[str]] = {}
@@ -66,19 +63,16 @@ class WorkspaceSecrets(BaseModel):
 
     secret_env: dict[str, str] = {}
     secret_names: list[str] = []
-    private_secrets: dict[str, list[str]] = {}
     secret_keys: dict[str, list[str]] = {}
 
 
 class ExecSecret(BaseModel):
-    """How one exec receives one secret variable: either the gateway holds the value (`env`,
-    and `redact` lists it for the agent's redaction), or the workspace does and the agent copies
-    it from its own environment (`agent_env`: exec variable -> the agent's variable; the agent
-    redacts it itself). Either way it is never in an argv, a URL, a file or an event."""
+    """How one exec step receives one secret variable: the gateway holds the value (`env`, and
+    `redact` lists it for the agent's redaction). It is never in an argv, a URL, a file or an
+    event."""
 
     env: dict[str, str] = {}
     redact: list[str] = []
-    agent_env: dict[str, str] = {}
 
 
 class SecretSource(Protocol):

@@ -397,6 +397,11 @@ class LocalDriver:
                 "uid": sandbox_launch.COMMAND_ID,
                 "gid": sandbox_launch.COMMAND_ID,
             }
+            # The agent's own steps (git holding the token) as a uid the commands are not.
+            launch_config["agent_user"] = {
+                "uid": sandbox_launch.AGENT_GIT_ID,
+                "gid": sandbox_launch.AGENT_GIT_ID,
+            }
         host_env = {
             "PATH": _HOST_PATH,
             "LANG": "C.UTF-8",

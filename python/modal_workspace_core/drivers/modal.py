@@ -31,7 +31,6 @@ from ..policy import WORKSPACE_TAGS, check_id, stored_tag
 from .base import WorkspaceRecord, WorkspaceSpec
 from .modal_channel import ChannelClient, ExecChannel
 from .modal_config import (
-    PRIVATE_ENV,
     SECRETS_SETTING,
     WORKSPACE_ROOT,
     ModalSecrets,
@@ -154,7 +153,12 @@ class ModalDriver:
                 ", ".join(unlisted),
                 SECRETS_SETTING,
             )
-        return ModalSecrets(settings.allowed_secrets, settings.github_secret, settings.secret_keys)
+        return ModalSecrets(
+            settings.allowed_secrets,
+            settings.github_secret,
+            settings.secret_keys,
+            github_token=settings.github_token,
+        )
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -216,14 +220,10 @@ class ModalDriver:
         }
         tags = {**_caller_tags(spec.tags, managed), **managed}
         # Secrets by name: Modal puts their values into the sandbox, the gateway never sees them.
-        names = [*options.secret_names, *spec.secret_names, *spec.private_secrets]
-        names = list(dict.fromkeys(names))
+        names = list(dict.fromkeys([*options.secret_names, *spec.secret_names]))
         keys = {**self.settings.secret_keys, **spec.secret_keys}
-        private = sorted({key for listed in spec.private_secrets.values() for key in listed})
-        if private:
-            env[PRIVATE_ENV] = ",".join(private)  # last: a caller's env cannot unset it
         # The variables whose values the agent redacts from every exec: names, never values.
-        redact = redacted_env(names, keys, spec.private_secrets, spec.secret_env)
+        redact = redacted_env(names, keys, spec.secret_env)
         async with _modal_errors(workspace_id), _missing_objects():
             app = await self._sandbox_app()
             # With `required_keys`, Modal refuses a secret that lacks a listed variable, so a

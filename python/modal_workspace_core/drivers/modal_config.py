@@ -16,7 +16,6 @@ from ..policy import allowed, env_name, name_allowlist, secret_allowlist, worksp
 from .base import ExecSecret, WorkspaceSecrets
 
 __all__ = [
-    "PRIVATE_ENV",
     "ModalSecrets",
     "ModalSettings",
     "SandboxOptions",
@@ -28,7 +27,6 @@ WORKSPACE_ROOT = "/workspace"
 SECRETS_SETTING = "MODAL_WORKSPACE_ALLOWED_SECRETS"
 VOLUMES_SETTING = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
 # The agent withholds the variables named here from every exec (see docs/protocol.md).
-PRIVATE_ENV = "MWC_PRIVATE_ENV"
 # The predecessor's defaults: (request, limit).
 DEFAULT_CPU = (2.0, 4.0)
 DEFAULT_MEMORY_MIB = (4096, 8192)
@@ -288,10 +286,10 @@ class ModalSecrets:
     Modal to check the secret holds them and the agent redacts their values from every exec's
     output; the values of a secret listed without variables reach commands unredacted.
 
-    The GitHub secret (when allowlisted) is put on every sandbox, but private: the agent withholds
-    its `GH_TOKEN` from commands and copies it into the one git exec that `use_github_token` runs
-    (its GIT_ASKPASS script reads it), redacting it from that exec's output. A workspace that
-    names the GitHub secret in `secret_names` gets it as an ordinary variable instead.
+    The GitHub secret is never attached to a sandbox (unless the operator lets workspaces name
+    it in `secret_names`): it is attached to the gateway (`modal_app.py`), whose `GH_TOKEN`
+    the settings hold, and the token crosses the channel only in the network step of the one
+    git exec that `use_github_token` runs.
     """
 
     def __init__(
@@ -299,37 +297,34 @@ class ModalSecrets:
         allowed_secrets: tuple[str, ...],
         github_secret: str,
         secret_keys: Mapping[str, tuple[str, ...]] | None = None,
+        github_token: str | None = None,
     ) -> None:
         self.allowed_secrets = allowed_secrets
         self.github_secret = github_secret
         self.secret_keys = dict(secret_keys or {})
+        self._github_token = github_token
 
     def for_workspace(self, names: Sequence[str]) -> WorkspaceSecrets:
-        private: dict[str, list[str]] = {}
-        github = self.github_secret
-        if github and github in self.allowed_secrets and github not in names:
-            private[github] = ["GH_TOKEN"]
-        attached = list(dict.fromkeys([*names, *private]))
-        keys = {name: list(self.secret_keys[name]) for name in attached if name in self.secret_keys}
-        return WorkspaceSecrets(
-            secret_names=list(dict.fromkeys(names)), private_secrets=private, secret_keys=keys
-        )
+        keys = {name: list(self.secret_keys[name]) for name in names if name in self.secret_keys}
+        return WorkspaceSecrets(secret_names=list(dict.fromkeys(names)), secret_keys=keys)
 
     def for_exec(self, secret: str, key: str, as_env: str) -> ExecSecret:
-        # The sandbox has `key` from the Modal secret (private or not); the agent looks it up.
-        return ExecSecret(agent_env={as_env: key})
+        if secret != self.github_secret or key != "GH_TOKEN" or not self._github_token:
+            raise PermissionDeniedError(
+                f"use_github_token: the gateway holds no {key} of the secret {secret!r}: attach "
+                "that Modal Secret to the gateway (modal_app.py does when it is allowlisted)",
+                field="use_github_token",
+            )
+        return ExecSecret(env={as_env: self._github_token}, redact=[self._github_token])
 
 
 def redacted_env(
     names: Sequence[str],
     secret_keys: Mapping[str, Sequence[str]],
-    private_secrets: Mapping[str, Sequence[str]],
     secret_env: Mapping[str, str],
 ) -> list[str]:
     """The variables of a sandbox's environment whose values the agent redacts from every exec:
-    those listed for its named secrets, the private ones (withheld from commands, and redacted
-    too in case a command reads them from the agent's environment), and those of `secret_env`."""
+    those listed for its named secrets, and those of `secret_env`."""
     out = {key for name in names for key in secret_keys.get(name, ())}
-    out.update(key for keys in private_secrets.values() for key in keys)
     out.update(secret_env)
     return sorted(out)

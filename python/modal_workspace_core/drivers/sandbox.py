@@ -108,12 +108,13 @@ def bwrap_argv(
     if layout.mapped_ids:
         assert fds is not None and fds.userns_block is not None
         # The agent is root of its user namespace with only the capabilities it needs to run
-        # commands as their own uid (setuid, setgid), to signal them (kill) and to watch
-        # directories they made private (dac_read_search); commands get none.
+        # commands as their own uid (setuid, setgid), to signal them (kill), to watch
+        # directories they made private (dac_read_search) and to hand its git directory to its
+        # git uid (chown); commands get none.
         argv += ["--unshare-user", "--userns-block-fd", str(fds.userns_block)]
         argv += ["--uid", "0", "--gid", "0"]
         argv += ["--cap-drop", "ALL"]
-        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_READ_SEARCH"):
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_READ_SEARCH", "CAP_CHOWN"):
             argv += ["--cap-add", cap]
     else:
         # No capabilities: nothing inside may mount, trace or change owners.
@@ -137,12 +138,19 @@ def bwrap_argv(
     if layout.tmp is None:
         argv += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
     bound = [Path(p) for p in _SYSTEM_DIRS]
+    made: set[Path] = set()
     for path in _minimal_cover(readonly):
         # Never the whole filesystem, nor a hidden path itself: masking it afterwards would
         # leave nothing of the mount.
         if _covered(path, bound) or path == Path("/") or path in layout.hidden:
             continue
-        # The Python environment, read-only at its own path, so the agent runs from it.
+        # The Python environment, read-only at its own path, so the agent runs from it (and
+        # the agent's git steps reach the askpass in it): its parents are made traversable
+        # here, since bwrap would give them the modes of the host's (/root's 0700).
+        for parent in reversed(path.parents[:-1]):
+            if parent not in made and not _covered(parent, bound):
+                argv += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
         argv += ["--ro-bind", str(path), str(path)]
         bound.append(path)
     for path in layout.hidden:
@@ -154,10 +162,10 @@ def bwrap_argv(
     # connects to it (a socket made later cannot be bound by itself). With mapped ids the state
     # and socket directories belong to the agent (mode 0700), out of the commands' reach.
     # The parents of the mounts below, made here so that their modes are ours (bwrap would copy
-    # the host parent's): the home's parent readable by all, the agent's directory by the
-    # agent alone.
+    # the host parent's): the home's parent readable by all, the agent's directory traversable
+    # only (its git mirrors are reached by path; its state and socket stay the agent's).
     argv += ["--perms", "0755", "--dir", "/home", "--perms", "0755", "--dir", "/run"]
-    argv += ["--perms", "0700", "--dir", "/run/agent"]
+    argv += ["--perms", "0711", "--dir", "/run/agent"]
     argv += ["--bind", str(layout.workspace), WORKSPACE_ROOT]
     argv += ["--bind", str(layout.home), SANDBOX_HOME]
     if layout.tmp is not None:

@@ -89,6 +89,14 @@ impl<'a> Args<'a> {
         }
     }
 
+    pub(crate) fn get_array(&self, name: &str) -> Result<Option<&'a Vec<Value>>, ErrorBody> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Array(items)) => Ok(Some(items)),
+            Some(_) => Err(ErrorBody::invalid(name, format!("'{name}' must be a list"))),
+        }
+    }
+
     pub(crate) fn object(&self, name: &str) -> Result<Option<&'a Map<String, Value>>, ErrorBody> {
         match self.get(name) {
             None => Ok(None),

@@ -10,14 +10,13 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::agent_env::AgentEnv;
 use super::args::{internal, policy, Args};
 use super::exec_io::InputJob;
-use super::meta::{ExecMeta, PtyMeta};
+use super::meta::{ExecMeta, PtyMeta, StepMeta};
 use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
-use crate::agent::process::{ExecSpec, Redactor, Supervisor, DEFAULT_KILL_GRACE};
+use crate::agent::process::{ExecSpec, Identity, Redactor, Supervisor, DEFAULT_KILL_GRACE};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy;
 
@@ -27,13 +26,17 @@ pub(super) struct Entry {
     pub(super) input: Option<mpsc::UnboundedSender<InputJob>>,
 }
 
+/// The most steps one exec may have.
+const MAX_STEPS: usize = 8;
+
 pub(crate) struct ExecRegistry {
     dir: PathBuf,
     root: String,
     supervisor: Supervisor,
     config: LogConfig,
     budget: Arc<LogBudget>,
-    agent_env: AgentEnv,
+    /// The working directory (and HOME) of agent-identity steps: outside the workspace.
+    agent_home: PathBuf,
     /// Secret values every exec inherits from the daemon's environment: redacted from all.
     inherited_secrets: Vec<String>,
     pub(super) entries: Arc<Mutex<HashMap<String, Entry>>>,
@@ -63,7 +66,7 @@ impl ExecRegistry {
             supervisor,
             config,
             budget,
-            agent_env: AgentEnv::default(),
+            agent_home: PathBuf::from("/nonexistent"),
             inherited_secrets,
             entries: Arc::new(Mutex::new(HashMap::new())),
             max_ended: super::prune::DEFAULT_MAX_ENDED_EXECS,
@@ -83,9 +86,9 @@ impl ExecRegistry {
         }
     }
 
-    /// The daemon's own variables that `secret_env` may name.
-    pub(crate) fn with_agent_env(mut self, agent_env: AgentEnv) -> Self {
-        self.agent_env = agent_env;
+    /// Where agent-identity steps run (their HOME too, set by the supervisor's `agent_env`).
+    pub(crate) fn with_agent_home(mut self, home: PathBuf) -> Self {
+        self.agent_home = home;
         self
     }
 
@@ -143,6 +146,12 @@ impl ExecRegistry {
     }
 
     /// Starts an exec, or answers the existing one when `exec_id` names it already.
+    ///
+    /// Either one command (`command` or `argv`, `env`, `workdir`) or `steps`: a list of step
+    /// objects, each with `command` or `argv`, `env`, `identity` (`"workspace"`, the default, or
+    /// `"agent"`) and, for a workspace step, `workdir`; each step runs only after the previous
+    /// one exited 0, in the one event stream. `secrets`, `pty`, `timeout_seconds` and
+    /// `kill_grace_seconds` are the exec's.
     pub(crate) fn start(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
         let a = Args(args);
         let id = match a.str("exec_id")? {
@@ -152,62 +161,49 @@ impl ExecRegistry {
         if let Some(existing) = self.entries.lock().get(&id) {
             return Ok(existing.record.status());
         }
-        let mut secrets = a.strings("secrets")?.unwrap_or_default();
-        // `secret_env` maps an exec variable to one of the daemon's own (private) variables: the
-        // value never travels in the request, and is redacted like the values in `secrets`.
-        let mut from_agent = Vec::new();
-        for (name, source) in a.object("secret_env")?.into_iter().flatten() {
-            let name = policy::env_name(name).map_err(|e| policy("secret_env", e))?;
-            let Some(source) = source.as_str() else {
-                return Err(ErrorBody::invalid(
-                    "secret_env",
-                    "every 'secret_env' value must name a variable",
-                ));
-            };
-            let value = self.agent_env.secret(&name, source)?.to_owned();
-            secrets.push(value.clone());
-            from_agent.push((name, value));
+        if a.object("secret_env")?.is_some() {
+            return Err(ErrorBody::invalid(
+                "secret_env",
+                "'secret_env' is no longer served: the agent holds no secrets; send the value \
+                 in the 'env' of the one step that needs it (with its value in 'secrets')",
+            ));
         }
+        let secrets = a.strings("secrets")?.unwrap_or_default();
         let redactor = Redactor::new(secrets.iter().chain(&self.inherited_secrets));
-        let mut spec = match (a.str("command")?, a.strings("argv")?) {
-            (Some(text), None) => ExecSpec::shell(text),
-            (None, Some(argv)) if !argv.is_empty() => ExecSpec::argv(argv),
-            _ => return Err(ErrorBody::invalid(
-                "command",
-                "give exactly one of 'command' (text for bash -lc) or 'argv' (a non-empty list)",
-            )),
-        };
-        let mut env = Vec::new();
-        for (name, value) in a.object("env")?.into_iter().flatten() {
-            let name = policy::env_name(name).map_err(|e| policy("env", e))?;
-            let Some(value) = value.as_str() else {
+        let steps: Vec<(&Map<String, Value>, String)> = match a.get_array("steps")? {
+            None => vec![(args, String::new())],
+            Some(list) if !list.is_empty() && list.len() <= MAX_STEPS => list
+                .iter()
+                .enumerate()
+                .map(|(i, step)| match step {
+                    Value::Object(step) => Ok((step, format!("steps[{i}]."))),
+                    _ => Err(ErrorBody::invalid("steps", "every step must be an object")),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => {
                 return Err(ErrorBody::invalid(
-                    "env",
-                    "every 'env' value must be a string",
-                ));
-            };
-            if value.contains('\0') {
-                return Err(ErrorBody::invalid(
-                    "env",
-                    "an 'env' value must not contain NUL",
-                ));
+                    "steps",
+                    format!("'steps' must list 1 to {MAX_STEPS} steps"),
+                ))
             }
-            spec.env
-                .push((OsString::from(&name), OsString::from(value)));
-            env.push((name, redact_text(&redactor, value)));
-        }
-        for (name, value) in from_agent {
-            spec.env
-                .push((OsString::from(&name), OsString::from(&value)));
-            env.push((name, redact_text(&redactor, &value)));
-        }
-        let workdir = match a.str("workdir")? {
-            Some(dir) => {
-                Some(policy::workspace_path(&self.root, dir).map_err(|e| policy("workdir", e))?)
-            }
-            None => None,
         };
-        spec.workdir = Some(PathBuf::from(workdir.as_deref().unwrap_or(&self.root)));
+        if steps.len() > 1 || a.get_array("steps")?.is_some() {
+            for name in ["command", "argv", "env", "workdir", "identity"] {
+                if args.get(name).is_some_and(|v| !v.is_null()) {
+                    return Err(ErrorBody::invalid(
+                        name,
+                        format!("give '{name}' inside each step when 'steps' is given"),
+                    ));
+                }
+            }
+        }
+        let mut specs = Vec::new();
+        let mut step_metas = Vec::new();
+        for (step, prefix) in &steps {
+            let (spec, meta) = self.step(step, prefix, &redactor)?;
+            specs.push(spec);
+            step_metas.push(meta);
+        }
         let pty = match a.object("pty")? {
             Some(p) => {
                 let size = |name: &str| -> Result<u16, ErrorBody> {
@@ -226,22 +222,38 @@ impl ExecRegistry {
             }
             None => None,
         };
+        if pty.is_some() && steps.len() > 1 {
+            return Err(ErrorBody::invalid(
+                "pty",
+                "a terminal is for one command: give 'pty' without 'steps'",
+            ));
+        }
+        let timeout = a.seconds("timeout_seconds")?.filter(|t| !t.is_zero());
+        let kill_grace = a
+            .seconds("kill_grace_seconds")?
+            .unwrap_or(DEFAULT_KILL_GRACE);
+        let mut specs = specs.into_iter().rev();
+        let Some(mut spec) = specs.next() else {
+            return Err(ErrorBody::invalid("steps", "give at least one step"));
+        };
+        for earlier in specs {
+            spec = earlier.then(spec);
+        }
         spec.pty = pty.map(|p| crate::agent::process::PtySize {
             rows: p.rows,
             cols: p.cols,
         });
-        spec.timeout = a.seconds("timeout_seconds")?.filter(|t| !t.is_zero());
-        spec.kill_grace = a
-            .seconds("kill_grace_seconds")?
-            .unwrap_or(DEFAULT_KILL_GRACE);
+        spec.timeout = timeout;
+        spec.kill_grace = kill_grace;
+        let single = a.get_array("steps")?.is_none();
+        let first = step_metas.first().cloned().unwrap_or_default();
 
         let meta = ExecMeta {
-            command: a.str("command")?.map(|t| redact_text(&redactor, t)),
-            argv: a
-                .strings("argv")?
-                .map(|v| v.iter().map(|s| redact_text(&redactor, s)).collect()),
-            env,
-            workdir,
+            command: if single { first.command } else { None },
+            argv: if single { first.argv } else { None },
+            env: if single { first.env } else { Vec::new() },
+            workdir: if single { first.workdir } else { None },
+            steps: if single { Vec::new() } else { step_metas },
             pty,
             timeout_seconds: spec.timeout.map(|t| t.as_secs_f64()),
             kill_grace_seconds: spec.kill_grace.as_secs_f64(),
@@ -283,6 +295,83 @@ impl ExecRegistry {
         drop(entries);
         tracing::info!(exec_id = %id, "exec started");
         Ok(record.status())
+    }
+
+    /// One step's spec and its record (values redacted); `prefix` names it in errors.
+    fn step(
+        &self,
+        step: &Map<String, Value>,
+        prefix: &str,
+        redactor: &Redactor,
+    ) -> Result<(ExecSpec, StepMeta), ErrorBody> {
+        let a = Args(step);
+        let field = |name: &str| format!("{prefix}{name}");
+        let identity = match a.str("identity")? {
+            None | Some("workspace") => Identity::Workspace,
+            Some("agent") => Identity::Agent,
+            Some(_) => {
+                return Err(ErrorBody::invalid(
+                    &field("identity"),
+                    "'identity' must be \"workspace\" or \"agent\"",
+                ))
+            }
+        };
+        let mut spec = match (a.str("command")?, a.strings("argv")?) {
+            (Some(text), None) => ExecSpec::shell(text),
+            (None, Some(argv)) if !argv.is_empty() => ExecSpec::argv(argv),
+            _ => return Err(ErrorBody::invalid(
+                &field("command"),
+                "give exactly one of 'command' (text for bash -lc) or 'argv' (a non-empty list)",
+            )),
+        };
+        spec.identity = identity;
+        let mut env = Vec::new();
+        for (name, value) in a.object("env")?.into_iter().flatten() {
+            let name = policy::env_name(name).map_err(|e| policy(&field("env"), e))?;
+            let Some(value) = value.as_str() else {
+                return Err(ErrorBody::invalid(
+                    &field("env"),
+                    "every 'env' value must be a string",
+                ));
+            };
+            if value.contains('\0') {
+                return Err(ErrorBody::invalid(
+                    &field("env"),
+                    "an 'env' value must not contain NUL",
+                ));
+            }
+            spec.env
+                .push((OsString::from(&name), OsString::from(value)));
+            env.push((name, redact_text(redactor, value)));
+        }
+        let workdir = match (identity, a.str("workdir")?) {
+            (Identity::Agent, Some(_)) => {
+                return Err(ErrorBody::invalid(
+                    &field("workdir"),
+                    "an agent step runs in the agent's own directory: give no 'workdir'",
+                ))
+            }
+            (_, Some(dir)) => Some(
+                policy::workspace_path(&self.root, dir)
+                    .map_err(|e| policy(&field("workdir"), e))?,
+            ),
+            (_, None) => None,
+        };
+        spec.workdir = Some(match identity {
+            // Never a directory the workspace can write while the step runs.
+            Identity::Agent => self.agent_home.clone(),
+            Identity::Workspace => PathBuf::from(workdir.as_deref().unwrap_or(&self.root)),
+        });
+        let meta = StepMeta {
+            identity: identity.as_str().to_owned(),
+            command: a.str("command")?.map(|t| redact_text(redactor, t)),
+            argv: a
+                .strings("argv")?
+                .map(|v| v.iter().map(|s| redact_text(redactor, s)).collect()),
+            env,
+            workdir,
+        };
+        Ok((spec, meta))
     }
 
     fn new_record(&self, id: &str, meta: ExecMeta) -> Result<Arc<ExecRecord>, ErrorBody> {

@@ -18,6 +18,9 @@ pub struct LaunchConfig {
     /// The execs' base environment (their spec's `env` is added to it).
     pub env: Vec<(OsString, OsString)>,
     pub confinement: Confinement,
+    /// The agent's own steps (git with a token): another user, so that commands cannot read
+    /// their memory or environment; the same limits.
+    pub agent_confinement: Confinement,
     /// The uid the agent's own files (exec logs, records) belong to, when commands run as
     /// another: file operations on the workspace run as the commands' user instead.
     pub workspace_user: Option<CommandUser>,
@@ -25,7 +28,8 @@ pub struct LaunchConfig {
     pub channel_key: Option<String>,
 }
 
-/// Parses `{"env": {NAME: VALUE}, "user": {"uid": N, "gid": N}, "limits": {NAME: N}}`; every
+/// Parses `{"env": {NAME: VALUE}, "user": {"uid": N, "gid": N}, "agent_user": {…},
+/// "limits": {NAME: N}, "channel_key": HEX}`; every
 /// key is optional, unknown keys are refused (a launcher and agent out of step must not start).
 pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
     let value: Value =
@@ -42,7 +46,12 @@ pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
                 config.confinement.user = Some(user);
                 config.workspace_user = Some(user);
             }
-            "limits" => config.confinement.limits = limits(value)?,
+            "limits" => {
+                let limits = limits(value)?;
+                config.confinement.limits.clone_from(&limits);
+                config.agent_confinement.limits = limits;
+            }
+            "agent_user" => config.agent_confinement.user = Some(user(value)?),
             "channel_key" => config.channel_key = Some(channel_key(value)?),
             other => {
                 return Err(format!(

@@ -25,6 +25,20 @@ pub(crate) struct PtyMeta {
     pub(crate) cols: u16,
 }
 
+/// One step of a multi-step exec as recorded: who ran it and what, values redacted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct StepMeta {
+    pub(crate) identity: String,
+    #[serde(default)]
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) argv: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) env: Vec<(String, String)>,
+    #[serde(default)]
+    pub(crate) workdir: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ExecMeta {
     pub(crate) exec_id: String,
@@ -38,6 +52,9 @@ pub(crate) struct ExecMeta {
     pub(crate) env: Vec<(String, String)>,
     #[serde(default)]
     pub(crate) workdir: Option<String>,
+    /// The steps of a multi-step exec (then `command`, `argv`, `env` and `workdir` are unset).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) steps: Vec<StepMeta>,
     #[serde(default)]
     pub(crate) pty: Option<PtyMeta>,
     #[serde(default)]
@@ -76,6 +93,7 @@ impl ExecMeta {
             argv: None,
             env: Vec::new(),
             workdir: None,
+            steps: Vec::new(),
             pty: None,
             timeout_seconds: None,
             kill_grace_seconds: 0.0,

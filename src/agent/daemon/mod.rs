@@ -25,7 +25,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::agent::exec_log::{LogBudget, LogConfig};
 use crate::agent::files::Workspace;
-use crate::agent::process::{Supervisor, SupervisorConfig};
+use crate::agent::process::{agent_base_env, Supervisor, SupervisorConfig};
 use crate::agent::watch::DEFAULT_MAX_WATCHES;
 use crate::channel::server;
 pub use prune::DEFAULT_MAX_ENDED_EXECS;
@@ -40,6 +40,13 @@ pub struct DaemonConfig {
     pub root: PathBuf,
     /// Where exec records and logs live (survives restarts).
     pub state_dir: PathBuf,
+    /// The agent's own directory, outside the workspace root: the HOME and working directory
+    /// of agent-identity steps, and what they keep between operations (git mirrors). Default
+    /// `<state_dir>/agent`.
+    pub agent_dir: Option<PathBuf>,
+    /// The GIT_ASKPASS program agent steps use, which the workspace cannot modify (reported
+    /// by `ping`; the daemon only passes it on).
+    pub askpass: Option<PathBuf>,
     pub socket: PathBuf,
     pub max_log_bytes: u64,
     pub max_total_log_bytes: u64,
@@ -59,6 +66,8 @@ impl DaemonConfig {
         Self {
             root,
             state_dir,
+            agent_dir: None,
+            askpass: None,
             socket,
             max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
             max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
@@ -67,6 +76,15 @@ impl DaemonConfig {
             redact_env: Vec::new(),
             config_stdin: false,
         }
+    }
+}
+
+impl DaemonConfig {
+    /// See [`DaemonConfig::agent_dir`].
+    pub fn agent_dir(&self) -> PathBuf {
+        self.agent_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("agent"))
     }
 }
 
@@ -93,13 +111,20 @@ impl Daemon {
             .to_owned();
         crate::policy::workspace_path(&root_str, ".").map_err(|e| e.message)?;
         let ws = Arc::new(Workspace::open(&root).map_err(|e| e.message)?);
-        // Variables named in MWC_PRIVATE_ENV stay with the daemon: an exec gets one only when its
-        // request asks for it (`secret_env`), and then it is redacted from that exec's output.
+        // Variables named in MWC_PRIVATE_ENV are withheld from every exec (and kept nowhere).
         let secrets = inherited_secrets(&config.redact_env, &launch.env);
-        let (base_env, agent_env) = agent_env::AgentEnv::split(launch.env);
+        let base_env = agent_env::workspace_env(launch.env);
+        let agent_dir = config.agent_dir();
+        let agent_home = agent_dir.join("home");
+        create_private_dir(&agent_home)?;
+        if let Some(user) = launch.agent_confinement.user {
+            hand_agent_dir_to(&config.state_dir, &agent_dir, &agent_home, user)?;
+        }
         let supervisor = Supervisor::new(SupervisorConfig {
             base_env,
+            agent_env: agent_base_env(&agent_home),
             confinement: launch.confinement,
+            agent_confinement: launch.agent_confinement,
             ..SupervisorConfig::default()
         })
         .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
@@ -112,7 +137,7 @@ impl Daemon {
             budget,
             secrets,
         )
-        .with_agent_env(agent_env)
+        .with_agent_home(agent_home)
         .with_max_ended(config.max_ended_execs);
         let loaded = execs
             .load()
@@ -125,6 +150,11 @@ impl Daemon {
                 config.max_watches,
             ),
             root: root_str,
+            agent_dir: agent_dir.to_string_lossy().into_owned(),
+            askpass: config
+                .askpass
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
             ws,
             execs,
             started: Instant::now(),
@@ -235,13 +265,38 @@ async fn shutdown(daemon: &Daemon, listener: UnixListener, socket: &Path) {
     let _ = tokio::time::timeout(SHUTDOWN_GRACE * 3, all).await;
 }
 
+/// Gives the agent's directory to the user its steps run as: it writes the mirrors and its home
+/// there; workspace commands may read the mirrors (step 2 clones from them) and traverse the
+/// state directory to reach them, but write none of it and list nothing else.
+fn hand_agent_dir_to(
+    state_dir: &Path,
+    agent_dir: &Path,
+    agent_home: &Path,
+    user: crate::agent::process::CommandUser,
+) -> Result<(), String> {
+    use std::os::unix::fs::{lchown, PermissionsExt};
+    let fail = |what: &Path, e: std::io::Error| format!("cannot prepare {}: {e}", what.display());
+    for (dir, mode) in [(agent_dir, 0o755), (agent_home, 0o700)] {
+        // The mode first, while the directory is still the agent's (the agent has no
+        // CAP_FOWNER); on a later start it is the git user's, with this mode already.
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode));
+        lchown(dir, Some(user.uid), Some(user.gid)).map_err(|e| fail(dir, e))?;
+    }
+    let git = agent_dir.join("git");
+    if git.is_dir() {
+        lchown(&git, Some(user.uid), Some(user.gid)).map_err(|e| fail(&git, e))?;
+    }
+    std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| fail(state_dir, e))
+}
+
 fn create_private_dir(dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create --state-dir {}: {e}", dir.display()))
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
 #[cfg(test)]

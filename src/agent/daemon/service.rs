@@ -21,6 +21,9 @@ use crate::ring::{Page, MAX_PAGE_EVENTS};
 
 pub struct Daemon {
     pub(crate) root: String,
+    /// See `DaemonConfig::agent_dir`; `ping` tells the gateway (where git mirrors live).
+    pub(crate) agent_dir: String,
+    pub(crate) askpass: Option<String>,
     pub(crate) ws: Arc<Workspace>,
     pub(crate) execs: ExecRegistry,
     pub(crate) watches: WatchStreams,
@@ -54,6 +57,8 @@ impl Service for Daemon {
                 "protocol": PROTOCOL_VERSION,
                 "build": BUILD,
                 "root": self.root,
+                "agent_dir": self.agent_dir,
+                "askpass": self.askpass,
                 "uptime_seconds": self.started.elapsed().as_secs_f64(),
             }))),
             "exec.start" => ready(self.execs.start(&args)),

@@ -1,7 +1,6 @@
 //! The exec registry with real processes and a real state directory: the order of the end
 //! records, recovery of earlier execs as `lost`, cancel before start and idempotent starts.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -175,48 +174,81 @@ async fn cancel_before_start_records_a_cancelled_exec_that_never_runs() {
     assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_secret_env_variable_reaches_only_its_exec_and_is_redacted_everywhere() {
-    let dir = TempDir::new();
-    let (_, agent_env) = super::agent_env::AgentEnv::split([
-        (
-            OsString::from("HIDDEN_TOKEN"),
-            OsString::from("s3cr3t-value"),
-        ),
-        (
-            OsString::from("MWC_PRIVATE_ENV"),
-            OsString::from("HIDDEN_TOKEN"),
-        ),
-    ]);
-    let registry = registry(&dir.0).with_agent_env(agent_env);
-    let status = registry
-        .start(&args(json!({
-            "argv": ["sh", "-c", "printf '%s\\n' \"$TOKEN\""],
-            "secret_env": {"TOKEN": "HIDDEN_TOKEN"},
-        })))
-        .unwrap();
-    let id = status["exec_id"].as_str().unwrap().to_owned();
-    let exec_dir = dir.0.join("execs").join(&id);
+async fn wait_final(dir: &Path, id: &str) -> ExecMeta {
+    let exec_dir = dir.join("execs").join(id);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !is_final(&ExecMeta::load(&exec_dir).unwrap().state) {
+    loop {
+        let meta = ExecMeta::load(&exec_dir).unwrap();
+        if is_final(&meta.state) {
+            return meta;
+        }
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let log = log_bytes(&dir.0, &id);
-    assert!(
-        contains(&log, "[REDACTED]"),
-        "the exec printed its variable"
-    );
-    assert!(!contains(&log, "s3cr3t-value"));
-    let meta = std::fs::read(exec_dir.join("meta.json")).unwrap();
-    assert!(!contains(&meta, "s3cr3t-value"));
+}
 
-    let refused = registry
-        .start(&args(
-            json!({"argv": ["true"], "secret_env": {"T": "ABSENT"}}),
-        ))
-        .unwrap_err();
-    assert_eq!(refused.field.as_deref(), Some("secret_env.T"));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_step_gets_its_env_value_and_the_workspace_step_after_it_does_not() {
+    let dir = TempDir::new();
+    let registry = registry(&dir.0).with_agent_home(dir.0.join("agent-home"));
+    std::fs::create_dir_all(dir.0.join("agent-home")).unwrap();
+    let status = registry
+        .start(&args(json!({
+            "steps": [
+                {"argv": ["sh", "-c", "printf '%s:%s\\n' \"$TOKEN\" \"$PWD\""], "identity": "agent",
+                 "env": {"TOKEN": "s3cr3t-value"}},
+                {"argv": ["sh", "-c", "printf 'after:%s\\n' \"$TOKEN\""]},
+            ],
+            "secrets": ["s3cr3t-value"],
+        })))
+        .unwrap();
+    let id = status["exec_id"].as_str().unwrap().to_owned();
+    let meta = wait_final(&dir.0, &id).await;
+    assert_eq!(
+        (meta.state.as_str(), meta.returncode),
+        ("finished", Some(0))
+    );
+    let log = log_bytes(&dir.0, &id);
+    let home = dir.0.join("agent-home");
+    let want = format!("[REDACTED]:{}", home.display());
+    assert!(contains(&log, &want), "{}", String::from_utf8_lossy(&log));
+    assert!(contains(&log, r"after:\n") && !contains(&log, "s3cr3t-value"));
+    let saved = std::fs::read(dir.0.join("execs").join(&id).join("meta.json")).unwrap();
+    assert!(!contains(&saved, "s3cr3t-value") && contains(&saved, "\"agent\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_are_refused_when_malformed_with_the_field_named() {
+    let dir = TempDir::new();
+    let registry = registry(&dir.0);
+    let cases = [
+        (json!({"steps": []}), "steps"),
+        (json!({"steps": [1]}), "steps"),
+        (
+            json!({"steps": [{"argv": ["true"], "identity": "root"}]}),
+            "steps[0].identity",
+        ),
+        (
+            json!({"steps": [{"argv": ["true"], "identity": "agent", "workdir": "x"}]}),
+            "steps[0].workdir",
+        ),
+        (
+            json!({"steps": [{"argv": ["true"]}], "argv": ["true"]}),
+            "argv",
+        ),
+        (
+            json!({"steps": [{"argv": ["true"]}, {"argv": ["true"]}], "pty": {"rows": 2, "cols": 2}}),
+            "pty",
+        ),
+        (
+            json!({"argv": ["true"], "secret_env": {"T": "GH_TOKEN"}}),
+            "secret_env",
+        ),
+    ];
+    for (request, field) in cases {
+        let err = registry.start(&args(request.clone())).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some(field), "{request}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

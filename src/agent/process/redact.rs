@@ -1,12 +1,92 @@
-//! Streaming secret redaction: known secret values are replaced by `[REDACTED]` in output that
-//! arrives in arbitrary pieces, holding back only what could still become a secret.
+//! Streaming secret redaction: known secret values, and their common encodings, are replaced by
+//! `[REDACTED]` in output that arrives in arbitrary pieces, holding back only what could still
+//! become a secret. A safety net for output, not a boundary: a command that holds a secret can
+//! always print it in a form no list of encodings foresees.
 
 use std::borrow::Cow;
+
+use base64::alphabet::{Alphabet, STANDARD, URL_SAFE};
+use base64::engine::general_purpose::{GeneralPurpose, PAD};
+use base64::Engine;
+
+/// Secrets shorter than this are redacted as written only: their encoded forms would be so
+/// short that they blank out ordinary output.
+pub const MIN_ENCODED_SECRET_BYTES: usize = 8;
+
+/// The forms of `secret` that commands commonly print: the value itself; its base64 (standard
+/// and URL-safe, with and without padding, and as it appears at each of the three alignments
+/// inside a longer base64 stream, such as `Authorization: Basic` of `user:secret`); its hex in
+/// lower and upper case; and its percent-encoding (and that of its standard base64). Nothing
+/// assumes a length: an installation token's is not fixed.
+pub fn encoded_forms(secret: &[u8]) -> Vec<Vec<u8>> {
+    let mut forms = vec![secret.to_vec()];
+    if secret.len() < MIN_ENCODED_SECRET_BYTES {
+        return forms;
+    }
+    for alphabet in [&STANDARD, &URL_SAFE] {
+        forms.extend(base64_forms(alphabet, secret));
+    }
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    forms.push(hex.to_ascii_uppercase().into_bytes());
+    forms.push(hex.into_bytes());
+    let standard: Vec<Vec<u8>> = base64_forms(&STANDARD, secret).collect();
+    for form in std::iter::once(secret.to_vec()).chain(standard) {
+        for upper in [true, false] {
+            let encoded = percent_encode(&form, upper);
+            if encoded != form {
+                forms.push(encoded);
+            }
+        }
+    }
+    forms
+}
+
+/// The base64 characters that depend only on `secret`'s bytes when it starts at each offset
+/// (0, 1, 2) of a longer stream, and the padded encoding of the secret alone.
+fn base64_forms<'a>(
+    alphabet: &'a Alphabet,
+    secret: &'a [u8],
+) -> impl Iterator<Item = Vec<u8>> + 'a {
+    let engine = GeneralPurpose::new(alphabet, PAD);
+    let padded = engine.encode(secret).into_bytes();
+    let aligned = (0..3usize).map(move |offset| {
+        let mut stream = vec![0u8; offset];
+        stream.extend_from_slice(secret);
+        let encoded = engine.encode(&stream).into_bytes();
+        // Character i covers bits [6i, 6i + 6): keep those inside the secret's bits.
+        let first = (8 * offset).div_ceil(6);
+        let last = (8 * (offset + secret.len())) / 6;
+        encoded[first..last].to_vec()
+    });
+    std::iter::once(padded).chain(aligned)
+}
+
+fn percent_encode(data: &[u8], upper: bool) -> Vec<u8> {
+    let digits: &[u8; 16] = if upper {
+        b"0123456789ABCDEF"
+    } else {
+        b"0123456789abcdef"
+    };
+    let mut out = Vec::with_capacity(data.len());
+    for &b in data {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[
+                b'%',
+                digits[usize::from(b >> 4)],
+                digits[usize::from(b & 15)],
+            ]);
+        }
+    }
+    out
+}
 
 /// What replaces each occurrence of a secret.
 pub const REDACTED: &[u8] = b"[REDACTED]";
 
-/// Replaces every occurrence of the given secrets in a byte stream.
+/// Replaces every occurrence of the given secrets, and of their [`encoded_forms`], in a byte
+/// stream.
 ///
 /// Matching is leftmost-longest without overlap: at each position the longest secret that
 /// matches there is replaced and scanning resumes after it, so the output is the same however the
@@ -35,8 +115,9 @@ impl Redactor {
     {
         let mut secrets: Vec<Vec<u8>> = secrets
             .into_iter()
-            .map(|secret| secret.as_ref().to_vec())
-            .filter(|secret| !secret.is_empty())
+            .filter(|secret| !secret.as_ref().is_empty())
+            .flat_map(|secret| encoded_forms(secret.as_ref()))
+            .filter(|form| !form.is_empty())
             .collect();
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
@@ -242,5 +323,87 @@ mod tests {
             let (out, _) = split_run(&[secret.to_string()], text.as_bytes(), &[pad.len() + cut]);
             prop_assert_eq!(String::from_utf8(out).unwrap(), format!("{pad}[REDACTED]{pad}"));
         }
+    }
+
+    fn b64(engine: &impl Engine, data: &[u8]) -> String {
+        engine.encode(data)
+    }
+
+    const TOKEN: &str = "ghs_16C7e42F292c6912E7710c838347Ae178B4a";
+
+    #[test]
+    fn test_base64_of_the_secret_is_redacted_in_both_alphabets_with_and_without_padding() {
+        use base64::engine::general_purpose::{
+            STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
+        };
+        // A value whose encodings hold '+', '/', '-' and '_'.
+        let secret = "tok\u{fb}\u{ff}en-\u{3e}\u{3f}value";
+        for engine in [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD] {
+            let text = format!("x {} y", b64(&engine, secret.as_bytes()));
+            let out = redact_all(&[secret], &text);
+            assert!(out.contains("[REDACTED]"), "{text} -> {out}");
+            assert!(
+                !out.contains(&b64(&engine, secret.as_bytes())[..8]),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn test_the_secret_is_redacted_at_every_alignment_inside_a_longer_base64_stream() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        for prefix in ["x-access-token:", "ab", "a", "", "user:"] {
+            let stream = format!("{prefix}{TOKEN}!tail");
+            for encoded in [
+                b64(&STANDARD, stream.as_bytes()),
+                b64(&URL_SAFE_NO_PAD, stream.as_bytes()),
+            ] {
+                let text = format!("Authorization: Basic {encoded}");
+                let out = redact_all(&[TOKEN], &text);
+                assert!(out.contains("[REDACTED]"), "{prefix}: {out}");
+                // What is left cannot hold more than a few characters of the secret's encoding.
+                let kept = out.len() - "Authorization: Basic ".len() - "[REDACTED]".len();
+                assert!(kept <= 4 * (prefix.len() + 6) / 3 + 4, "{prefix}: {out}");
+            }
+        }
+    }
+
+    #[test]
+    fn test_hex_and_percent_encodings_are_redacted() {
+        let secret = "p@ss w/rd:42%x";
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        for text in [
+            hex.clone(),
+            hex.to_uppercase(),
+            "p%40ss%20w%2Frd%3A42%25x".to_owned(),
+            "p%40ss%20w%2frd%3a42%25x".to_owned(),
+        ] {
+            assert_eq!(
+                redact_all(&[secret], &format!("<{text}>")),
+                "<[REDACTED]>",
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn test_encodings_split_across_pushes_are_still_redacted() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(TOKEN);
+        let mut r = Redactor::new([TOKEN]);
+        let (a, b) = encoded.split_at(encoded.len() / 2);
+        let mut out = r.push(a.as_bytes());
+        out.extend(r.push(b.as_bytes()));
+        out.extend(r.finish());
+        assert_eq!(String::from_utf8(out).unwrap(), "[REDACTED]");
+    }
+
+    #[test]
+    fn test_tokens_of_any_length_get_their_encodings_and_short_values_only_themselves() {
+        for len in [8, 9, 10, 40, 93, 255] {
+            let secret: String = "k".repeat(len);
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&secret);
+            assert!(!redact_all(&[&secret], &encoded).contains(&encoded[..encoded.len() - 4]));
+        }
+        assert_eq!(encoded_forms(b"short"), vec![b"short".to_vec()]);
     }
 }

@@ -1,5 +1,6 @@
 //! The task behind each exec: spawn (unless cancelled first), stream output to the sink, watch
-//! for exit, cancellation and timeout, and publish the outcome only after the last output.
+//! for exit, cancellation and timeout, run the next step after a step that exited 0, and publish
+//! the outcome (the last step's) only after the last output.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -13,7 +14,7 @@ use super::group::terminate_group;
 use super::reaper::{RawStatus, Reaper};
 use super::sink::{OutputSink, Stream, MAX_CHUNK};
 use super::spawn::{launch, Launched};
-use super::spec::ExecSpec;
+use super::spec::{ExecSpec, Identity};
 use super::status::{ExecState, ExitStatus};
 use super::stdin::{pump, StdinMsg};
 use super::supervisor::SupervisorConfig;
@@ -43,35 +44,77 @@ pub(crate) async fn run(ctx: RunContext) {
         reaper,
     } = ctx;
     let _guard = OutcomeGuard(Arc::clone(&shared));
-    // A spawn waits until the child has exec'd (std reads the child's status pipe), ~1 ms: on a
-    // blocking thread, so that a burst of starts does not hold up the daemon's one runtime
-    // thread, and with it every other exec's output.
-    let started = {
-        let (shared, config, reaper) = (
-            Arc::clone(&shared),
-            Arc::clone(&config),
-            Arc::clone(&reaper),
-        );
-        tokio::task::spawn_blocking(move || {
-            let start = start(&shared, &spec, &config, &reaper);
-            (start, spec)
-        })
-        .await
-    };
-    let (start, spec) = match started {
-        Ok(started) => started,
-        Err(e) => {
-            let message = format!("the exec's start was interrupted: {e}");
-            return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await;
+    // The first step's limit bounds the whole exec, every step included.
+    let deadline = spec.timeout.map(|limit| Instant::now() + limit);
+    let kill_grace = spec.kill_grace;
+    let mut stdin_rx = Some(stdin_rx);
+    let mut step = spec;
+    loop {
+        let next = step.then.take();
+        // A spawn waits until the child has exec'd (std reads the child's status pipe), ~1 ms:
+        // on a blocking thread, so that a burst of starts does not hold up the daemon's one
+        // runtime thread, and with it every other exec's output.
+        let started = {
+            let (shared, config, reaper) = (
+                Arc::clone(&shared),
+                Arc::clone(&config),
+                Arc::clone(&reaper),
+            );
+            tokio::task::spawn_blocking(move || {
+                let start = start(&shared, &step, &config, &reaper);
+                (start, step)
+            })
+            .await
+        };
+        let (start, _ran) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                let message = format!("the exec's start was interrupted: {e}");
+                return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await;
+            }
+        };
+        let launched = match start {
+            Start::Cancelled => {
+                return finish(&shared, &*sink, ExecState::Cancelled, None, None).await
+            }
+            Start::Failed(message) => {
+                return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await
+            }
+            Start::Running(launched) => launched,
+        };
+        // Only the last step reads the exec's stdin; an earlier one sees end of input.
+        let stdin_rx = if next.is_none() {
+            stdin_rx.take()
+        } else {
+            None
+        };
+        let (state, exit) = run_step(
+            &shared, &*sink, &config, &reaper, launched, stdin_rx, deadline, kill_grace,
+        )
+        .await;
+        match next {
+            Some(next)
+                if state == ExecState::Finished && exit.is_some_and(|e| e.returncode() == 0) =>
+            {
+                step = *next;
+            }
+            _ => return finish(&shared, &*sink, state, exit, None).await,
         }
-    };
-    let launched = match start {
-        Start::Cancelled => return finish(&shared, &*sink, ExecState::Cancelled, None, None).await,
-        Start::Failed(message) => {
-            return finish(&shared, &*sink, ExecState::Failed, None, Some(message)).await
-        }
-        Start::Running(launched) => launched,
-    };
+    }
+}
+
+/// Streams one launched step's output and input until it ends; returns how it ended.
+#[allow(clippy::too_many_arguments)]
+async fn run_step(
+    shared: &ExecShared,
+    sink: &dyn OutputSink,
+    config: &SupervisorConfig,
+    reaper: &Reaper,
+    launched: Launched,
+    stdin_rx: Option<mpsc::Receiver<StdinMsg>>,
+    deadline: Option<Instant>,
+    kill_grace: std::time::Duration,
+) -> (ExecState, Option<ExitStatus>) {
     let Launched {
         pid,
         exit,
@@ -84,22 +127,25 @@ pub(crate) async fn run(ctx: RunContext) {
     if let Some(master) = pty_master {
         let _ = shared.pty_master.set(master);
     }
-    let stdin_task = tokio::spawn(pump(stdin_rx, stdin, is_pty));
+    let stdin_task = match stdin_rx {
+        Some(rx) => Some(tokio::spawn(pump(rx, stdin, is_pty))),
+        None => {
+            drop(stdin); // end of input for a step that is not the last
+            None
+        }
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_err = stop_rx.clone();
     let readers = async {
-        tokio::join!(
-            read_stream(&stdout, Stream::Stdout, &*sink, stop_rx),
-            async {
-                if let Some(stderr) = &stderr {
-                    read_stream(stderr, Stream::Stderr, &*sink, stop_err).await;
-                }
+        tokio::join!(read_stream(&stdout, Stream::Stdout, sink, stop_rx), async {
+            if let Some(stderr) = &stderr {
+                read_stream(stderr, Stream::Stderr, sink, stop_err).await;
             }
-        )
+        })
     };
     let supervise = async {
-        let outcome = supervise(&shared, &reaper, pid, exit, &spec).await;
+        let outcome = supervise(shared, reaper, pid, exit, deadline, kill_grace).await;
         // Output still in the pipes is drained; a background process that keeps them open only
         // delays the outcome by `drain_timeout`, after which its later output is not read.
         tokio::select! {
@@ -108,9 +154,11 @@ pub(crate) async fn run(ctx: RunContext) {
         }
         outcome
     };
-    let ((state, exit), _) = tokio::join!(supervise, readers);
-    stdin_task.abort();
-    finish(&shared, &*sink, state, exit, None).await;
+    let (outcome, _) = tokio::join!(supervise, readers);
+    if let Some(task) = stdin_task {
+        task.abort();
+    }
+    outcome
 }
 
 /// Launches the command unless it was cancelled first; under the gate, so that a cancel sees
@@ -125,13 +173,18 @@ fn start(
     if *shared.cancel.borrow() {
         return Start::Cancelled;
     }
-    match launch(spec, &config.base_env, &config.confinement, reaper) {
+    let (base_env, confinement) = match spec.identity {
+        Identity::Workspace => (&config.base_env, &config.confinement),
+        Identity::Agent => (&config.agent_env, &config.agent_confinement),
+    };
+    match launch(spec, base_env, confinement, reaper) {
         Ok(launched) => {
             let pid = u32::try_from(launched.pid).ok();
             shared.status.send_modify(|status| {
                 status.state = ExecState::Running;
                 status.pid = pid;
-                status.started_at = Some(SystemTime::now());
+                // A later step keeps the exec's start time.
+                status.started_at.get_or_insert_with(SystemTime::now);
             });
             Start::Running(launched)
         }
@@ -145,18 +198,18 @@ async fn supervise(
     reaper: &Reaper,
     pid: libc::pid_t,
     mut exit: oneshot::Receiver<RawStatus>,
-    spec: &ExecSpec,
+    deadline: Option<Instant>,
+    kill_grace: std::time::Duration,
 ) -> (ExecState, Option<ExitStatus>) {
     let mut cancel = shared.cancel.subscribe();
-    let deadline = spec.timeout.map(|limit| Instant::now() + limit);
     let reason = tokio::select! {
         status = &mut exit => return (ExecState::Finished, status.ok().map(ExitStatus::from_wait_status)),
         Ok(_) = cancel.wait_for(|cancelled| *cancelled) => ExecState::Cancelled,
         () = until(deadline) => ExecState::TimedOut,
     };
     let grace = match reason {
-        ExecState::Cancelled => shared.cancel_grace.lock().unwrap_or(spec.kill_grace),
-        _ => spec.kill_grace,
+        ExecState::Cancelled => shared.cancel_grace.lock().unwrap_or(kill_grace),
+        _ => kill_grace,
     };
     (reason, terminate_group(reaper, pid, exit, grace).await)
 }

@@ -84,6 +84,8 @@ pub(crate) fn launch(
                 .stderr(Stdio::piped());
         }
     }
+    // `spec.identity` chose the environment (`base_env`) and the confinement: workspace
+    // commands and the agent's own steps run as different uids where the launcher gave them.
     confinement.apply(&mut command);
     let take_tty = pty_pair.is_some();
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe

@@ -1,5 +1,6 @@
-//! What to run: the command, its environment, working directory, terminal and time limits.
-//! Plain data built by the caller; `spawn` turns it into a process.
+//! What to run: the command, who runs it, its environment, working directory, terminal, time
+//! limits and the step that follows it. Plain data built by the caller; `spawn` turns it into a
+//! process.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -24,11 +25,34 @@ pub struct PtySize {
     pub cols: u16,
 }
 
+/// On whose behalf a command runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Identity {
+    /// The workspace's commands: the workspace's environment (the supervisor's `base_env`).
+    #[default]
+    Workspace,
+    /// The agent's own work (the network step of an authenticated git operation): a fixed
+    /// minimal environment (`agent_env`) plus only the spec's `env`, none of the workspace's, a
+    /// private home. This is where a separate uid would be switched to, in `spawn`.
+    Agent,
+}
+
+impl Identity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Workspace => "workspace",
+            Self::Agent => "agent",
+        }
+    }
+}
+
 /// One command to supervise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecSpec {
     pub command: CommandLine,
-    /// Added to (and overriding) the supervisor's base environment.
+    /// Whose environment (and, later, uid) the command gets.
+    pub identity: Identity,
+    /// Added to (and overriding) the base environment of the identity.
     pub env: Vec<(OsString, OsString)>,
     /// Working directory; `None` keeps the supervisor's own.
     pub workdir: Option<PathBuf>,
@@ -38,6 +62,10 @@ pub struct ExecSpec {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when the exec is cancelled or times out.
     pub kill_grace: Duration,
+    /// A step run, in the same exec and event stream, only when this one exits 0; the exec's
+    /// outcome is that of the last step run. Only the first step's `timeout` counts (it bounds
+    /// the whole exec), and only the last step reads stdin (the others get end of input).
+    pub then: Option<Box<ExecSpec>>,
 }
 
 impl ExecSpec {
@@ -60,12 +88,29 @@ impl ExecSpec {
     fn new(command: CommandLine) -> Self {
         Self {
             command,
+            identity: Identity::Workspace,
             env: Vec::new(),
             workdir: None,
             pty: None,
             timeout: None,
             kill_grace: DEFAULT_KILL_GRACE,
+            then: None,
         }
+    }
+
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// Appends `next` as the step after the last one of this spec.
+    pub fn then(mut self, next: ExecSpec) -> Self {
+        let mut slot = &mut self.then;
+        while let Some(step) = slot {
+            slot = &mut step.then;
+        }
+        *slot = Some(Box::new(next));
+        self
     }
 
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {

@@ -8,6 +8,7 @@ mod output;
 mod pty;
 mod reap;
 mod stdin;
+mod steps;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
