@@ -177,20 +177,12 @@ def agent_stopped(pid_file: Path, *, isolated: bool) -> bool:
         return False
     chain = [recorded.pid]
     below = [recorded.pid]
+    children = _children()
     # Isolated, the recorded bwrap, its sandbox's init, then the daemon; else the daemon itself.
     for _ in range(2 if isolated else 0):
-        below = _children(below)
+        below = [child for pid in below for child in children.get(pid, [])]
         chain += below
     return any((_stat(pid) or ["?"])[0] in ("T", "t") for pid in chain)
-
-
-def _children(parents: list[int]) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
-            if int(fields[1]) in parents:
-                found.append(int(entry.name))
-    return found
 
 
 def _parent_of(pid: int) -> int | None:
@@ -290,11 +282,17 @@ def _kill_tree_below(root: int) -> None:
         time.sleep(0.01)
 
 
-def _descendants(root: int) -> list[int]:
+def _children() -> dict[int, list[int]]:
+    """Every live process's children, by parent pid."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def _descendants(root: int) -> list[int]:
+    children = _children()
     found: list[int] = []
     todo = list(children.get(root, []))
     while todo:
