@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from modal_workspace_core.drivers.sandbox import (
 )
 from modal_workspace_core.drivers.sandbox_etc import write_generated
 from support.agent_exec import run
+from support.loopback import loopback_listener
 
 ISOLATION = probe()
 needs_bwrap = pytest.mark.skipif(not ISOLATION.enabled, reason=ISOLATION.reason)
@@ -86,27 +85,8 @@ def planted_in_home() -> Iterator[tuple[Path, str]]:
 
 @pytest.fixture
 def loopback_server() -> Iterator[int]:
-    """A TCP server on the host's 127.0.0.1 that accepts and closes connections."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
+    with loopback_listener() as port:
+        yield port
 
 
 def test_the_argv_never_ties_the_daemon_to_its_parent(data_root: Path) -> None:

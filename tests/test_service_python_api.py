@@ -138,8 +138,10 @@ async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
     async with mwc.Workspaces(settings=settings) as first:
         ws = await first.create()
         cloned = await ws.repo_clone("octo/hello", use_github_token=True)
-        _ = [e async for e in ws.follow(cloned.exec_id)]
-        assert (await ws.realtime_exec_status(cloned.exec_id)).returncode == 0
+        events = [e async for e in ws.follow(cloned.exec_id)]
+        assert (await ws.realtime_exec_status(cloned.exec_id)).returncode == 0, [
+            e.data for e in events if e.data
+        ]
         assert (await ws.exec(setup)).returncode == 0
         tree = git_plumbing(bare, "rev-parse", "main^{tree}")
         commit = git_plumbing(bare, "commit-tree", "-p", "main", "-m", "two", tree)
@@ -182,9 +184,10 @@ async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Pa
         forged = {"exec_id": done.exec_id, "tags": {"repo-url": "https://evil.example/o/r"}}
         path = f".mwc/pending-{done.exec_id}.json"
         await ws.file_write(path, json.dumps(forged), create_parents=True)
-        honest = await ws.realtime_exec_start("true")
-        path2 = f".mwc/pending-{honest.exec_id}.json"
-        record = {"exec_id": honest.exec_id, "tags": {"repo-path": "/workspace/ok"}}
+        # Tags a caller could ask for, claimed for an exec that was no repo operation.
+        plain = await ws.realtime_exec_start("true")
+        path2 = f".mwc/pending-{plain.exec_id}.json"
+        record = {"exec_id": plain.exec_id, "tags": {"repo-path": "/workspace/ok"}}
         await ws.file_write(path2, json.dumps(record))
     async with mwc.Workspaces(settings=settings) as second:
         again = await second.get(ws.id)
@@ -195,7 +198,7 @@ async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Pa
                 assert time.monotonic() < deadline, "the records stayed"
                 await asyncio.sleep(0.2)
             tags = (await again.refresh()).tags
-            assert "repo-url" not in tags and tags["repo-path"] == "/workspace/ok"
+            assert "repo-url" not in tags and "repo-path" not in tags
         finally:
             await again.terminate()
 

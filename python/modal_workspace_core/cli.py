@@ -93,7 +93,9 @@ def _serve(args: argparse.Namespace) -> int:
         minted = mint_token()
         tokens = [minted]
     try:
-        driver = create_driver(settings.driver, data_root=settings.data_root)
+        driver = create_driver(
+            settings.driver, data_root=settings.data_root, host_ports=settings.host_ports
+        )
         refuse_exposed = getattr(driver, "refuse_exposed", None)
         if refuse_exposed is not None:
             refuse_exposed(settings.private_files)

@@ -43,7 +43,9 @@ class Workspaces:
 
     async def __aenter__(self) -> Workspaces:
         driver = self._driver or create_driver(
-            self._settings.driver, data_root=self._settings.data_root
+            self._settings.driver,
+            data_root=self._settings.data_root,
+            host_ports=self._settings.host_ports,
         )
         self._service = Service(driver, self._settings)
         return self

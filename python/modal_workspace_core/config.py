@@ -31,6 +31,7 @@ GITHUB_SECRET_ENV = "MODAL_WORKSPACE_GITHUB_SECRET"
 LOCAL_SECRETS_FILE_ENV = "MODAL_WORKSPACE_LOCAL_SECRETS_FILE"
 ALLOWED_HOSTS_ENV = "MODAL_WORKSPACE_ALLOWED_HOSTS"
 AGENT_TIMEOUT_ENV = "MODAL_WORKSPACE_AGENT_TIMEOUT"
+HOST_PORTS_ENV = "MODAL_WORKSPACE_HOST_PORTS"
 TRUSTED_PROXIES_ENV = "MODAL_WORKSPACE_TRUSTED_PROXIES"
 PUBLIC_URL_ENV = "MODAL_WORKSPACE_PUBLIC_URL"
 GITHUB_URL_ENV = "MODAL_WORKSPACE_GITHUB_URL"
@@ -76,6 +77,8 @@ class Settings(BaseModel):
     # Files of the operator's that hold secrets (the token file, the local secrets file): the
     # local driver refuses to start when a sandbox would see one.
     private_files: tuple[Path, ...] = ()
+    # Local driver: the host loopback ports workspaces may reach (none by default).
+    host_ports: tuple[int, ...] = ()
     agent_timeout: float = DEFAULT_AGENT_TIMEOUT
     # Peers (addresses or networks) whose X-Forwarded-* headers are believed; nobody's else.
     trusted_proxies: tuple[str, ...] = ()
@@ -267,6 +270,18 @@ def _load_public_url(value: str | None) -> str | None:
     return urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/"), "", ""))
 
 
+def parse_host_ports(text: str | None) -> tuple[int, ...]:
+    ports = []
+    for part in _split(text):
+        if not part.isdigit() or not 0 < int(part) < 65536:
+            raise ConfigError(
+                f"{HOST_PORTS_ENV} must list TCP ports (1-65535) separated by commas, "
+                f"not {part[:16]!r}"
+            )
+        ports.append(int(part))
+    return tuple(ports)
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None,
     *,
@@ -300,6 +315,7 @@ def load_settings(
             for name in (TOKEN_FILE_ENV, LOCAL_SECRETS_FILE_ENV)
             if env.get(name)
         ),
+        host_ports=parse_host_ports(env.get(HOST_PORTS_ENV)),
         agent_timeout=_load_agent_timeout(env.get(AGENT_TIMEOUT_ENV)),
         trusted_proxies=_load_trusted_proxies(env.get(TRUSTED_PROXIES_ENV)),
         public_url=_load_public_url(env.get(PUBLIC_URL_ENV)),

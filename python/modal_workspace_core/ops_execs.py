@@ -316,10 +316,12 @@ async def workspace_realtime_exec_list(svc: Service, inp: ExecListInput) -> Exec
 
 
 async def wait_final(svc: Service, workspace_id: str, exec_id: str) -> dict[str, Any]:
-    """Polls an exec's status until it ends (for background bookkeeping, not for clients)."""
+    """Polls an exec's status until it ends (for background bookkeeping, not for clients),
+    with what it ran (`command`, `argv`, `steps`)."""
     delay = 0.2
+    args = {"exec_id": exec_id, "command": True}
     while True:
-        status, _ = await svc.request(workspace_id, "exec.status", {"exec_id": exec_id})
+        status, _ = await svc.request(workspace_id, "exec.status", args)
         if status.get("state") in FINAL_STATES:
             return status
         await asyncio.sleep(delay)

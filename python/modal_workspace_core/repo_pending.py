@@ -56,7 +56,10 @@ async def settle(
     try:
         status = await wait_final(svc, ws, exec_id)
         if status.get("state") == "finished" and status.get("returncode") == 0 and tags:
-            await svc.merge_tags(ws, tags)
+            if _recorded_by(status, tags, svc.settings.github_url):
+                await svc.merge_tags(ws, tags)
+            else:
+                log.warning("not recording the tags of %s in %s: not its operation's", exec_id, ws)
     except NotFoundError:
         pass  # the exec is gone (its workspace pruned it): nothing will ever be recorded
     except WorkspaceError as exc:
@@ -123,6 +126,38 @@ async def remove_quietly(svc: Service, ws: str, path: str) -> None:
 
 
 _FETCHED_AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def _recorded_by(status: dict[str, Any], tags: dict[str, str], base: str) -> bool:
+    """Whether `tags` are what the exec of `status` was started to record: the agent's own
+    record of the exec (which only the gateway can start with an agent step) names the
+    repository and destination the tags claim. A pending record is a file of the workspace,
+    which its commands can write; the exec's record in the agent is not."""
+    steps = status.get("steps") or []
+    argvs = [list(step.get("argv") or []) for step in steps if isinstance(step, dict)]
+    identities = [step.get("identity") for step in steps if isinstance(step, dict)]
+    if "repo-url" in tags or "repo-fetched-at" in tags:
+        # A clone or fetch: the network step as the agent, then the workspace's step.
+        if identities[:1] != ["agent"] or len(argvs) < 2:
+            return False
+        url_ok = "repo-url" not in tags or (
+            policy.github_repo(tags["repo-url"]).url_on(base) in argvs[0]
+        )
+        path_ok = "repo-path" not in tags or f"./{_relative(tags['repo-path'])}" in argvs[-1]
+        return url_ok and path_ok
+    if "repo-ref" in tags:
+        # A checkout: one workspace step, `git -C DIR checkout … REF --`.
+        return len(argvs) <= 1 and _is_checkout(status, tags["repo-ref"])
+    return False
+
+
+def _is_checkout(status: dict[str, Any], ref: str) -> bool:
+    argv = [str(a) for a in status.get("argv") or []]
+    return argv[:1] == ["git"] and "checkout" in argv and argv[-2:] == [ref, "--"]
+
+
+def _relative(path: str) -> str:
+    return posixpath.relpath(path, WORKSPACE_ROOT) if path.startswith("/") else path
 
 
 def _refuse(value: str) -> str:

@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import modal_workspace_core as mwc
 import pytest
 from modal_workspace_core.agent_client import AgentClient, AgentError
+from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers import local_daemon
 from modal_workspace_core.drivers.local import LocalDriver
 from modal_workspace_core.drivers.sandbox import probe
+from support.loopback import loopback_listener
 
 ISOLATION = probe()
 pytestmark = pytest.mark.skipif(
@@ -47,30 +48,9 @@ async def wss(tmp_path: Path) -> AsyncIterator[mwc.Workspaces]:
 
 
 @pytest.fixture
-def loopback_listener() -> Iterator[int]:
-    """A server on the host's loopback, as the gateway or a local database would be."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    server.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
+def loopback_port() -> Iterator[int]:
+    with loopback_listener() as port:
+        yield port
 
 
 def _daemon_pid(driver: LocalDriver, workspace_id: str) -> int:
@@ -181,10 +161,10 @@ def test_the_gateway_refuses_a_secrets_file_under_a_tree_workspaces_see(tmp_path
 
 
 async def test_a_command_cannot_reach_a_service_on_the_host_loopback(
-    wss: mwc.Workspaces, loopback_listener: int
+    wss: mwc.Workspaces, loopback_port: int
 ) -> None:
     ws = await wss.create()
-    script = f"exec 3<>/dev/tcp/127.0.0.1/{loopback_listener} && echo connected"
+    script = f"exec 3<>/dev/tcp/127.0.0.1/{loopback_port} && echo connected"
     done = await ws.exec(f"bash -c '{script}'; bash -c '{script.replace('127.0.0.1', '[::1]')}'")
     assert "connected" not in done.stdout
 
@@ -382,3 +362,35 @@ async def test_a_workspace_that_fills_its_disk_gets_enospc_and_others_keep_their
         for ws in (full, other):
             await ws.terminate()
     assert not any(tmp_path.glob("data/ws-*"))
+
+
+# --- 6. records the gateway relies on --------------------------------------------------------
+
+
+async def test_a_forged_pending_record_makes_a_restarted_gateway_record_no_repo_tags(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings({}, data_root=tmp_path / "data")
+    async with mwc.Workspaces(settings=settings) as first:
+        ws = await first.create()
+        # Any exec that succeeded, and a record in the workspace claiming it was a clone.
+        done = await ws.realtime_exec_start("true")
+        _ = [e async for e in ws.follow(done.exec_id)]
+        forged = {
+            "exec_id": done.exec_id,
+            "tags": {"repo-url": "https://github.com/evil/repo.git", "repo-path": "evil"},
+            "askpass": None,
+        }
+        await ws.file_write(f".mwc/pending-{done.exec_id}.json", json.dumps(forged))
+    async with mwc.Workspaces(settings=settings) as second:
+        again = await second.get(ws.id)
+        try:
+            deadline = asyncio.get_running_loop().time() + 10
+            # The restarted gateway reads the record, checks it against the agent's own record
+            # of the exec (a plain command, no agent step) and drops it unrecorded.
+            while (await again.file_list(path=".mwc")).entries:
+                assert asyncio.get_running_loop().time() < deadline, "the record was never read"
+                await asyncio.sleep(0.2)
+            assert "repo-url" not in (await again.refresh()).tags
+        finally:
+            await again.terminate()

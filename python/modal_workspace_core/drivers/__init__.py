@@ -15,12 +15,16 @@ __all__ = ["DRIVER_NAMES", "Driver", "WorkspaceRecord", "WorkspaceSpec", "create
 DRIVER_NAMES = ("local", "modal")
 
 
-def create_driver(name: str, *, data_root: Path) -> Driver:
-    """The driver called `name`; `data_root` is where the local driver keeps its workspaces."""
+def create_driver(
+    name: str, *, data_root: Path, host_ports: tuple[int, ...] | None = None
+) -> Driver:
+    """The driver called `name`; `data_root` is where the local driver keeps its workspaces,
+    `host_ports` the host loopback ports its workspaces may reach (None: from the
+    environment)."""
     if name == "local":
         from .local import LocalDriver
 
-        return LocalDriver(data_root=data_root)
+        return LocalDriver(data_root=data_root, host_ports=host_ports)
     if name == "modal":
         from .modal import ModalDriver
 

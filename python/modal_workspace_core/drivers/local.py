@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from .. import policy
 from ..agent_client import AgentClient, AgentError
+from ..config import HOST_PORTS_ENV, parse_host_ports
 from ..errors import (
     ConflictError,
     InvalidArgumentError,
@@ -43,7 +44,6 @@ WORKSPACE_ID_ENV = "MODAL_WORKSPACE_ID"
 
 # The only environment the host-side processes of a workspace (bwrap, pasta) get.
 _HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-HOST_PORTS_ENV = "MODAL_WORKSPACE_HOST_PORTS"
 DISK_MB_ENV = "MODAL_WORKSPACE_DISK_MB"
 DEFAULT_DISK_MB = 10_240
 # Bounds every command gets (rlimits; the processes bound counts per workspace only where the
@@ -109,7 +109,9 @@ class LocalDriver:
         # The host's loopback ports workspaces may reach (`MODAL_WORKSPACE_HOST_PORTS`): none
         # unless the operator lists them, so the gateway and local services stay out of reach.
         self.host_ports = (
-            host_ports if host_ports is not None else _host_ports(os.environ.get(HOST_PORTS_ENV))
+            host_ports
+            if host_ports is not None
+            else parse_host_ports(os.environ.get(HOST_PORTS_ENV))
         )
         self.limits = dict(DEFAULT_LIMITS if limits is None else limits)
         # A disk of its own per workspace (MODAL_WORKSPACE_DISK_MB), where the gateway can
@@ -577,22 +579,6 @@ def _disk_mb(text: str | None) -> int:
             field="disk_mb",
         )
     return int(text)
-
-
-def _host_ports(text: str | None) -> tuple[int, ...]:
-    ports = []
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        if not part.strip().isdigit() or not 0 < int(part) < 65536:
-            raise InvalidArgumentError(
-                "invalid_argument",
-                f"{HOST_PORTS_ENV} must list TCP ports (1-65535) separated by commas, "
-                f"not {part.strip()[:16]!r}",
-                field="host_ports",
-            )
-        ports.append(int(part))
-    return tuple(ports)
 
 
 def _record(meta: dict[str, Any], state: str) -> WorkspaceRecord:

@@ -120,6 +120,19 @@ impl ExecMeta {
         serde_json::from_slice(&bytes).map_err(std::io::Error::other)
     }
 
+    /// What ran, redacted, by whom: each step's identity and command. The gateway checks a
+    /// repo operation's records against it, since only the gateway can start an agent step.
+    pub(crate) fn command(&self) -> Value {
+        let steps: Vec<Value> = self
+            .steps
+            .iter()
+            .map(|step| {
+                json!({"identity": step.identity, "argv": step.argv, "command": step.command})
+            })
+            .collect();
+        json!({"argv": self.argv, "command": self.command, "steps": steps})
+    }
+
     /// The protocol's status object.
     pub(crate) fn status(&self, last_seq: u64) -> Value {
         json!({

@@ -57,6 +57,16 @@ impl ExecRecord {
         self.meta.lock().status(self.log.last_seq())
     }
 
+    /// The status with what ran (`exec.status` with `"command": true`).
+    pub(crate) fn status_with_command(&self) -> Value {
+        let meta = self.meta.lock();
+        let mut status = meta.status(self.log.last_seq());
+        if let (Value::Object(status), Value::Object(command)) = (&mut status, meta.command()) {
+            status.extend(command);
+        }
+        status
+    }
+
     pub(crate) fn state(&self) -> String {
         self.meta.lock().state.clone()
     }

@@ -64,12 +64,14 @@ impl Service for Daemon {
             "exec.start" => ready(self.execs.start(&args)),
             "exec.cancel" => ready(self.execs.cancel(&args)),
             "exec.resize" => ready(self.execs.resize(&args)),
-            "exec.status" => ready(
-                super::args::Args(&args)
-                    .required_str("exec_id")
-                    .and_then(|id| self.execs.record(id))
-                    .map(|r| r.status()),
-            ),
+            "exec.status" => ready((|| {
+                let a = super::args::Args(&args);
+                let record = self.execs.record(a.required_str("exec_id")?)?;
+                Ok(match a.bool("command")? {
+                    true => record.status_with_command(),
+                    false => record.status(),
+                })
+            })()),
             "exec.list" => ready(Ok(json!({"execs": self.execs.list()}))),
             "exec.input" => match self.execs.input(&args, payload) {
                 Ok(rx) => Box::pin(async move {
