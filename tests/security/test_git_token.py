@@ -172,6 +172,8 @@ def assert_no_leak(rig: Rig, seen: str = "") -> None:
     assert all(form not in log for form in wanted)
     needles = [form.encode() for form in wanted]
     for path in rig.served.files_root.rglob("*"):
+        if path.name == "disk.img":
+            continue  # a workspace's disk: its files are read through its mount point
         with contextlib.suppress(OSError):
             if path.is_file() and not path.is_symlink():
                 data = path.read_bytes()
