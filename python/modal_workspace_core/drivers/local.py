@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -28,7 +29,7 @@ from ..errors import (
     NotFoundError,
     UpstreamError,
 )
-from . import local_daemon, sandbox, workspace_disk, workspace_uids
+from . import local_daemon, sandbox, sandbox_launch, workspace_disk, workspace_uids
 from .base import WorkspaceRecord, WorkspaceSpec
 from .local_launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
 from .local_store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
@@ -79,6 +80,7 @@ class LocalDriver:
             self.isolation = sandbox.Isolation(False, None, "isolation turned off")
         else:
             self.isolation = sandbox.probe()
+        self.network_problem = "pasta is not installed (apt-get install passt)"
         if mode == "bwrap" and not self.isolation.enabled:
             raise UpstreamError("upstream", f"isolation=bwrap, but {self.isolation.reason}")
         if not self.isolation.enabled and self.isolation.reason not in _warned:
@@ -88,6 +90,12 @@ class LocalDriver:
                 "this user's files and reach the network",
                 self.isolation.reason,
             )
+        if self.isolation.enabled and self.isolation.bwrap and self.isolation.pasta:
+            problem = sandbox_launch.network_problem(self.isolation.bwrap, self.isolation.pasta)
+            if problem is not None:
+                # Workspaces that need the network are refused, saying why.
+                self.isolation = dataclasses.replace(self.isolation, pasta=None)
+                self.network_problem = problem
         # The agent runs from this interpreter's environment, ignoring PYTHON* variables a
         # workspace's env may set for its own commands.
         self.agent_argv = agent_argv or [sys.executable, "-I", "-m", "modal_workspace_core.agent"]
@@ -127,7 +135,7 @@ class LocalDriver:
         network = (
             f"own namespace through pasta; host loopback ports: {ports}"
             if self.isolation.pasta
-            else "none (install passt for networked workspaces)"
+            else f"none: {self.network_problem}; only block_network workspaces can be made"
         )
         disk = (
             f"{self.disk_mb} MiB of its own per workspace"
@@ -359,6 +367,7 @@ class LocalDriver:
             start_timeout=self.start_timeout,
             host_ports=self.host_ports,
             limits=self.limits,
+            network_problem=self.network_problem,
         )
 
     def _dir(self, workspace_id: str) -> WorkspaceDir:

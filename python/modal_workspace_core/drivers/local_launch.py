@@ -42,6 +42,8 @@ class AgentLauncher:
     start_timeout: float
     host_ports: tuple[int, ...] = ()
     limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    # Why workspaces get no network here, when pasta is missing or does not work.
+    network_problem: str = ""
 
     def start(self, ws: WorkspaceDir, meta: dict[str, Any], secret_env: dict[str, str]) -> None:
         """Starts the agent of `ws` and waits until it listens (UpstreamError otherwise)."""
@@ -162,8 +164,8 @@ class AgentLauncher:
             if self.isolation.pasta is None:
                 raise UpstreamError(
                     "upstream",
-                    "workspaces reach the network through pasta, which is not installed "
-                    "(apt-get install passt); create the workspace with block_network",
+                    "workspaces reach the network through pasta, which cannot give them one "
+                    f"here ({self.network_problem}); create the workspace with block_network",
                 )
             network = sandbox_launch.Network(self.isolation.pasta, self.host_ports)
         bwrap = self.isolation.bwrap

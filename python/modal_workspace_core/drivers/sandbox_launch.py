@@ -9,17 +9,19 @@ configuration (its environment, the workspace's secrets) reaches it on stdin, re
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandbox import LaunchFds
+from .sandbox import LaunchFds, SandboxLayout, bwrap_argv
 
 # Inside the sandbox: the uid (and gid) of the workspace's commands, and of the agent's own git
 # steps. Each maps to a host uid of the workspace's own when the gateway runs as root.
@@ -203,3 +205,33 @@ def _attach(network: Network, pid: int, env: Mapping[str, str]) -> None:
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip()
         raise LaunchError(f"pasta could not attach the workspace's network: {why}")
+
+
+@functools.cache
+def network_problem(bwrap: str, pasta: str) -> str | None:
+    """Why pasta cannot give a sandbox its network here (None when it can): tried once per
+    process on a sandbox that runs `true` (an unprivileged user may lack /dev/net/tun)."""
+    with tempfile.TemporaryDirectory(prefix="mwc-net-probe-") as tmp:
+        workspace, home, state, sock = (
+            Path(tmp, n) for n in ("workspace", "home", "state", "sock")
+        )
+        for d in (workspace, home, state, sock):
+            d.mkdir()
+        layout = SandboxLayout(workspace, home, state, sock)
+        with open(os.devnull, "rb") as null, tempfile.TemporaryFile() as out:
+            try:
+                proc = launch(
+                    lambda fds: bwrap_argv(bwrap, layout, ["/bin/true"], fds=fds),
+                    stdin=null.fileno(),
+                    output=out.fileno(),
+                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                    cwd=Path(tmp),
+                    ids=None,
+                    network=Network(pasta),
+                )
+            except LaunchError as err:
+                # pasta's complaints about syslog (absent in containers) say nothing useful.
+                lines = str(err).splitlines()
+                return " ".join(line for line in lines if "syslog" not in line) or str(err)
+            proc.wait(timeout=_STEP_TIMEOUT)
+    return None
