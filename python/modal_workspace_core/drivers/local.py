@@ -331,7 +331,7 @@ class LocalDriver:
 
     def _ensure_daemon(self, ws: WorkspaceDir) -> None:
         with self._held(ws) as meta:
-            if local_daemon.accepts(ws.socket):
+            if local_daemon.running(ws.pid_file) and local_daemon.accepts(ws.socket):
                 return  # restarted by another caller while we waited for the lock
             # Whatever remains of the earlier daemon (hung, or its sandbox's commands) goes
             # first: the new daemon reports those commands as lost, so none runs unsupervised.
