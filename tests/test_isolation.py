@@ -7,6 +7,7 @@ where bwrap cannot create its namespaces.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import subprocess
@@ -248,3 +249,16 @@ async def test_only_allowlisted_host_ports_are_reachable_and_block_network_cuts_
     assert results[((), False)].stdout == ""
     assert results[((loopback_server,), False)].stdout == "connected\n"
     assert results[((loopback_server,), True)].stdout == ""
+
+
+def test_a_python_environment_under_tmp_is_mounted_over_the_sandboxes_tmp(
+    data_root: Path, tmp_path: Path
+) -> None:
+    # A checkout under /tmp (as CI's is) must stay visible: /tmp comes first, then the mounts
+    # of the environment on top of it, whether /tmp is a tmpfs or the workspace's disk.
+    venv = Path("/tmp") / "some-checkout" / ".venv"
+    for tmp in (None, tmp_path / "disk-tmp"):
+        layout = dataclasses.replace(make_layout(data_root), tmp=tmp)
+        argv = bwrap_argv("bwrap", layout, ["true"], readonly=[venv])
+        tmp_at = max(i for i, a in enumerate(argv) if a == "/tmp" and argv[i - 1] != "--dir")
+        assert tmp_at < argv.index(str(venv))

@@ -135,8 +135,11 @@ def bwrap_argv(
     # A private /proc for the new pid namespace, a minimal /dev (null, zero, random, tty, pts,
     # shm) and a private /tmp that every user may write, so nothing is shared with the host's.
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    # /tmp before the Python environment's mounts below, which may lie under it.
     if layout.tmp is None:
         argv += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
+    else:
+        argv += ["--bind", str(layout.tmp), "/tmp"]
     bound = [Path(p) for p in _SYSTEM_DIRS]
     made: set[Path] = set()
     for path in _minimal_cover(readonly):
@@ -168,8 +171,6 @@ def bwrap_argv(
     argv += ["--perms", "0711", "--dir", "/run/agent"]
     argv += ["--bind", str(layout.workspace), WORKSPACE_ROOT]
     argv += ["--bind", str(layout.home), SANDBOX_HOME]
-    if layout.tmp is not None:
-        argv += ["--bind", str(layout.tmp), "/tmp"]
     argv += ["--bind", str(layout.state), AGENT_STATE_DIR]
     argv += ["--bind", str(layout.socket_dir), AGENT_SOCKET_DIR]
     argv += ["--chdir", WORKSPACE_ROOT, "--"]
