@@ -80,7 +80,9 @@ class LocalDriver:
             self.isolation = sandbox.Isolation(False, None, "isolation turned off")
         else:
             self.isolation = sandbox.probe()
-        self.network_problem = "pasta is not installed (apt-get install passt)"
+        self.network_problem = (
+            "" if self.isolation.pasta else "pasta is not installed (apt-get install passt)"
+        )
         if mode == "bwrap" and not self.isolation.enabled:
             raise UpstreamError("upstream", f"isolation=bwrap, but {self.isolation.reason}")
         if not self.isolation.enabled and self.isolation.reason not in _warned:

@@ -29,7 +29,10 @@ COMMAND_ID = 1000
 AGENT_GIT_ID = 1001
 # Per user namespace, so one workspace cannot take the inotify instances or watches every other
 # workspace (and the gateway's user) needs.
-INOTIFY_LIMITS = {"max_inotify_instances": 64, "max_inotify_watches": 65536}
+# (Every user namespace's use also counts against its owner's host limit, root's for all of
+# them: the host's fs.inotify.max_user_instances bounds how many workspaces may use theirs
+# fully at once.)
+INOTIFY_LIMITS = {"max_inotify_instances": 32, "max_inotify_watches": 65536}
 _STEP_TIMEOUT = 30.0
 
 
@@ -57,6 +60,9 @@ class Network:
 
     pasta: str
     host_ports: tuple[int, ...] = ()
+    # Where pasta writes its pid: it outlives the sandbox it serves (it holds an inotify
+    # instance and a netns of it) until whoever stops the sandbox ends it too.
+    pid_file: Path | None = None
 
     def argv(self, pid: int, *, as_root: bool) -> list[str]:
         ports = ",".join(str(p) for p in self.host_ports) or "none"
@@ -68,6 +74,8 @@ class Network:
         if as_root:
             # pasta gives up root for `nobody` by default, who may not enter this namespace.
             argv += ["--runas", "0:0"]
+        if self.pid_file is not None:
+            argv += ["--pid", str(self.pid_file)]
         return argv
 
 
@@ -219,6 +227,7 @@ def network_problem(bwrap: str, pasta: str) -> str | None:
             d.mkdir()
         layout = SandboxLayout(workspace, home, state, sock)
         with open(os.devnull, "rb") as null, tempfile.TemporaryFile() as out:
+            pid_file = Path(tmp, "pasta.pid")
             try:
                 proc = launch(
                     lambda fds: bwrap_argv(bwrap, layout, ["/bin/true"], fds=fds),
@@ -227,11 +236,19 @@ def network_problem(bwrap: str, pasta: str) -> str | None:
                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                     cwd=Path(tmp),
                     ids=None,
-                    network=Network(pasta),
+                    network=Network(pasta, pid_file=pid_file),
                 )
             except LaunchError as err:
                 # pasta's complaints about syslog (absent in containers) say nothing useful.
                 lines = str(err).splitlines()
                 return " ".join(line for line in lines if "syslog" not in line) or str(err)
+            finally:
+                end_pasta(pid_file)
             proc.wait(timeout=_STEP_TIMEOUT)
     return None
+
+
+def end_pasta(pid_file: Path) -> None:
+    """Ends the pasta recorded in `pid_file`, if any (it does not end with its sandbox)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
