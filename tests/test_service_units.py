@@ -3,9 +3,13 @@ idempotent exec ids, when a page is `done`, and how failures become the error mo
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 from modal_workspace_core import models as m
 from modal_workspace_core import policy
+from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import (
     NotFoundError,
     PermissionDeniedError,
@@ -58,11 +62,21 @@ def test_a_read_cut_inside_a_character_returns_whole_characters() -> None:
 
 
 def test_an_idempotency_key_names_one_exec_per_workspace() -> None:
-    a = derived_exec_id(WS, "key")
-    assert a == derived_exec_id(WS, "key")
+    secret = b"gateway secret"
+    a = derived_exec_id(WS, "key", secret)
+    assert a == derived_exec_id(WS, "key", secret)
     assert policy.check_id("ex", a) == a
-    assert a != derived_exec_id(WS, "other")
-    assert a != derived_exec_id("ws-" + "b" * 32, "key")
+    assert a != derived_exec_id(WS, "other", secret)
+    assert a != derived_exec_id("ws-" + "b" * 32, "key", secret)
+
+
+def test_an_exec_id_cannot_be_derived_without_the_gateways_secret() -> None:
+    # A command knows its workspace id and can guess the key; not the gateway's tokens.
+    unkeyed = "ex-" + hashlib.sha256(f"{WS}\x00key".encode()).hexdigest()[:32]
+    one = load_settings({"MODAL_WORKSPACE_MCP_TOKEN": "token-one-123"}, data_root=Path("/d"))
+    two = load_settings({"MODAL_WORKSPACE_MCP_TOKEN": "token-two-456"}, data_root=Path("/d"))
+    ids = {derived_exec_id(WS, "key", s.idempotency_secret) for s in (one, two)}
+    assert len(ids) == 2 and unkeyed not in ids
 
 
 def test_agent_codes_map_to_statuses() -> None:

@@ -6,6 +6,7 @@ per request. Secret values loaded here are held in memory only and never printed
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import os
@@ -93,6 +94,14 @@ class Settings(BaseModel):
     # Modal driver: the GitHub token as the gateway holds it (`GH_TOKEN` of the GitHub secret,
     # which `modal_app.py` attaches to the gateway, not to sandboxes). Never printed.
     github_token: str | None = None
+
+    @property
+    def idempotency_secret(self) -> bytes:
+        """What idempotency keys are mapped to exec ids with: derived from the bearer tokens,
+        which every gateway of a deployment shares and no workspace holds (a token rotation
+        maps the same key to a new exec)."""
+        joined = "\x00".join(sorted(self.tokens))
+        return hashlib.sha256(f"mwc-idempotency\x00{joined}".encode()).digest()
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.

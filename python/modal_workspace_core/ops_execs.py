@@ -11,6 +11,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import hmac
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,9 +46,12 @@ _CANCEL_WAIT_MAX = 20.0
 _CANCEL_SLACK = 2.0
 
 
-def derived_exec_id(workspace_id: str, key: str) -> str:
-    """The exec id an idempotency key names in one workspace: the same key, the same exec."""
-    digest = hashlib.sha256(f"{workspace_id}\x00{key}".encode()).hexdigest()
+def derived_exec_id(workspace_id: str, key: str, secret: bytes) -> str:
+    """The exec id an idempotency key names in one workspace: the same key, the same exec.
+    Keyed with a secret of the gateway's, so that nothing in the workspace can compute the id
+    ahead of the client and start an exec of its own under it."""
+    message = f"{workspace_id}\x00{key}".encode()
+    digest = hmac.new(secret, message, hashlib.sha256).hexdigest()
     return policy.check_id("ex", f"ex-{digest[:32]}")
 
 
@@ -243,7 +247,9 @@ async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
 async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) -> ExecStatus:
     record = await svc.record(inp.workspace_id)
     if inp.idempotency_key is not None:
-        exec_id = derived_exec_id(inp.workspace_id, inp.idempotency_key)
+        exec_id = derived_exec_id(
+            inp.workspace_id, inp.idempotency_key, svc.settings.idempotency_secret
+        )
     else:
         exec_id = policy.new_id("ex")
     args = exec_args(
