@@ -44,6 +44,21 @@ class Backend:
     plane: ControlPlane | None = None
 
 
+def wait_until_healthy(process: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+    """Waits (60 s at most) for a started server to answer /healthz; raises with its log if it
+    exits or stays silent."""
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited: {log.read_text()}")
+        with contextlib.suppress(httpx2.TransportError):
+            if httpx2.get(f"{base_url}/healthz", timeout=5).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not answer: {log.read_text()}")
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def local_backend(tmp: Path, github_token: str, isolation: str = "auto") -> Iterator[Backend]:
     secrets = tmp / "secrets.json"
@@ -157,16 +172,7 @@ def serve(
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the server exited: {log.read_text()}")
-            with contextlib.suppress(httpx2.TransportError):
-                if httpx2.get(f"{base_url}/healthz", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not answer: {log.read_text()}")
-            time.sleep(0.1)
+        wait_until_healthy(process, base_url, log)
         yield Served(base_url, data_root, log, github_token, backend)
     finally:
         # Agent daemons outlive the server by design: end every workspace this test made.

@@ -8,13 +8,12 @@ import os
 import resource
 import signal
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
-from e2e_support import SCRIPT
+from e2e_support import SCRIPT, wait_until_healthy
 from service_support import TOKEN, free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -63,16 +62,7 @@ def gateway(
         )
     served = Gateway(f"http://127.0.0.1:{port}", port, data_root, log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the server exited: {served.log_text()}")
-            with contextlib.suppress(httpx2.TransportError):
-                if httpx2.get(served.url("/healthz"), timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not answer: {served.log_text()}")
-            time.sleep(0.1)
+        wait_until_healthy(process, f"http://127.0.0.1:{port}", log)
         yield served
     finally:
         # Agent daemons outlive the server by design: end every workspace this test made.
