@@ -109,7 +109,14 @@ async def test_create_starts_a_named_sandbox_running_the_agent_daemon(
         "/run/mwc/state",
         "--socket",
         "/run/mwc/agent.sock",
+        "--config",
+        "-",
     ]
+    # The channel key reached the daemon on its stdin, never its argv or environment.
+    assert sandbox.entrypoint is not None and sandbox.entrypoint.stdin_closed
+    key = driver._channel_key(workspace_id)
+    assert key not in " ".join(sandbox.definition.entrypoint_args)
+    assert key not in str(sandbox.env)
     assert sandbox.definition.workdir == "/workspace"
 
 

@@ -5,6 +5,7 @@ product's end-to-end tests (`test_e2e_rest.py`, `test_e2e_mcp.py`) run on this d
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -180,3 +181,60 @@ async def test_a_secret_lacking_a_listed_variable_is_refused_at_create(
     assert "OPENAI_ORG_ID" in refused.value.message
     assert "sk-modal-held" not in refused.value.message
     assert modal_control_plane.sandboxes() == []
+
+
+# What a command inside the sandbox runs to use the agent's socket as the gateway does.
+FORGED_CLIENT = """
+import asyncio
+from modal_workspace_core.agent_client import AgentClient, AgentError
+
+async def main():
+    try:
+        client = await AgentClient.connect_unix("/run/mwc/agent.sock")
+        await client.request("exec.list", {})
+        print("served")
+    except AgentError as exc:
+        print("refused:", exc.code)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_command_cannot_use_the_agents_socket_without_the_channel_key(
+    workspaces: Workspaces,
+) -> None:
+    ws = await workspaces.create()
+    await ws.file_write("forged.py", FORGED_CLIENT)
+
+    # The interpreter that has the package: the image's, as far as this control plane goes.
+    result = await ws.exec(f"{sys.executable} forged.py")
+
+    assert result.stdout.startswith("refused:"), (result.stdout, result.stderr)
+    # The gateway, which has the key, is still served.
+    assert (await ws.exec("echo still")).stdout == "still\n"
+
+
+async def test_a_command_scraping_proc_during_an_authenticated_clone_finds_no_token(
+    workspaces: Workspaces, git_server: GitServer
+) -> None:
+    """Commands run as root on Modal, like the agent: the token must be in no environment."""
+    ws = await workspaces.create()
+    # The needle reaches the scraper as a file, so no argv of its own holds the token.
+    await ws.file_write(".needle", git_server.token + "\n")
+    scraper = await ws.realtime_exec_start(
+        "mv .needle /tmp/needle; n=0; "
+        "while [ ! -e /tmp/stop ]; do "
+        "c=$(cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' "
+        "| grep -a -c -F -f /tmp/needle); n=$((n+${c:-0})); done; echo found=$n"
+    )
+    for i in range(3):
+        clone = await ws.repo_clone(
+            "octo/hello", destination=f"/workspace/h{i}", use_github_token=True
+        )
+        [e async for e in ws.follow(clone.exec_id)]
+        status = await ws.realtime_exec_status(clone.exec_id)
+        assert (status.state, status.returncode) == ("finished", 0)
+    await ws.exec("touch /tmp/stop")
+    events = [e async for e in ws.follow(scraper.exec_id)]
+    assert "".join(e.data or "" for e in events if e.type == "stdout") == "found=0\n"
+    assert git_server.token in git_server.passwords

@@ -1,7 +1,8 @@
 """The git command lines of the repo operations, run for real: the network step (as the agent
-would run it, with its fixed environment and the package's askpass) against the test git server
-over HTTP into a mirror, then the workspace step from the mirror; and the parser of
-`git status --porcelain=v2`."""
+would run it, with its fixed environment; a stand-in askpass answers as the agent's would)
+against the test git server over HTTP into a mirror, then the workspace step from the mirror;
+and the parser of `git status --porcelain=v2`. The agent's own askpass is tested through a
+real daemon (tests/test_agent_daemon.py, tests/security/test_git_token.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from modal_workspace_core import agent, gitcmd
+from modal_workspace_core import gitcmd
 from support.git_server import GitServer
 
 SLUG = "octo/hello"
+# What the agent answers git's prompts with for a step's credential.
+STAND_IN_ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) echo x-access-token ;;
+  *) printf '%s\\n' "$STAND_IN_TOKEN" ;;
+esac
+"""
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -60,11 +68,14 @@ class TwoSteps:
         self.agent_dir = tmp_path / "agent"
         (self.agent_dir / "home").mkdir(parents=True)
         self.base = server.base_url.rstrip("/")
+        self.askpass = tmp_path / "askpass.sh"
+        self.askpass.write_text(STAND_IN_ASKPASS)
+        self.askpass.chmod(0o700)
 
     def network_env(self) -> dict[str, str]:
         fixed = {"PATH": os.environ["PATH"], "HOME": str(self.agent_dir / "home")}
-        env = {**fixed, **gitcmd.mirror_env(self.base, str(agent.ASKPASS))}
-        return {**env, gitcmd.TOKEN_ENV: self.server.token}
+        env = {**fixed, **gitcmd.mirror_env(str(self.askpass))}
+        return {**env, "STAND_IN_TOKEN": self.server.token}
 
     def mirror(self, dest: str) -> str:
         return gitcmd.mirror_path(str(self.agent_dir), f"/workspace/{dest}")
@@ -102,9 +113,11 @@ def test_the_network_step_reads_no_configuration_and_allows_only_http_transports
     )
     assert "protocol.allow=never" in argv and "core.hooksPath=/dev/null" in argv
     assert "protocol.http.allow=always" not in argv  # only for a plain-http (test) base
-    env = gitcmd.mirror_env("https://github.com", "/pkg/git_askpass.sh")
+    assert "http.sslVerify=true" in argv
+    env = gitcmd.mirror_env("/pkg/git_askpass.sh")
     assert env["GIT_CONFIG_GLOBAL"] == "/dev/null" and env["GIT_CONFIG_NOSYSTEM"] == "1"
-    assert env[gitcmd.BASE_ENV] == "https://github.com"
+    assert env["GIT_ASKPASS"] == "/pkg/git_askpass.sh"
+    assert "GIT_ASKPASS" not in gitcmd.mirror_env(None)
 
 
 def test_clone_of_a_branch_runs_real_git(steps: TwoSteps, workspace: Path) -> None:
@@ -220,47 +233,3 @@ def test_parse_status_reads_renames_with_their_original_path() -> None:
         {"path": "new name.txt", "index": "R", "worktree": ".", "orig_path": "old name.txt"},
         {"path": "other", "index": "?", "worktree": "?"},
     ]
-
-
-ASKPASS_BASE = "https://github.com"
-
-
-def ask(prompt: str, *extra: str, base: str = ASKPASS_BASE) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], gitcmd.BASE_ENV: base, gitcmd.TOKEN_ENV: "tok-123"}
-    return run([str(agent.ASKPASS), prompt, *extra], Path("/"), env)
-
-
-def test_the_askpass_answers_git_for_the_configured_host() -> None:
-    user = ask("Username for 'https://github.com': ")
-    assert (user.returncode, user.stdout) == (0, "x-access-token\n")
-    password = ask("Password for 'https://x-access-token@github.com': ")
-    assert (password.returncode, password.stdout) == (0, "tok-123\n")
-    local = ask(
-        "Password for 'http://x-access-token@127.0.0.1:8080': ", base="http://127.0.0.1:8080"
-    )
-    assert local.stdout == "tok-123\n"
-
-
-@pytest.mark.parametrize(
-    "prompt",
-    [
-        "Password for 'https://x-access-token@evil.example': ",
-        "Password for 'https://x-access-token@github.com.evil.example': ",
-        "Password for 'http://x-access-token@github.com': ",
-        "Password for 'https://someone@github.com': ",
-        "Password for 'https://x-access-token@github.com/octo/hello.git': ",
-        "Password for 'https://x-access-token@github.com': extra",
-        "Username for 'https://evil.example': ",
-        "Are you sure you want to continue connecting (yes/no)? ",
-        "",
-    ],
-)
-def test_the_askpass_answers_nothing_else(prompt: str) -> None:
-    done = ask(prompt)
-    assert done.returncode != 0 and done.stdout == ""
-
-
-def test_the_askpass_needs_one_prompt_and_a_base() -> None:
-    assert ask("Password for 'https://x-access-token@github.com': ", "more").stdout == ""
-    bad = ask("Password for 'https://x-access-token@github.com': ", base="")
-    assert bad.returncode != 0 and bad.stdout == ""

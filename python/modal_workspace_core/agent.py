@@ -17,10 +17,12 @@ ASKPASS = Path(__file__).resolve().with_name("git_askpass.sh")
 
 def main(argv: list[str] | None = None) -> int:
     """Run `mwc-agent` with `argv` (default: this process's arguments) and return the exit code.
-    A daemon is told where the package's askpass program is, unless the caller says."""
+    A daemon is told where the package's askpass program is (and the interpreter it runs the
+    agent with), unless the caller says."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["daemon"] and not any(a.split("=")[0] == "--askpass" for a in args):
-        args += ["--askpass", str(ASKPASS)]
+        # The askpass program runs this agent's `askpass` mode with this interpreter.
+        args += ["--askpass", str(ASKPASS), "--python", sys.executable]
     return agent_main(args)
 
 

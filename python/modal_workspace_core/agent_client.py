@@ -101,11 +101,17 @@ class AgentClient:
 
     @classmethod
     async def connect_transport(
-        cls, transport: Transport, *, resume: AgentClient | None = None, **cache: int
+        cls,
+        transport: Transport,
+        *,
+        resume: AgentClient | None = None,
+        key: str | None = None,
+        **cache: int,
     ) -> AgentClient:
-        """Speaks over an open transport (a pushed one, like a Modal exec's). `reconnect()` then
-        needs a new transport."""
-        client = cls._adopt(resume, cache, None)
+        """Speaks over an open transport (a pushed one, like a Modal exec's); `key` (the
+        workspace's channel key) proves the gateway to the agent. `reconnect()` then needs a new
+        transport."""
+        client = cls._adopt(resume, cache, None, key)
         await client._start(transport)
         return client
 

@@ -94,7 +94,10 @@ def _serve(args: argparse.Namespace) -> int:
         tokens = [minted]
     try:
         driver = create_driver(
-            settings.driver, data_root=settings.data_root, host_ports=settings.host_ports
+            settings.driver,
+            data_root=settings.data_root,
+            host_ports=settings.host_ports,
+            channel_secret=settings.channel_secret,
         )
         refuse_exposed = getattr(driver, "refuse_exposed", None)
         if refuse_exposed is not None:

@@ -46,6 +46,7 @@ class Workspaces:
             self._settings.driver,
             data_root=self._settings.data_root,
             host_ports=self._settings.host_ports,
+            channel_secret=self._settings.channel_secret,
         )
         self._service = Service(driver, self._settings)
         return self

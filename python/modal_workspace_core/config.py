@@ -38,6 +38,8 @@ PUBLIC_URL_ENV = "MODAL_WORKSPACE_PUBLIC_URL"
 GITHUB_URL_ENV = "MODAL_WORKSPACE_GITHUB_URL"
 GITHUB_API_URL_ENV = "MODAL_WORKSPACE_GITHUB_API_URL"
 ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
+CHANNEL_SECRET_ENV = "MODAL_WORKSPACE_CHANNEL_SECRET"
+MIN_CHANNEL_SECRET_CHARS = 32
 # What the GitHub secret holds, and so the gateway's variable once the secret is attached to it.
 GITHUB_TOKEN_ENV = "GH_TOKEN"
 DEFAULT_GITHUB_URL = "https://github.com"
@@ -94,6 +96,24 @@ class Settings(BaseModel):
     # Modal driver: the GitHub token as the gateway holds it (`GH_TOKEN` of the GitHub secret,
     # which `modal_app.py` attaches to the gateway, not to sandboxes). Never printed.
     github_token: str | None = None
+    # Modal driver: what each workspace's channel key is derived from
+    # (MODAL_WORKSPACE_CHANNEL_SECRET, else the bearer tokens). Never printed.
+    configured_channel_secret: str | None = None
+
+    @property
+    def channel_secret(self) -> bytes | None:
+        """What every gateway of a deployment derives a workspace's channel key from: the
+        configured secret, else the bearer tokens (rotating them then changes every key, and a
+        running Modal workspace refuses the gateway until it is recreated: set
+        MODAL_WORKSPACE_CHANNEL_SECRET to keep keys across rotations). None without either."""
+        if self.configured_channel_secret:
+            return hashlib.sha256(
+                f"mwc-channel-secret\x00{self.configured_channel_secret}".encode()
+            ).digest()
+        if not self.tokens:
+            return None
+        joined = "\x00".join(sorted(self.tokens))
+        return hashlib.sha256(f"mwc-channel\x00{joined}".encode()).digest()
 
     @property
     def idempotency_secret(self) -> bytes:
@@ -332,4 +352,16 @@ def load_settings(
         github_api_url=_base_url(env, GITHUB_API_URL_ENV, DEFAULT_GITHUB_API_URL),
         allow_github_secret_in_workspaces=_flag(env, ALLOW_GITHUB_SECRET_ENV),
         github_token=(env.get(GITHUB_TOKEN_ENV) or None) if chosen == "modal" else None,
+        configured_channel_secret=_load_channel_secret(env.get(CHANNEL_SECRET_ENV)),
     )
+
+
+def _load_channel_secret(value: str | None) -> str | None:
+    if not value:
+        return None
+    if len(value.strip()) < MIN_CHANNEL_SECRET_CHARS:
+        raise ConfigError(
+            f"{CHANNEL_SECRET_ENV}: at least {MIN_CHANNEL_SECRET_CHARS} characters "
+            "(`modal-workspace token` mints a good one)"
+        )
+    return value.strip()

@@ -1,26 +1,8 @@
 #!/bin/sh
 # GIT_ASKPASS of the network step of an authenticated clone or fetch (run by the agent with a
-# fixed environment). It answers only git's own prompts for the configured GitHub base,
-# MWC_GIT_BASE (`scheme://host[:port]`): the user name x-access-token, then the token from
-# MWC_GIT_TOKEN. Any other prompt (another host, a path, another user) gets nothing and exit 1.
-# The token is printed by the shell's builtin printf: it is in no argv.
-base=${MWC_GIT_BASE-}
-case "$base" in
-  https://* | http://*) ;;
-  *) exit 1 ;;
-esac
-scheme=${base%%://*}
-authority=${base#*://}
-case "$authority" in
-  "" | */* | *@* | *"'"*) exit 1 ;;
-esac
-[ "$#" -eq 1 ] || exit 1
-if [ "$1" = "Username for '$scheme://$authority': " ]; then
-  printf '%s\n' x-access-token
-  exit 0
-fi
-if [ "$1" = "Password for '$scheme://x-access-token@$authority': " ] && [ -n "${MWC_GIT_TOKEN-}" ]; then
-  printf '%s\n' "$MWC_GIT_TOKEN"
-  exit 0
-fi
-exit 1
+# fixed environment). The token is neither here nor in any process's environment: the agent
+# keeps it and answers the prompt over MWC_ASKPASS_SOCKET, only to a process that descends from
+# the step it was given for, and only git's own prompts for the configured GitHub base (the user
+# name x-access-token, then the token). Anything else gets nothing and exit 1.
+[ "$#" -eq 1 ] && [ -n "${MWC_AGENT_PYTHON-}" ] || exit 1
+exec "$MWC_AGENT_PYTHON" -I -m modal_workspace_core.agent askpass "$1"

@@ -15,7 +15,6 @@ import posixpath
 import re
 
 __all__ = [
-    "TOKEN_ENV",
     "checkout_argv",
     "clone_from_mirror_argv",
     "diff_argv",
@@ -27,10 +26,6 @@ __all__ = [
     "status_argv",
 ]
 
-# The network step's variable that holds the token, read only by the askpass program.
-TOKEN_ENV = "MWC_GIT_TOKEN"
-# The configured base (`scheme://host[:port]`) the askpass answers for, and nothing else.
-BASE_ENV = "MWC_GIT_BASE"
 _COMMIT = re.compile(r"[0-9a-fA-F]{7,40}")
 
 # The configuration of the network step, the only git that ever holds the token: nothing is
@@ -46,6 +41,8 @@ _NETWORK_CONFIG = (
     "protocol.https.allow=always",
     "http.followRedirects=false",
     "transfer.credentialsInUrl=die",
+    # Over the repository's own configuration (the mirror's), which must never turn it off.
+    "http.sslVerify=true",
 )
 
 # $1 clone|fetch, $2 url, $3 mirror, $4 branch or tag ("" for none), $5 commit ("" for none),
@@ -174,15 +171,15 @@ def mirror_argv(
     ]
 
 
-def mirror_env(base: str, askpass: str | None) -> dict[str, str]:
+def mirror_env(askpass: str | None) -> dict[str, str]:
     """The network step's whole environment beyond the agent's fixed base: no configuration
-    file, no prompt, and the askpass (when a token is given) for the base's host only."""
+    file, no prompt, and the askpass when a token is given (the agent answers it for the step's
+    credential alone; the token itself is in no environment)."""
     env = {
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": "/dev/null",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_LFS_SKIP_SMUDGE": "1",
-        BASE_ENV: base_origin(base),
     }
     if askpass is not None:
         env["GIT_ASKPASS"] = askpass

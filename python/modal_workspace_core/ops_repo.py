@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("modal_workspace_core.repo")
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
+# The name the token is fetched under for the network step's credential (never an env name).
+CREDENTIAL_ENV = "MWC_GIT_TOKEN"
 
 
 async def _agent_paths(svc: Service, ws: str) -> tuple[str, str]:
@@ -82,19 +84,22 @@ async def _start_network_git(
 ) -> str:
     """The two-step exec of a clone or fetch (see the module's docstring)."""
     base = svc.settings.github_url
-    env = gitcmd.mirror_env(base, askpass if use_token else None)
-    secrets: list[str] = []
-    if use_token:
-        # The token travels in this one request, as the network step's variable; the agent
-        # redacts it (and its encodings) from everything it records.
-        token = svc.github_token(gitcmd.TOKEN_ENV)
-        env.update(token.env)
-        secrets += token.redact
-    network = {
+    network: dict[str, Any] = {
         "identity": "agent",
         "argv": gitcmd.mirror_argv(mode, url, mirror, ref, depth, base),
-        "env": env,
+        "env": gitcmd.mirror_env(askpass if use_token else None),
     }
+    secrets: list[str] = []
+    if use_token:
+        # The token travels in this one request as the step's credential: the agent keeps it
+        # and answers git's askpass with it for the base alone (no environment holds it), and
+        # redacts it (and its encodings) from everything it records.
+        token = svc.github_token(CREDENTIAL_ENV)
+        network["credential"] = {
+            "base": gitcmd.base_origin(base),
+            "token": token.env[CREDENTIAL_ENV],
+        }
+        secrets += token.redact
     workspace = {
         "argv": workspace_argv,
         "env": dict(gitcmd.WORKSPACE_STEP_ENV),

@@ -9,8 +9,9 @@ const USAGE: &str = "\
 usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
                         [--max-ended-execs N] [--redact-env NAME,...] [--config -]
-                        [--agent-dir DIR] [--askpass PATH]
+                        [--agent-dir DIR] [--askpass PATH] [--python PATH]
        mwc-agent connect --socket PATH
+       mwc-agent askpass PROMPT
        mwc-agent --help
 
 daemon   supervise the workspace's processes, files and watches, keep durable exec logs in
@@ -28,8 +29,13 @@ daemon   supervise the workspace's processes, files and watches, keep durable ex
          directory of the agent-identity steps of exec.start, which get a fixed environment
          and none of the workspace's; git mirrors are kept there. --askpass names the
          GIT_ASKPASS program of those steps (read-only to the workspace); ping reports both.
+         A step given a credential gets its token from the daemon through that program, over
+         the socket PATH.askpass, and only while it runs; --python is the interpreter the
+         program runs this agent with.
 connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
          exits 0 when the daemon closes the connection.
+askpass  git's GIT_ASKPASS inside an authenticated step: ask the daemon (MWC_ASKPASS_SOCKET)
+         for the answer to PROMPT and print it; exit 1 when there is none.
 ";
 
 /// Runs the command line (without the program name); returns the exit code.
@@ -58,6 +64,10 @@ pub fn main(args: Vec<String>) -> i32 {
                 0
             }
             Err(e) => usage_error(&e),
+        },
+        Some("askpass") => match &args[1..] {
+            [prompt] => run_askpass(prompt),
+            _ => usage_error("askpass takes one argument, git's prompt"),
         },
         Some(other) => usage_error(&format!("unknown command '{other}'")),
     }
@@ -124,6 +134,7 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
         "--config",
         "--agent-dir",
         "--askpass",
+        "--python",
     ];
     let Some(opts) = options(args, &known)? else {
         return Ok(None);
@@ -163,6 +174,9 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
     }
     if let Some(v) = get("--askpass") {
         config.askpass = Some(PathBuf::from(v));
+    }
+    if let Some(v) = get("--python") {
+        config.python = Some(PathBuf::from(v));
     }
     if let Some(v) = get("--agent-dir") {
         config.agent_dir = Some(PathBuf::from(v));
@@ -230,6 +244,28 @@ fn run_daemon(config: DaemonConfig) -> i32 {
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("mwc-agent daemon: {e}");
+            1
+        }
+    }
+}
+
+/// Prints the daemon's answer to git's prompt; 1 (git then gives up) when there is none.
+fn run_askpass(prompt: &str) -> i32 {
+    let Some(socket) = std::env::var_os(daemon::ASKPASS_SOCKET_ENV) else {
+        eprintln!(
+            "mwc-agent askpass: {} is not set",
+            daemon::ASKPASS_SOCKET_ENV
+        );
+        return 1;
+    };
+    match daemon::ask(std::path::Path::new(&socket), prompt) {
+        Ok(Some(answer)) => {
+            println!("{answer}");
+            0
+        }
+        Ok(None) => 1,
+        Err(e) => {
+            eprintln!("mwc-agent askpass: cannot ask the agent: {e}");
             1
         }
     }

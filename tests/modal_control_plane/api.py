@@ -314,6 +314,20 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
             response.existing_result.CopyFrom(existing)
         await stream.send_message(response)
 
+    async def SandboxStdinWrite(self, stream: Any) -> None:
+        """The entrypoint's stdin on a V1 sandbox: numbered writes (a retried index is skipped,
+        as the server does), where V2 writes at byte offsets through the task's router."""
+        request = await _request(self.state, stream, auth_token=False)
+        record = self.state.sandbox(request.sandbox_id)
+        if record.entrypoint is None:
+            raise GRPCError(Status.NOT_FOUND, "sandbox has no entrypoint")
+        entrypoint = record.entrypoint
+        if request.index > record.stdin_index:
+            record.stdin_index = request.index
+            record.touch()
+            await entrypoint.write_stdin(entrypoint.stdin_written, request.input, request.eof)
+        await stream.send_message(api_pb2.SandboxStdinWriteResponse())
+
     async def SandboxTerminateV2(self, stream: Any) -> None:
         await self._terminate(stream, auth_token=True)
 

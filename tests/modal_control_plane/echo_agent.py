@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--root")
     parser.add_argument("--state-dir", default="/tmp")
     parser.add_argument("--socket", required=True)
+    parser.add_argument("--config")  # the launch configuration on stdin, which echoing ignores
     args = parser.parse_args()
     if args.mode == "daemon":
         asyncio.run(daemon(Path(args.socket), Path(args.state_dir)))

@@ -92,6 +92,8 @@ class SandboxRecord:
     result: api_pb2.GenericResult | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = field(default_factory=time.monotonic)
+    # The last V1 stdin write applied (`SandboxStdinWrite` numbers them from 1).
+    stdin_index: int = 0
     _watchers: list[asyncio.Task[None]] = field(default_factory=list)
 
     # -- container paths ---------------------------------------------------------------------

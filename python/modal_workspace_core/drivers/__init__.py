@@ -16,11 +16,16 @@ DRIVER_NAMES = ("local", "modal")
 
 
 def create_driver(
-    name: str, *, data_root: Path, host_ports: tuple[int, ...] | None = None
+    name: str,
+    *,
+    data_root: Path,
+    host_ports: tuple[int, ...] | None = None,
+    channel_secret: bytes | None = None,
 ) -> Driver:
     """The driver called `name`; `data_root` is where the local driver keeps its workspaces,
     `host_ports` the host loopback ports its workspaces may reach (None: from the
-    environment)."""
+    environment), `channel_secret` what the Modal driver derives channel keys from
+    (`Settings.channel_secret`)."""
     if name == "local":
         from .local import LocalDriver
 
@@ -28,7 +33,7 @@ def create_driver(
     if name == "modal":
         from .modal import ModalDriver
 
-        return ModalDriver()
+        return ModalDriver(channel_secret=channel_secret)
     raise InvalidArgumentError(
         f"unknown driver {name[:32]!r}; use one of {', '.join(DRIVER_NAMES)}"
     )

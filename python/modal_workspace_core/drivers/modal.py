@@ -30,6 +30,7 @@ from ..errors import (
 from ..policy import WORKSPACE_TAGS, check_id, stored_tag
 from .base import WorkspaceRecord, WorkspaceSpec
 from .modal_channel import ChannelClient, ExecChannel
+from .modal_channel_key import channel_key, launch_config, resolve_channel_secret
 from .modal_config import (
     SECRETS_SETTING,
     WORKSPACE_ROOT,
@@ -127,13 +128,31 @@ def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[st
     return out
 
 
+async def _send_launch_config(sandbox: modal.Sandbox, key: str) -> None:
+    """The daemon's launch configuration on its stdin, then end of input; a sandbox whose
+    agent did not get it cannot be reached, so it is ended rather than left running."""
+    try:
+        sandbox.stdin.write(launch_config(key))
+        sandbox.stdin.write_eof()
+        await sandbox.stdin.drain.aio()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await sandbox.terminate.aio()
+        raise
+
+
 class ModalDriver:
     """Workspaces as Modal Sandboxes. One instance per gateway process."""
 
     name = "modal"
 
-    def __init__(self, settings: ModalSettings | None = None) -> None:
+    def __init__(
+        self, settings: ModalSettings | None = None, *, channel_secret: bytes | None = None
+    ) -> None:
         self.settings = settings or ModalSettings.from_env()
+        # Resolved at first use, so that building a driver makes no Modal lookups.
+        self._configured_channel_secret = channel_secret
+        self._channel_secret: bytes | None = None
         self._app: modal.App | None = None
         self._app_lock = asyncio.Lock()
         self._channels: set[ExecChannel] = set()
@@ -159,6 +178,11 @@ class ModalDriver:
             settings.secret_keys,
             github_token=settings.github_token,
         )
+
+    def _channel_key(self, workspace_id: str) -> str:
+        if self._channel_secret is None:
+            self._channel_secret = resolve_channel_secret(self._configured_channel_secret)
+        return channel_key(self._channel_secret, workspace_id)
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -219,6 +243,7 @@ class ModalDriver:
             TAG_CREATED_AT: created_at,
         }
         tags = {**_caller_tags(spec.tags, managed), **managed}
+        key = self._channel_key(workspace_id)
         # Secrets by name: Modal puts their values into the sandbox, the gateway never sees them.
         names = list(dict.fromkeys([*options.secret_names, *spec.secret_names]))
         keys = {**self.settings.secret_keys, **spec.secret_keys}
@@ -235,7 +260,7 @@ class ModalDriver:
             if spec.secret_env:
                 # Values travel inside the create request, never in argv.
                 secrets.append(modal.Secret.from_dict(dict(spec.secret_env)))
-            await modal.Sandbox.create.aio(
+            sandbox = await modal.Sandbox.create.aio(
                 *self.settings.daemon_argv(redact),
                 app=app,
                 name=workspace_id,
@@ -257,6 +282,7 @@ class ModalDriver:
                 outbound_domain_allowlist=options.outbound_domain_allowlist,
                 inbound_cidr_allowlist=options.inbound_cidr_allowlist,
             )
+            await _send_launch_config(sandbox, key)
         self._resources[workspace_id] = {
             **options.recorded(),
             "block_network": spec.block_network,
@@ -345,6 +371,7 @@ class ModalDriver:
                 client = await AgentClient.connect_transport(
                     channel.transport,
                     resume=previous if previous is not None and previous.closed else None,
+                    key=self._channel_key(workspace_id),
                 )
             except AgentError as exc:
                 await channel.close()

@@ -99,6 +99,9 @@ class ModalSettings:
             self.agent_state_dir,
             "--socket",
             self.agent_socket,
+            # The channel key arrives on stdin (see `modal_channel_key`).
+            "--config",
+            "-",
             *redact,
         )
 

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::args::{internal, policy, Args};
+use super::askpass::{Credential, Credentials};
 use super::exec_io::InputJob;
 use super::meta::{ExecMeta, PtyMeta, StepMeta};
 use super::prune::Pruner;
@@ -42,6 +43,10 @@ pub(crate) struct ExecRegistry {
     pub(super) entries: Arc<Mutex<HashMap<String, Entry>>>,
     /// How many ended execs are kept (see `prune`).
     max_ended: usize,
+    /// The tokens of running authenticated steps, answered on the askpass socket.
+    credentials: Arc<Credentials>,
+    /// What a step with a `credential` gets in its environment to reach that socket.
+    askpass_env: Vec<(OsString, OsString)>,
 }
 
 fn redact_text(redactor: &Redactor, text: &str) -> String {
@@ -70,7 +75,21 @@ impl ExecRegistry {
             inherited_secrets,
             entries: Arc::new(Mutex::new(HashMap::new())),
             max_ended: super::prune::DEFAULT_MAX_ENDED_EXECS,
+            credentials: Arc::default(),
+            askpass_env: Vec::new(),
         }
+    }
+
+    /// Steps with a `credential` get `env` (the askpass socket and how to reach it) and their
+    /// token is answered from `credentials`.
+    pub(crate) fn with_askpass(
+        mut self,
+        credentials: Arc<Credentials>,
+        env: Vec<(OsString, OsString)>,
+    ) -> Self {
+        self.credentials = credentials;
+        self.askpass_env = env;
+        self
     }
 
     /// Keep at most `max_ended` ended execs (the oldest to end go first).
@@ -344,6 +363,10 @@ impl ExecRegistry {
                 .push((OsString::from(&name), OsString::from(value)));
             env.push((name, redact_text(redactor, value)));
         }
+        if let Some(credential) = a.object("credential")? {
+            spec.pid_slot = Some(self.credential(credential, identity, &field("credential"))?);
+            spec.env.extend(self.askpass_env.iter().cloned());
+        }
         let workdir = match (identity, a.str("workdir")?) {
             (Identity::Agent, Some(_)) => {
                 return Err(ErrorBody::invalid(
@@ -372,6 +395,38 @@ impl ExecRegistry {
             workdir,
         };
         Ok((spec, meta))
+    }
+
+    /// A step's `{"base": "scheme://host[:port]", "token": "…"}`: the token stays here, and
+    /// the step's git gets it through the askpass socket (see `askpass`), for that base alone.
+    fn credential(
+        &self,
+        credential: &Map<String, Value>,
+        identity: Identity,
+        field: &str,
+    ) -> Result<Arc<crate::agent::process::PidSlot>, ErrorBody> {
+        if identity != Identity::Agent {
+            return Err(ErrorBody::invalid(
+                field,
+                "only an agent step may hold a credential",
+            ));
+        }
+        if self.askpass_env.is_empty() {
+            return Err(ErrorBody::invalid(
+                field,
+                "this agent has no askpass socket: it cannot hand out a credential",
+            ));
+        }
+        let a = Args(credential);
+        let base = a
+            .str("base")?
+            .ok_or_else(|| ErrorBody::invalid(field, "a credential needs its 'base'"))?;
+        let token = a
+            .str("token")?
+            .ok_or_else(|| ErrorBody::invalid(field, "a credential needs its 'token'"))?;
+        let credential = Credential::new(base, token.to_owned())
+            .map_err(|message| ErrorBody::invalid(field, message))?;
+        Ok(self.credentials.grant(credential))
     }
 
     fn new_record(&self, id: &str, meta: ExecMeta) -> Result<Arc<ExecRecord>, ErrorBody> {

@@ -17,6 +17,8 @@ use crate::agent::process::{CommandUser, Confinement, Limit};
 pub struct LaunchConfig {
     /// The execs' base environment (their spec's `env` is added to it).
     pub env: Vec<(OsString, OsString)>,
+    /// Whether the launcher sent `env`; without it the daemon's own environment is the execs'.
+    pub env_given: bool,
     pub confinement: Confinement,
     /// The agent's own steps (git with a token): another user, so that commands cannot read
     /// their memory or environment; the same limits.
@@ -40,7 +42,10 @@ pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
     let mut config = LaunchConfig::default();
     for (key, value) in &top {
         match key.as_str() {
-            "env" => config.env = env(value)?,
+            "env" => {
+                config.env = env(value)?;
+                config.env_given = true;
+            }
             "user" => {
                 let user = user(value)?;
                 config.confinement.user = Some(user);
@@ -151,6 +156,7 @@ mod tests {
                 gid: 1000
             })
         );
+        assert!(config.env_given);
         assert_eq!(config.confinement.limits.len(), 2);
         assert_eq!(
             config.channel_key.as_deref(),
@@ -161,6 +167,13 @@ mod tests {
     #[test]
     fn test_an_empty_configuration_confines_nothing() {
         assert_eq!(parse(b"{}").unwrap(), LaunchConfig::default());
+    }
+
+    #[test]
+    fn test_a_key_alone_leaves_the_environment_to_the_daemon() {
+        let config = parse(br#"{"channel_key": "00112233445566778899aabbccddeeff"}"#).unwrap();
+        assert!(!config.env_given && config.env.is_empty());
+        assert!(config.channel_key.is_some());
     }
 
     #[test]

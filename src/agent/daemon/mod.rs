@@ -3,6 +3,7 @@
 
 mod agent_env;
 mod args;
+mod askpass;
 mod exec_io;
 mod execs;
 mod file_ops;
@@ -31,6 +32,12 @@ use crate::channel::server;
 pub use prune::DEFAULT_MAX_ENDED_EXECS;
 pub use service::Daemon;
 
+/// The variable that tells `mwc-agent askpass` where the daemon answers.
+pub const ASKPASS_SOCKET_ENV: &str = "MWC_ASKPASS_SOCKET";
+/// The variable that tells the askpass program which Python runs the agent.
+pub const AGENT_PYTHON_ENV: &str = "MWC_AGENT_PYTHON";
+pub use askpass::ask;
+
 /// How long running execs get to end when the daemon is asked to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -47,6 +54,9 @@ pub struct DaemonConfig {
     /// The GIT_ASKPASS program agent steps use, which the workspace cannot modify (reported
     /// by `ping`; the daemon only passes it on).
     pub askpass: Option<PathBuf>,
+    /// The Python interpreter this agent runs in: the askpass program runs the agent's
+    /// `askpass` mode with it (`-m modal_workspace_core.agent`).
+    pub python: Option<PathBuf>,
     pub socket: PathBuf,
     pub max_log_bytes: u64,
     pub max_total_log_bytes: u64,
@@ -68,6 +78,7 @@ impl DaemonConfig {
             state_dir,
             agent_dir: None,
             askpass: None,
+            python: None,
             socket,
             max_log_bytes: crate::agent::exec_log::DEFAULT_MAX_LOG_BYTES,
             max_total_log_bytes: crate::agent::exec_log::DEFAULT_MAX_TOTAL_LOG_BYTES,
@@ -80,6 +91,32 @@ impl DaemonConfig {
 }
 
 impl DaemonConfig {
+    /// Where git's askpass asks the daemon for a step's token: beside the channel's socket.
+    pub fn askpass_socket(&self) -> PathBuf {
+        let mut path = self.socket.as_os_str().to_owned();
+        path.push(".askpass");
+        PathBuf::from(path)
+    }
+
+    /// The variables a step with a credential gets: where to ask, and with what.
+    fn askpass_env(&self) -> Vec<(OsString, OsString)> {
+        // Absolute for the steps, which run elsewhere; a socket given by its name in the
+        // daemon's cwd (a deep data root) stays reachable through it (see `askpass::ask`).
+        let socket = self.askpass_socket();
+        let socket = match std::env::current_dir() {
+            Ok(cwd) if socket.is_relative() => cwd.join(socket),
+            _ => socket,
+        };
+        let mut env = vec![(OsString::from(ASKPASS_SOCKET_ENV), socket.into_os_string())];
+        if let Some(python) = &self.python {
+            env.push((
+                OsString::from(AGENT_PYTHON_ENV),
+                python.clone().into_os_string(),
+            ));
+        }
+        env
+    }
+
     /// See [`DaemonConfig::agent_dir`].
     pub fn agent_dir(&self) -> PathBuf {
         self.agent_dir
@@ -129,6 +166,7 @@ impl Daemon {
         })
         .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
         let budget = LogBudget::new(config.max_total_log_bytes);
+        let credentials = Arc::new(askpass::Credentials::default());
         let execs = execs::ExecRegistry::new(
             config.state_dir.join("execs"),
             root_str.clone(),
@@ -138,7 +176,8 @@ impl Daemon {
             secrets,
         )
         .with_agent_home(agent_home)
-        .with_max_ended(config.max_ended_execs);
+        .with_max_ended(config.max_ended_execs)
+        .with_askpass(Arc::clone(&credentials), config.askpass_env());
         let loaded = execs
             .load()
             .map_err(|e| format!("cannot load earlier execs: {e}"))?;
@@ -160,6 +199,7 @@ impl Daemon {
             started: Instant::now(),
             workspace_user: launch.workspace_user,
             channel_key: launch.channel_key,
+            credentials,
         }))
     }
 }
@@ -186,7 +226,13 @@ fn launch_config(config: &DaemonConfig) -> Result<launch_config::LaunchConfig, S
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
         .map_err(|e| format!("cannot read the launch configuration from stdin: {e}"))?;
-    launch_config::parse(&bytes)
+    let mut launch = launch_config::parse(&bytes)?;
+    // A launcher that sends no environment (Modal: the sandbox's own is the workspace's, secrets
+    // included) leaves the daemon's own to the execs.
+    if !launch.env_given {
+        launch.env = std::env::vars_os().collect();
+    }
+    Ok(launch)
 }
 
 /// Keeps commands of the same uid from reading the daemon's memory, environment and open files
@@ -216,6 +262,11 @@ pub async fn run(config: DaemonConfig) -> Result<(), String> {
     let _socket_lock = lock::Lock::acquire(Path::new(&socket_lock_path), "socket")?;
     let daemon = Daemon::open_with(&config, launch)?;
     let listener = lock::bind_private(&config.socket)?;
+    let askpass_socket = config.askpass_socket();
+    tokio::spawn(askpass::serve(
+        askpass::bind(&askpass_socket)?,
+        Arc::clone(&daemon.credentials),
+    ));
     tracing::info!(socket = %config.socket.display(), root = %daemon.root, "agent daemon listening");
 
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
@@ -248,6 +299,9 @@ async fn shutdown(daemon: &Daemon, listener: UnixListener, socket: &Path) {
     tracing::info!("agent daemon stopping");
     drop(listener);
     let _ = std::fs::remove_file(socket);
+    let mut askpass = socket.as_os_str().to_owned();
+    askpass.push(".askpass");
+    let _ = std::fs::remove_file(askpass);
     let running = daemon.execs.running();
     let waits: Vec<_> = running
         .iter()

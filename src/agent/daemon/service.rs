@@ -32,6 +32,8 @@ pub struct Daemon {
     pub(crate) workspace_user: Option<CommandUser>,
     /// What a peer's `Hello` must carry, when the launcher gave one.
     pub(crate) channel_key: Option<String>,
+    /// The tokens of running authenticated steps (see `askpass`).
+    pub(crate) credentials: Arc<super::askpass::Credentials>,
 }
 
 fn ready(result: Result<Value, ErrorBody>) -> ReplyFuture {

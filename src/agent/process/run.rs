@@ -66,7 +66,7 @@ pub(crate) async fn run(ctx: RunContext) {
             })
             .await
         };
-        let (start, _ran) = match started {
+        let (start, ran) = match started {
             Ok(started) => started,
             Err(e) => {
                 let message = format!("the exec's start was interrupted: {e}");
@@ -82,6 +82,10 @@ pub(crate) async fn run(ctx: RunContext) {
             }
             Start::Running(launched) => launched,
         };
+        let pid_slot = ran.pid_slot.clone();
+        if let Some(slot) = &pid_slot {
+            slot.set(launched.pid);
+        }
         // Only the last step reads the exec's stdin; an earlier one sees end of input.
         let stdin_rx = if next.is_none() {
             stdin_rx.take()
@@ -92,6 +96,9 @@ pub(crate) async fn run(ctx: RunContext) {
             &shared, &*sink, &config, &reaper, launched, stdin_rx, deadline, kill_grace,
         )
         .await;
+        if let Some(slot) = &pid_slot {
+            slot.clear();
+        }
         match next {
             Some(next)
                 if state == ExecState::Finished && exit.is_some_and(|e| e.returncode() == 0) =>

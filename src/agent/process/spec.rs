@@ -4,6 +4,8 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a cancelled or timed-out exec gets between SIGTERM and SIGKILL unless the caller says.
@@ -66,7 +68,37 @@ pub struct ExecSpec {
     /// outcome is that of the last step run. Only the first step's `timeout` counts (it bounds
     /// the whole exec), and only the last step reads stdin (the others get end of input).
     pub then: Option<Box<ExecSpec>>,
+    /// Holds this step's process id while it runs (0 before and after): how the agent tells
+    /// whether a process asking it for something descends from this step.
+    pub pid_slot: Option<Arc<PidSlot>>,
 }
+
+/// A step's process id while it runs; 0 when it is not running.
+#[derive(Debug, Default)]
+pub struct PidSlot(AtomicI32);
+
+impl PidSlot {
+    pub fn get(&self) -> Option<libc::pid_t> {
+        Some(self.0.load(Ordering::Acquire)).filter(|&pid| pid > 0)
+    }
+
+    pub(crate) fn set(&self, pid: libc::pid_t) {
+        self.0.store(pid, Ordering::Release);
+    }
+
+    pub(crate) fn clear(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+// Two specs are equal when they share the slot itself, not a pid that happens to match.
+impl PartialEq for PidSlot {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for PidSlot {}
 
 impl ExecSpec {
     /// `bash -lc TEXT`.
@@ -95,6 +127,7 @@ impl ExecSpec {
             timeout: None,
             kill_grace: DEFAULT_KILL_GRACE,
             then: None,
+            pid_slot: None,
         }
     }
 
