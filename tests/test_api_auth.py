@@ -82,7 +82,7 @@ async def test_each_configured_token_is_accepted(client: httpx2.AsyncClient) -> 
     for token in (TOKEN, OTHER_TOKEN):
         response = await client.get("/api/workspaces", headers={"Authorization": f"Bearer {token}"})
         assert response.status_code == 200
-        assert response.json() == {"workspaces": []}
+        assert response.json() == {"workspaces": [], "truncated": False}
     lowercase = await client.get("/api/workspaces", headers={"Authorization": f"bearer {TOKEN}"})
     assert lowercase.status_code == 200
 

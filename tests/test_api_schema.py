@@ -140,3 +140,38 @@ async def test_event_pages_default_well_under_100000_characters(
     params = {p["name"]: p["schema"] for p in events["get"]["parameters"]}
     assert params["max_bytes"]["default"] <= 60_000
     assert params["wait_seconds"]["maximum"] == 25
+
+
+async def test_every_field_of_the_actions_schema_is_described_at_its_top(
+    client: httpx2.AsyncClient,
+) -> None:
+    schema = (await client.get("/action-openapi.json")).json()
+    missing = []
+    for name, component in schema["components"]["schemas"].items():
+        for field, spec in component.get("properties", {}).items():
+            # At the property itself, not inside an anyOf branch a client may not read.
+            if not spec.get("description"):
+                missing.append(f"{name}.{field}")
+    for op in operations(schema):
+        for parameter in op.get("parameters", []):
+            if not parameter.get("description"):
+                missing.append(f"{op['operationId']}:{parameter['name']}")
+    assert not missing, missing
+
+
+async def test_request_bodies_are_plain_references_and_the_loop_is_explained(
+    client: httpx2.AsyncClient,
+) -> None:
+    schema = (await client.get("/action-openapi.json")).json()
+    for op in operations(schema):
+        body = op.get("requestBody")
+        if body is not None:
+            assert set(body["content"]["application/json"]["schema"]) == {"$ref"}, op
+    events = [
+        op
+        for op in operations(schema)
+        if op["operationId"].startswith("workspace_realtime_exec_events")
+    ]
+    (page,) = events
+    text = page["description"]
+    assert "wait_seconds=25" in text and "empty page" in text and "done" in text

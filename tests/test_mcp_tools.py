@@ -93,7 +93,7 @@ async def test_a_structured_result_matches_the_output_model(base_url: str, mode:
     async with mcp_client(base_url, mode) as client:
         result = await client.call_tool("workspace_list", {})
     assert not result.is_error
-    assert result.structured_content == {"workspaces": []}
+    assert result.structured_content == {"workspaces": [], "truncated": False}
 
 
 async def test_mcp_without_a_token_is_refused(base_url: str) -> None:

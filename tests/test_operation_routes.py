@@ -69,7 +69,7 @@ async def test_an_operation_route_is_answered_without_the_app_behind() -> None:
     assert status == 200
     assert headers[b"content-type"] == b"application/json"
     assert int(headers[b"content-length"]) == len(body)
-    assert json.loads(body) == {"workspaces": []}
+    assert json.loads(body) == {"workspaces": [], "truncated": False}
     assert behind.paths == []
     assert [name for name, _ in driver.calls] == ["list"]
 

@@ -11,8 +11,9 @@ import pytest
 from fastapi.routing import APIRoute
 from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
+from modal_workspace_core.errors import InvalidArgumentError
 from modal_workspace_core.mcp import build_server
-from modal_workspace_core.service import OPERATIONS, Service
+from modal_workspace_core.service import OPERATIONS, Service, parse_input
 from service_support import TOKEN, RecordingDriver
 
 # The names and routes of issue 4, which the predecessor's users already know.
@@ -116,7 +117,7 @@ def test_mcp_tools_are_generated_one_per_operation_with_all_four_hints(service: 
         assert hints.idempotent_hint is op.hints.idempotent
         assert hints.open_world_hint is op.hints.open_world
         assert tool.output_schema == op.output.model_json_schema()
-        assert tool.input_schema == op.input.model_json_schema()
+        assert tool.input_schema == op.input_for("mcp").model_json_schema()
 
 
 def mwc_client(server: object) -> object:
@@ -147,3 +148,17 @@ def test_summaries_fit_the_actions_limits() -> None:
     for op in OPERATIONS:
         assert 0 < len(op.summary) <= 300, op.name
         assert len(op.description) <= 300, op.name
+
+
+def test_each_surface_validates_with_its_own_bounds() -> None:
+    """GPT Actions waits 30 s at most for a command, MCP 45 s, the Python API as long as asked."""
+    exec_op = next(op for op in OPERATIONS if op.name == "workspace_exec")
+    args = {"workspace_id": "ws-" + "0" * 32, "command": "true"}
+    assert parse_input(exec_op, args, "actions").wait_seconds == 30  # type: ignore[attr-defined]
+    assert parse_input(exec_op, args, "mcp").wait_seconds == 45  # type: ignore[attr-defined]
+    assert parse_input(exec_op, args).wait_seconds is None  # type: ignore[attr-defined]
+    for surface, most in (("actions", 30), ("mcp", 45)):
+        with pytest.raises(InvalidArgumentError) as refused:
+            parse_input(exec_op, {**args, "wait_seconds": most + 1}, surface)  # type: ignore[arg-type]
+        assert refused.value.field == "wait_seconds"
+    assert parse_input(exec_op, {**args, "wait_seconds": 600}).wait_seconds == 600  # type: ignore[attr-defined]

@@ -35,8 +35,10 @@ Remote workspaces: each is a machine whose files live under /workspace.
    back as cursor and call again until done is true. wait_seconds (0-25) long-polls, so an empty
    page only means nothing new yet. If cursor_expired is true, older output was dropped and the
    page continues from first_seq. Never restart from 0 once you have a cursor.
-4. workspace_exec runs a short command to completion (output capped, truncation flagged); use a
-   realtime exec for anything long, then workspace_realtime_exec_input (stdin) or
+4. workspace_exec runs a short command and waits for it (up to wait_seconds, 45 at most): a
+   command still running then is answered with state running and its exec_id, and goes on;
+   follow it as in 3. Output is capped (truncation flagged); error says why a command did not
+   start. Use a realtime exec for anything long, then workspace_realtime_exec_input (stdin) or
    workspace_realtime_exec_cancel as needed.
 5. file_read/file_write/file_edit/file_list/file_search work on paths under /workspace;
    repo_status and repo_diff show what changed. workspace_terminate when finished.
@@ -52,7 +54,7 @@ def _tool(op: Operation) -> types.Tool:
     return types.Tool(
         name=op.name,
         description=op.description,
-        input_schema=op.input.model_json_schema(),
+        input_schema=op.input_for("mcp").model_json_schema(),
         output_schema=op.output.model_json_schema(),
         annotations=types.ToolAnnotations(
             title=op.summary.split(":")[0].rstrip("."),
@@ -107,7 +109,7 @@ def build_server(service: Service) -> Server[Any]:
         reset = PROGRESS.set(_progress_reporter(ctx))
         try:
             op = operation(params.name)
-            inp = parse_input(op, params.arguments or {})
+            inp = parse_input(op, params.arguments or {}, "mcp")
             result = await call(service, op, inp)
         except WorkspaceError as err:
             return _error_result(err)

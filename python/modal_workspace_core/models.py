@@ -120,7 +120,10 @@ class Resources(Input):
 
 
 class WorkspaceCreate(Input):
-    resources: Resources = Field(default_factory=lambda: Resources.model_validate({}))
+    resources: Resources = Field(
+        default_factory=lambda: Resources.model_validate({}),
+        description="What the workspace may use; values the driver cannot enforce are refused.",
+    )
     env: Env = Field(default_factory=dict, description="Environment for every command.")
     secret_names: list[str] = Field(
         default_factory=list, max_length=16, description="Allowlisted secrets to expose as env."
@@ -162,6 +165,14 @@ class _Command(Input):
 class ExecRun(_Command):
     stdin: str | None = Field(None, max_length=MAX_FILE_BYTES, description="Text sent to stdin.")
     timeout_seconds: float = Field(60, gt=0, le=3600, description="Kill the command after this.")
+    wait_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="How long to wait for the command to end. A command still running then is "
+        "answered with state running and its exec_id (it keeps running until timeout_seconds): "
+        "follow it with workspace_realtime_exec_events. Default: until it ends.",
+    )
     max_output_bytes: int = Field(
         32_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap per stream; head and tail kept."
     )
@@ -196,7 +207,9 @@ class ExecInput(Input):
     workspace_id: WorkspaceId
     exec_id: ExecId
     data: str = Field("", max_length=MAX_FILE_BYTES, description="Bytes for stdin (see encoding).")
-    encoding: Literal["utf-8", "base64"] = "utf-8"
+    encoding: Literal["utf-8", "base64"] = Field(
+        default="utf-8", description="How data is written: utf-8 text or base64 bytes."
+    )
     eof: bool = Field(False, description="Close stdin after this data.")
 
 
@@ -216,7 +229,9 @@ class ExecListInput(Input):
 class RepoClone(Input):
     workspace_id: WorkspaceId
     repository: Repository
-    ref: GitRef | None = None
+    ref: GitRef | None = Field(
+        None, description="A branch, tag or commit (default: the remote's default branch)."
+    )
     depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow clone depth.")
     destination: WorkspacePath | None = Field(None, description="Where to clone (default: REPO).")
     use_github_token: bool = Field(False, description="Authenticate with the configured token.")
@@ -225,9 +240,13 @@ class RepoClone(Input):
 class RepoFetch(Input):
     workspace_id: WorkspaceId
     destination: WorkspacePath = Field(description="The repository's directory.")
-    ref: GitRef | None = None
-    depth: int | None = Field(None, ge=1, le=1_000_000)
-    use_github_token: bool = False
+    ref: GitRef | None = Field(
+        None, description="A branch, tag or commit (default: the remote's default branch)."
+    )
+    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow fetch depth.")
+    use_github_token: bool = Field(
+        default=False, description="Authenticate with the configured token."
+    )
 
 
 class RepoCheckout(Input):
@@ -256,16 +275,25 @@ class RepoDiffInput(Input):
 class FileRead(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath
-    offset: int = Field(0, ge=0)
-    max_bytes: int = Field(48_000, ge=1, le=MAX_FILE_BYTES)
+    offset: int = Field(0, ge=0, description="Where to start reading, in bytes.")
+    max_bytes: int = Field(
+        48_000,
+        ge=1,
+        le=MAX_FILE_BYTES,
+        description="Most bytes to read (fewer may come back, to fit: go on from next_offset).",
+    )
 
 
 class FileWrite(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath
-    content: str = Field(max_length=2 * MAX_FILE_BYTES)
-    encoding: Literal["utf-8", "base64"] = "utf-8"
-    create_parents: bool = True
+    content: str = Field(
+        max_length=2 * MAX_FILE_BYTES, description="The whole file's new content (see encoding)."
+    )
+    encoding: Literal["utf-8", "base64"] = Field(
+        default="utf-8", description="How content is written: utf-8 text or base64 bytes."
+    )
+    create_parents: bool = Field(default=True, description="Create missing parent directories.")
 
 
 class FileEdit(Input):
@@ -282,25 +310,31 @@ class FileList(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath = "."
     depth: int = Field(1, ge=1, le=32, description="Levels to list: 1 = the directory's entries.")
-    max_entries: int = Field(1000, ge=1, le=10_000)
+    max_entries: int = Field(1000, ge=1, le=10_000, description="Most entries to return.")
 
 
 class FileRemove(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath
-    recursive: bool = False
+    recursive: bool = Field(
+        default=False, description="Remove a directory and everything under it."
+    )
 
 
 class FileSearch(Input):
     workspace_id: WorkspaceId
-    pattern: str = Field(min_length=1, max_length=1024)
+    pattern: str = Field(
+        min_length=1,
+        max_length=1024,
+        description="A regular expression (content) or a glob (name).",
+    )
     mode: Literal["content", "name"] = Field(
         "content", description="content: regex over file text; name: glob over paths."
     )
     path: WorkspacePath = "."
     glob: str | None = Field(None, max_length=1024, description="Only files matching this glob.")
-    case_insensitive: bool = False
-    max_results: int = Field(200, ge=1, le=10_000)
+    case_insensitive: bool = Field(default=False, description="Match regardless of case.")
+    max_results: int = Field(200, ge=1, le=10_000, description="Most matches to return.")
 
 
 # --- file watches -------------------------------------------------------------------------------
@@ -309,8 +343,13 @@ class FileSearch(Input):
 class WatchStart(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath = "."
-    kinds: list[Literal["create", "modify", "remove", "rename"]] | None = None
-    timeout_seconds: float | None = Field(None, gt=0, le=86_400)
+    kinds: list[Literal["create", "modify", "remove", "rename"]] | None = Field(
+        default=None,
+        description="The changes to report (default all): create, modify, remove, rename.",
+    )
+    timeout_seconds: float | None = Field(
+        None, gt=0, le=86_400, description="End the watch after this."
+    )
 
 
 class WatchRef(Input):

@@ -39,7 +39,7 @@ def rest_model(op: Operation) -> type[BaseModel] | None:
     """The input model without its path parameters: the query string or the JSON body."""
     fields = {
         name: (info.annotation, info)
-        for name, info in op.input.model_fields.items()
+        for name, info in op.input_for("actions").model_fields.items()
         if name not in op.path_params
     }
     if not fields:
@@ -76,7 +76,7 @@ class OperationServer:
             if name not in self.fields:  # path parameters among them: from the path only
                 raise InvalidArgumentError(f"{name[:64]}: unknown field", field=name[:64])
         data.update(path_params)
-        return await call_json(self.service, self.op, parse_input(self.op, data))
+        return await call_json(self.service, self.op, parse_input(self.op, data, "actions"))
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -121,8 +121,9 @@ def endpoint(server: OperationServer) -> Callable[..., Awaitable[Any]]:
             params.append(
                 inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
             )
-        else:  # every field has a default: the body may be left out entirely
-            annotation = Annotated[rest | None, Body()]
+        else:  # every field has a default: the body may be left out entirely (not required),
+            # and its schema stays a plain reference rather than `anyOf [$ref, null]`
+            annotation = Annotated[rest, Body()]
             params.append(
                 inspect.Parameter(
                     "params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None

@@ -178,9 +178,11 @@ async def run_to_end(
     cap: int,
     head_only: bool = False,
     stdin: bytes = b"",
+    wait_seconds: float | None = None,
     **spec: Any,
 ) -> Finished:
-    """Starts an exec, closes its stdin after `stdin`, and drains its events to the end."""
+    """Starts an exec, closes its stdin after `stdin`, and drains its events to the end, or
+    until `wait_seconds` have passed (the exec then goes on: its status says running)."""
     ws = record.workspace_id
     exec_id = policy.new_id("ex")
     args = exec_args(record, exec_id, timeout_seconds=timeout_seconds, **spec)
@@ -191,9 +193,12 @@ async def run_to_end(
     out, err = Capture(cap, head_only), Capture(cap, head_only)
     cursor = 0
     # The agent kills the command at its timeout; this deadline only guards a lost channel.
-    deadline = time.monotonic() + timeout_seconds + 30
+    started = time.monotonic()
+    deadline = started + timeout_seconds + 30
+    # The caller's patience: past it, the answer is what ran so far.
+    answer_by = started + wait_seconds if wait_seconds is not None else deadline
     while True:
-        wait = max(0.0, min(MAX_WAIT_SECONDS, deadline - time.monotonic()))
+        wait = max(0.0, min(MAX_WAIT_SECONDS, answer_by - time.monotonic()))
         page = await svc.read_events(
             ws, exec_id, cursor, max_events=10_000, max_bytes=_DRAIN_PAGE_BYTES, wait_seconds=wait
         )
@@ -210,6 +215,8 @@ async def run_to_end(
             line = latest.decode(errors="replace").replace("\r", "\n").strip().split("\n")[-1]
             await report(float(out.total + err.total), line[-200:])
         if page_done(page):
+            break
+        if time.monotonic() >= answer_by and wait_seconds is not None:
             break
         if time.monotonic() > deadline:
             raise TimeoutError
@@ -228,12 +235,15 @@ async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
         timeout_seconds=inp.timeout_seconds,
         cap=inp.max_output_bytes,
         stdin=(inp.stdin or "").encode(),
+        wait_seconds=inp.wait_seconds,
     )
     state = str(done.status.get("state", "finished"))
+    error = done.status.get("error")
     return ExecResult(
         exec_id=done.exec_id,
         state=state,
         returncode=done.status.get("returncode"),
+        error=str(error) if error else None,
         stdout=done.stdout.text(),
         stderr=done.stderr.text(),
         stdout_truncated=done.stdout.truncated,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -23,7 +23,9 @@ from . import repo_pending
 from . import results as r
 from .errors import InvalidArgumentError, WorkspaceError, validation_error
 from .event_pages import PageResult
+from .response_fit import fit_json
 from .service_core import Service, translate_error
+from .surfaces import ACTIONS_MAX_CHARS, Bound, Bounds, Surface, surface_model
 
 __all__ = [
     "OPERATIONS",
@@ -70,6 +72,12 @@ class Operation:
     handler: Handler
     limits: str = ""  # appended to the description: the bounds a caller must know
     in_actions: bool = True
+    # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
+    bounds: Bounds = field(default_factory=dict)
+
+    def input_for(self, surface: Surface) -> type[m.Input]:
+        """The input model as `surface` validates it: the operation's, with its bounds there."""
+        return surface_model(self.input, self.input.__name__, self.bounds.get(surface, {}))
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -83,7 +91,13 @@ class Operation:
 WS = "/workspaces/{workspace_id}"
 EX = WS + "/realtime-execs/{exec_id}"
 FW = WS + "/file-watches/{watch_id}"
-_PAGE = "Loop: pass next_cursor back as cursor until done is true; wait_seconds <= 25."
+_PAGE = (
+    "Loop: cursor=0, then each page's next_cursor, until done is true. Use wait_seconds=25 (it "
+    "waits for new events): an empty page means nothing new yet, call again; has_more: call "
+    "again now; cursor_expired: older events were dropped."
+)
+# GPT Actions' budget for a page: its JSON (the events as encoded) stays well under the limit.
+_PAGE_BOUNDS: Bounds = {"actions": {"max_bytes": Bound(64_000)}}
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -143,9 +157,14 @@ OPERATIONS: tuple[Operation, ...] = (
         handler=ex.workspace_exec,
         summary="Run a shell command to completion and return its exit code and output.",
         limits=(
-            "timeout_seconds <= 3600; output capped by max_output_bytes (head and tail kept, "
-            "truncation flagged). Use realtime execs for long commands."
+            "Waits at most wait_seconds (30 s here), then answers state running with exec_id: "
+            "the command goes on, follow its events. Output capped (head and tail, flagged); "
+            "error says why a command did not start."
         ),
+        bounds={
+            "actions": {"wait_seconds": Bound(30, 30), "max_output_bytes": Bound(40_000)},
+            "mcp": {"wait_seconds": Bound(45, 45)},
+        },
     ),
     Operation(
         name="workspace_realtime_exec_start",
@@ -171,6 +190,7 @@ OPERATIONS: tuple[Operation, ...] = (
         handler=ex.workspace_realtime_exec_events,
         summary="Read a realtime exec's output events after a cursor (long-poll).",
         limits=_PAGE,
+        bounds=_PAGE_BOUNDS,
     ),
     Operation(
         name="workspace_realtime_exec_status",
@@ -277,6 +297,7 @@ OPERATIONS: tuple[Operation, ...] = (
             "Show a repository's diff: working tree (untracked files as new) or staged with cached."
         ),
         limits="Output capped by max_bytes (truncated flag).",
+        bounds={"actions": {"max_bytes": Bound(90_000)}},
     ),
     Operation(
         name="file_read",
@@ -288,6 +309,7 @@ OPERATIONS: tuple[Operation, ...] = (
         handler=fs.file_read,
         summary="Read a file (UTF-8 text, or base64 for binary) from an offset.",
         limits="At most max_bytes per call; continue from next_offset until eof.",
+        bounds={"actions": {"max_bytes": Bound(90_000)}},
     ),
     Operation(
         name="file_write",
@@ -362,6 +384,7 @@ OPERATIONS: tuple[Operation, ...] = (
         handler=fs.workspace_file_watch_events,
         summary="Read a file watch's events after a cursor (long-poll).",
         limits=_PAGE,
+        bounds=_PAGE_BOUNDS,
     ),
     Operation(
         name="workspace_file_watch_status",
@@ -407,9 +430,9 @@ def operation(name: str) -> Operation:
         raise InvalidArgumentError(f"unknown operation {name[:64]!r}") from None
 
 
-def parse_input(op: Operation, args: Mapping[str, Any]) -> m.Input:
+def parse_input(op: Operation, args: Mapping[str, Any], surface: Surface = "python") -> m.Input:
     try:
-        return op.input.model_validate(dict(args))
+        return op.input_for(surface).model_validate(dict(args))
     except ValidationError as exc:
         raise validation_error(exc) from None
 
@@ -420,13 +443,18 @@ async def call(service: Service, op: Operation, inp: m.Input) -> BaseModel:
     return result.model() if isinstance(result, PageResult) else _output(op, result)
 
 
+# What a GPT Actions response may take, with room to spare under its limit.
+ACTIONS_RESPONSE_CHARS = ACTIONS_MAX_CHARS - 5_000
+
+
 async def call_json(service: Service, op: Operation, inp: m.Input) -> str:
-    """`call`, answered as the JSON of its output (REST's body). A page of events is written
-    around the agent's own JSON of the events, without a model of each."""
+    """`call`, answered as the JSON of its output (REST's body, for GPT Actions): fitted to
+    `ACTIONS_RESPONSE_CHARS`. A page of events is written around the agent's own JSON of the
+    events, without a model of each; its `max_bytes` bound already keeps it within."""
     result = await _run(service, op, inp)
     if isinstance(result, PageResult):
         return result.to_json()
-    return _output(op, result).model_dump_json()
+    return fit_json(_output(op, result), ACTIONS_RESPONSE_CHARS)
 
 
 def _output(op: Operation, result: BaseModel) -> BaseModel:
