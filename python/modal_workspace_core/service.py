@@ -8,6 +8,7 @@ REST routes (`api.py`), MCP tools (`mcp.py`) and the Python API (`client.py`) ar
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,8 +25,8 @@ from . import results as r
 from .errors import InvalidArgumentError, WorkspaceError, validation_error
 from .event_pages import PageResult
 from .response_fit import fit_json
-from .service_core import Service, translate_error
-from .surfaces import ACTIONS_MAX_CHARS, Bound, Bounds, Surface, surface_model
+from .service_core import ANSWER_BY, Service, translate_error
+from .surfaces import ACTIONS_MAX_CHARS, ACTIONS_SECONDS, Bound, Bounds, Surface, surface_model
 
 __all__ = [
     "OPERATIONS",
@@ -445,13 +446,20 @@ async def call(service: Service, op: Operation, inp: m.Input) -> BaseModel:
 
 # What a GPT Actions response may take, with room to spare under its limit.
 ACTIONS_RESPONSE_CHARS = ACTIONS_MAX_CHARS - 5_000
+# And the time it may take, with room for the network and the client under its limit.
+ACTIONS_MARGIN_SECONDS = 5.0
 
 
 async def call_json(service: Service, op: Operation, inp: m.Input) -> str:
     """`call`, answered as the JSON of its output (REST's body, for GPT Actions): fitted to
     `ACTIONS_RESPONSE_CHARS`. A page of events is written around the agent's own JSON of the
     events, without a model of each; its `max_bytes` bound already keeps it within."""
-    result = await _run(service, op, inp)
+    # Agent requests end in time for the answer to reach GPT Actions before it gives up.
+    token = ANSWER_BY.set(time.monotonic() + ACTIONS_SECONDS - ACTIONS_MARGIN_SECONDS)
+    try:
+        result = await _run(service, op, inp)
+    finally:
+        ANSWER_BY.reset(token)
     if isinstance(result, PageResult):
         return result.to_json()
     return fit_json(_output(op, result), ACTIONS_RESPONSE_CHARS)

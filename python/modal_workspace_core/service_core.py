@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
@@ -30,7 +31,7 @@ from .errors import (
 )
 from .models import WORKSPACE_ROOT
 
-__all__ = ["PROGRESS", "Service", "translate_error"]
+__all__ = ["ANSWER_BY", "PROGRESS", "Service", "translate_error"]
 
 log = logging.getLogger("modal_workspace_core.service")
 
@@ -60,6 +61,9 @@ REPEATABLE_OPS = frozenset(
     }
 )
 PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
+# The monotonic time by which the current call's surface must answer (GPT Actions gives up at
+# 45 s): every agent request of the call ends by then, whatever its own deadline.
+ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
 
 
 def _agent_error_fields(exc: BaseException) -> tuple[str, str] | None:
@@ -190,6 +194,9 @@ class Service:
         request's own wait and the agent timeout. An agent that does not answer (stopped, or
         wedged) costs its callers that long, never more, and never other workspaces."""
         budget = wait + self.settings.agent_timeout
+        answer_by = ANSWER_BY.get()
+        if answer_by is not None:
+            budget = max(min(budget, answer_by - time.monotonic()), 0.0)
         try:
             async with asyncio.timeout(budget):
                 return await self._using_channel(workspace_id, use, retry=retry)
