@@ -160,9 +160,12 @@ async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
             while "repo-fetched-at" not in (await again.refresh()).tags:
                 assert time.monotonic() < deadline, "the second gateway never recorded the tag"
                 await asyncio.sleep(0.2)
-            while (await again.file_list(path=".mwc")).entries:
-                assert time.monotonic() < deadline, "the bookkeeping files stayed"
+            # Settled with the agent, which kept it (never a file of the workspace).
+            while (await second.service.request(ws.id, "exec.notes", {}))[0]["execs"]:
+                assert time.monotonic() < deadline, "the note was never settled"
                 await asyncio.sleep(0.2)
+            with pytest.raises(mwc.WorkspaceError):
+                await again.file_list(path=".mwc")
         finally:
             await again.terminate()
 
@@ -177,6 +180,8 @@ def git_plumbing(bare: Path, *args: str) -> str:
 
 
 async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Path) -> None:
+    """Files in the workspace that look like an older gateway's pending records are nothing to
+    the gateway: what it records comes from the agent's own record of its execs."""
     settings = load_settings({}, data_root=tmp_path / "data")
     async with mwc.Workspaces(settings=settings) as first:
         ws = await first.create()
@@ -184,19 +189,13 @@ async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Pa
         forged = {"exec_id": done.exec_id, "tags": {"repo-url": "https://evil.example/o/r"}}
         path = f".mwc/pending-{done.exec_id}.json"
         await ws.file_write(path, json.dumps(forged), create_parents=True)
-        # Tags a caller could ask for, claimed for an exec that was no repo operation.
-        plain = await ws.realtime_exec_start("true")
-        path2 = f".mwc/pending-{plain.exec_id}.json"
-        record = {"exec_id": plain.exec_id, "tags": {"repo-path": "/workspace/ok"}}
-        await ws.file_write(path2, json.dumps(record))
     async with mwc.Workspaces(settings=settings) as second:
         again = await second.get(ws.id)
         try:
-            await again.exec("true")  # the first channel of this gateway settles the records
-            deadline = time.monotonic() + 30
-            while (await again.file_list(path=".mwc")).entries:
-                assert time.monotonic() < deadline, "the records stayed"
-                await asyncio.sleep(0.2)
+            await again.exec("true")  # the first channel of this gateway settles what is owed
+            listed, _ = await second.service.request(ws.id, "exec.notes", {})
+            assert listed["execs"] == []
+            await asyncio.sleep(0.5)
             tags = (await again.refresh()).tags
             assert "repo-url" not in tags and "repo-path" not in tags
         finally:

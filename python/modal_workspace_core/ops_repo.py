@@ -26,7 +26,7 @@ from .models import (
 )
 from .models import relative as rel
 from .ops_execs import exec_args, run_to_end
-from .repo_pending import pending_path, record_pending, remove_quietly, settle
+from .repo_pending import pending_note, settle
 from .results import RepoDiff, RepoOperation, RepoStatus
 
 if TYPE_CHECKING:
@@ -58,13 +58,11 @@ async def _start(
     (`repo_pending`: a restarted gateway finishes what this one could not)."""
     ws = record.workspace_id
     exec_id = str(args["exec_id"])
-    try:
-        await record_pending(svc, ws, exec_id, tags, None)
-        await svc.request(ws, "exec.start", args)
-    except WorkspaceError:
-        await remove_quietly(svc, ws, pending_path(exec_id))
-        raise
-    svc.spawn(settle(svc, ws, exec_id, tags, None))
+    if tags:
+        args = {**args, "note": pending_note(tags)}
+    await svc.request(ws, "exec.start", args)
+    if tags:
+        svc.spawn(settle(svc, ws, exec_id, tags))
     return exec_id
 
 

@@ -1,16 +1,16 @@
-"""The bookkeeping a repo operation owes once its git exec ends: its tags recorded (only after
-success) and its askpass script removed.
+"""The bookkeeping a repo operation owes once its git exec ends: its tags recorded, only after
+success.
 
 The gateway that started the exec does it in the background. So that a gateway restarted
-mid-clone (a deploy, a crash, another container) does not lose it, the debt is also written
-into the workspace (`.mwc/pending-<exec id>.json`) before the exec starts, and the first gateway
-to open a channel to the workspace afterwards pays what is left.
+mid-clone (a deploy, a crash, another container) does not lose it, the tags also travel with the
+exec itself: `exec.start`'s `note`, which the agent keeps in its own record of the exec (out of
+the workspace's reach) until a gateway settles it (`exec.settle`). The first gateway to open a
+channel to the workspace afterwards asks the agent for the unsettled notes (`exec.notes`) and
+settles them. Nothing of this lives in `/workspace`, where commands could forge or delete it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import posixpath
 import re
@@ -27,29 +27,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("modal_workspace_core.repo")
 
-# The gateway's own files in a workspace (askpass scripts, pending records).
-GATEWAY_DIR = ".mwc"
-_PENDING_PREFIX = "pending-"
-# What a pending record may hold: well under a frame, so one read returns it whole.
-_MAX_RECORD_BYTES = 64 * 1024
+# The key of an exec's note that holds the repo tags to record once it succeeds.
+NOTE_TAGS = "repo_tags"
 
 
-async def record_pending(
-    svc: Service, ws: str, exec_id: str, tags: dict[str, str], askpass: str | None
-) -> None:
-    """Writes the debt of `exec_id` into the workspace, before the exec starts."""
-    if not tags and askpass is None:
-        return
-    record = {"exec_id": exec_id, "tags": tags, "askpass": askpass}
-    args = {"path": pending_path(exec_id), "create_parents": True}
-    await svc.request(ws, "file.write", args, json.dumps(record).encode())
+def pending_note(tags: dict[str, str]) -> dict[str, Any]:
+    """What `exec.start` carries as its `note` for an operation that records `tags`."""
+    return {NOTE_TAGS: tags}
 
 
-async def settle(
-    svc: Service, ws: str, exec_id: str, tags: dict[str, str], askpass: str | None
-) -> None:
-    """Waits for `exec_id` to end, records `tags` if it succeeded, removes the askpass script,
-    then the pending record. A failure to record leaves the record for a later gateway."""
+async def settle(svc: Service, ws: str, exec_id: str, tags: dict[str, str]) -> None:
+    """Waits for `exec_id` to end, records `tags` if it succeeded, then settles its note. A
+    failure to record leaves the note for a later gateway."""
     key = f"{ws}/{exec_id}"
     if not svc.claim(key):
         return  # this process already waits for it
@@ -60,69 +49,48 @@ async def settle(
                 await svc.merge_tags(ws, tags)
             else:
                 log.warning("not recording the tags of %s in %s: not its operation's", exec_id, ws)
+        await svc.request(ws, "exec.settle", {"exec_id": exec_id})
     except NotFoundError:
         pass  # the exec is gone (its workspace pruned it): nothing will ever be recorded
     except WorkspaceError as exc:
         log.warning("could not record the repo tags of %s in %s: %s", exec_id, ws, exc)
-        if askpass:
-            await remove_quietly(svc, ws, askpass)
-        return
     finally:
         svc.release(key)
-    if askpass:
-        await remove_quietly(svc, ws, askpass)
-    await remove_quietly(svc, ws, pending_path(exec_id))
 
 
 async def resume_pending(svc: Service, ws: str) -> None:
-    """Settles every pending record a previous gateway left in workspace `ws`."""
+    """Settles every note a previous gateway left unsettled in workspace `ws`'s agent."""
     try:
-        listing, _ = await svc.request(ws, "file.list", {"path": GATEWAY_DIR, "depth": 0})
-    except NotFoundError:
-        return
+        listed, _ = await svc.request(ws, "exec.notes", {})
     except WorkspaceError as exc:
         log.warning("could not read the pending repo operations of %s: %s", ws, exc)
         return
-    for entry in listing.get("entries") or []:
-        path = str(entry.get("path", ""))
-        if not posixpath.basename(path).startswith(_PENDING_PREFIX):
-            continue  # an askpass script: its record says whether it is still needed
+    for status in listed.get("execs") or []:
         try:
-            exec_id, tags, askpass = await _read_record(svc, ws, path)
-        except WorkspaceError as exc:  # perhaps passing: a later gateway tries again
-            log.warning("could not read the pending record %s of %s: %s", path, ws, exc)
+            exec_id = policy.check_id("ex", str(status.get("exec_id")))
+            tags = _tags(status.get("note"))
+        except (ValueError, TypeError) as exc:  # not a note this gateway writes
+            log.warning("settling a note this gateway does not know in %s: %s", ws, exc)
+            await _settle_quietly(svc, ws, str(status.get("exec_id", "")))
             continue
-        except (ValueError, KeyError, TypeError) as exc:  # not ours as written: drop it
-            log.warning("removing the malformed pending record %s of %s: %s", path, ws, exc)
-            await remove_quietly(svc, ws, path)
-            continue
-        svc.spawn(settle(svc, ws, exec_id, tags, askpass))
+        svc.spawn(settle(svc, ws, exec_id, tags))
 
 
-async def _read_record(svc: Service, ws: str, path: str) -> tuple[str, dict[str, str], str | None]:
-    """A record as written by `record_pending`, checked as strictly as a client's input: the
-    workspace's files are writable by its commands."""
-    meta, data = await svc.request(ws, "file.read", {"path": path, "max_len": _MAX_RECORD_BYTES})
-    if not meta.get("eof", True):
-        raise ValueError("too large")
-    record: Any = json.loads(data)
-    exec_id = policy.check_id("ex", str(record["exec_id"]))
-    if path != pending_path(exec_id):
-        raise ValueError("named after another exec")
-    tags = record.get("tags") or {}
+def _tags(note: Any) -> dict[str, str]:
+    """The repo tags of a note, each held to the rule its operation's input passed."""
+    tags = note.get(NOTE_TAGS) if isinstance(note, dict) else None
     if not isinstance(tags, dict) or not all(
         isinstance(v, str) and _TAG_RULES.get(k, _refuse)(v) == v for k, v in tags.items()
     ):
         raise ValueError("its tags are not the repo tags an operation records")
-    askpass = record.get("askpass")
-    if askpass is not None and askpass != f"{GATEWAY_DIR}/askpass-{exec_id}":
-        raise ValueError("askpass must be this exec's script")
-    return exec_id, tags, askpass
+    return tags
 
 
-async def remove_quietly(svc: Service, ws: str, path: str) -> None:
-    with contextlib.suppress(WorkspaceError):
-        await svc.request(ws, "file.remove", {"path": path, "recursive": False})
+async def _settle_quietly(svc: Service, ws: str, exec_id: str) -> None:
+    try:
+        await svc.request(ws, "exec.settle", {"exec_id": exec_id})
+    except WorkspaceError as exc:
+        log.debug("could not settle %s in %s: %s", exec_id, ws, exc)
 
 
 _FETCHED_AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -132,7 +100,8 @@ def _recorded_by(status: dict[str, Any], tags: dict[str, str], base: str) -> boo
     """Whether `tags` are what the exec of `status` was started to record: the agent's own
     record of the exec (which only the gateway can start with an agent step) names the
     repository and destination the tags claim. A pending record is a file of the workspace,
-    which its commands can write; the exec's record in the agent is not."""
+    which its commands can write; the exec's record in the agent is not. Kept for the notes
+    too, although the agent takes them only from the gateway: a second check costs nothing."""
     steps = status.get("steps") or []
     argvs = [list(step.get("argv") or []) for step in steps if isinstance(step, dict)]
     identities = [step.get("identity") for step in steps if isinstance(step, dict)]
@@ -176,7 +145,3 @@ _TAG_RULES: dict[str, Callable[[str], str]] = {
     "repo-ref": policy.git_ref,
     "repo-fetched-at": _fetched_at,
 }
-
-
-def pending_path(exec_id: str) -> str:
-    return posixpath.join(GATEWAY_DIR, f"{_PENDING_PREFIX}{exec_id}.json")

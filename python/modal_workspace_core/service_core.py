@@ -46,6 +46,8 @@ REPEATABLE_OPS = frozenset(
         "exec.start",
         "exec.status",
         "exec.list",
+        "exec.notes",
+        "exec.settle",
         "exec.cancel",
         "exec.read",
         "file.stat",

@@ -29,6 +29,8 @@ pub(super) struct Entry {
 
 /// The most steps one exec may have.
 const MAX_STEPS: usize = 8;
+/// The largest note the gateway may keep with an exec.
+const MAX_NOTE_BYTES: usize = 16 * 1024;
 
 pub(crate) struct ExecRegistry {
     dir: PathBuf,
@@ -267,7 +269,21 @@ impl ExecRegistry {
         let single = a.get_array("steps")?.is_none();
         let first = step_metas.first().cloned().unwrap_or_default();
 
+        let note = match a.object("note")? {
+            Some(note) => {
+                let note = Value::Object(note.clone());
+                if note.to_string().len() > MAX_NOTE_BYTES {
+                    return Err(ErrorBody::invalid(
+                        "note",
+                        format!("'note' must be at most {MAX_NOTE_BYTES} bytes of JSON"),
+                    ));
+                }
+                Some(note)
+            }
+            None => None,
+        };
         let meta = ExecMeta {
+            note,
             command: if single { first.command } else { None },
             argv: if single { first.argv } else { None },
             env: if single { first.env } else { Vec::new() },
@@ -482,6 +498,28 @@ impl ExecRegistry {
             .collect();
         records.sort_by_key(|r| std::cmp::Reverse((r.meta.lock().created_ms, r.id.clone())));
         Value::Array(records.iter().map(|r| r.status()).collect())
+    }
+
+    /// The execs whose notes the gateway has not settled, oldest first (see `ExecMeta::note`).
+    pub(crate) fn open_notes(&self) -> Value {
+        let mut records: Vec<Arc<ExecRecord>> = self
+            .entries
+            .lock()
+            .values()
+            .map(|e| Arc::clone(&e.record))
+            .collect();
+        records.sort_by_key(|r| (r.meta.lock().created_ms, r.id.clone()));
+        Value::Array(records.iter().filter_map(|r| r.open_note()).collect())
+    }
+
+    /// Marks `exec_id`'s note settled; an exec without one (or pruned) is no error.
+    pub(crate) fn settle_note(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
+        let id = policy::check_id("ex", Args(args).required_str("exec_id")?)
+            .map_err(|e| policy("exec_id", e))?;
+        if let Some(entry) = self.entries.lock().get(&id) {
+            entry.record.settle_note();
+        }
+        Ok(serde_json::json!({"exec_id": id, "settled": true}))
     }
 
     /// Every running exec, for shutdown.

@@ -81,6 +81,13 @@ pub(crate) struct ExecMeta {
     pub(crate) started_at: Option<String>,
     #[serde(default)]
     pub(crate) ended_at: Option<String>,
+    /// What the gateway asked to be kept with the exec (the repo tags it records once the exec
+    /// succeeds), until it says it has acted on it: out of the commands' reach, unlike anything
+    /// in the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<Value>,
+    #[serde(default)]
+    pub(crate) note_settled: bool,
 }
 
 impl ExecMeta {
@@ -107,6 +114,8 @@ impl ExecMeta {
             created_ms: now,
             started_at: None,
             ended_at: None,
+            note: None,
+            note_settled: false,
         }
     }
 

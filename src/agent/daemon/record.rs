@@ -67,6 +67,32 @@ impl ExecRecord {
         status
     }
 
+    /// The exec's note while the gateway has not settled it (with the status and what ran, so
+    /// that the gateway can check the note against the exec).
+    pub(crate) fn open_note(&self) -> Option<Value> {
+        let note = {
+            let meta = self.meta.lock();
+            meta.note.clone().filter(|_| !meta.note_settled)?
+        };
+        let mut status = self.status_with_command();
+        if let Value::Object(fields) = &mut status {
+            fields.insert("note".into(), note);
+        }
+        Some(status)
+    }
+
+    /// Marks the note acted on, for good (written even after the exec has ended).
+    pub(crate) fn settle_note(&self) {
+        let mut meta = self.meta.lock();
+        if meta.note.is_none() || meta.note_settled {
+            return;
+        }
+        meta.note_settled = true;
+        if let Err(e) = meta.save(&self.dir) {
+            tracing::error!(exec_id = %self.id, error = %e, "cannot write an exec's meta.json");
+        }
+    }
+
     pub(crate) fn state(&self) -> String {
         self.meta.lock().state.clone()
     }

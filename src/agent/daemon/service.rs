@@ -75,6 +75,8 @@ impl Service for Daemon {
                 })
             })()),
             "exec.list" => ready(Ok(json!({"execs": self.execs.list()}))),
+            "exec.notes" => ready(Ok(json!({"execs": self.execs.open_notes()}))),
+            "exec.settle" => ready(self.execs.settle_note(&args)),
             "exec.input" => match self.execs.input(&args, payload) {
                 Ok(rx) => Box::pin(async move {
                     match rx.await {

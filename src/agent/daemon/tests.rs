@@ -290,3 +290,33 @@ async fn secrets_inherited_from_the_daemon_are_redacted_from_every_exec() {
         String::from_utf8_lossy(&meta)
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_note_is_kept_with_its_exec_until_settled_across_a_restart() {
+    let dir = TempDir::new();
+    let reg = registry(&dir.0);
+    let note = json!({"repo_tags": {"repo-path": "/workspace/hello"}});
+    let started = reg
+        .start(&args(json!({"argv": ["true"], "note": note})))
+        .unwrap();
+    let id = started["exec_id"].as_str().unwrap().to_owned();
+    reg.start(&args(json!({"argv": ["true"]}))).unwrap(); // no note: not listed
+    wait_final(&dir.0, &id).await;
+    let open = reg.open_notes();
+    assert_eq!(open.as_array().unwrap().len(), 1, "{open}");
+    assert_eq!(open[0]["note"], note);
+    assert_eq!(open[0]["argv"], json!(["true"])); // what ran, to check the note against
+                                                  // A later daemon still has it, until the gateway settles it.
+    drop(reg);
+    let reg = registry(&dir.0);
+    assert_eq!(reg.open_notes()[0]["exec_id"], id.as_str());
+    reg.settle_note(&args(json!({"exec_id": id}))).unwrap();
+    assert_eq!(reg.open_notes(), json!([]));
+    let reg = registry(&dir.0);
+    assert_eq!(reg.open_notes(), json!([]));
+    let too_big = json!({"argv": ["true"], "note": {"x": "y".repeat(20_000)}});
+    assert_eq!(
+        reg.start(&args(too_big)).unwrap_err().field.as_deref(),
+        Some("note")
+    );
+}
