@@ -1,5 +1,6 @@
 """The Python API as a user meets it: methods whose signatures and help show the operation's
-fields, and positional arguments in the documented order (over the real local driver and agent)."""
+fields, positional arguments in the documented order, and clients that terminate the workspaces
+they created when their block ends (over the real local driver and agent)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from modal_workspace_core import models, results
 from modal_workspace_core.config import Settings, load_settings
 from modal_workspace_core.service import OPERATIONS
+from support.processes import processes_of
 
 # --- signatures ------------------------------------------------------------------------------
 
@@ -64,9 +66,11 @@ def test_help_shows_the_signature_the_description_and_the_positional_order() -> 
     assert where == sorted(where), text
 
 
-def test_create_shows_the_create_fields() -> None:
+def test_create_shows_the_create_fields_and_a_keyword_only_keep() -> None:
     signature = inspect.signature(mwc.Workspaces.create)
-    assert list(signature.parameters)[1:] == list(models.WorkspaceCreate.model_fields)
+    assert list(signature.parameters)[1:] == [*models.WorkspaceCreate.model_fields, "keep"]
+    keep = signature.parameters["keep"]
+    assert (keep.kind, keep.default) == (inspect.Parameter.KEYWORD_ONLY, False)
     tags = signature.parameters["tags"]
     assert (tags.annotation, tags.default) == (dict[str, str], {})
     # Pydantic's validators are not part of the type a reader sees.
@@ -126,3 +130,78 @@ async def test_a_wrong_call_is_refused_naming_the_argument(wss: mwc.Workspaces) 
     with pytest.raises(mwc.InvalidArgumentError) as own:
         await ws.file_read("a", workspace_id=ws.id)
     assert own.value.field == "workspace_id"
+
+
+# --- clients that clean up ---------------------------------------------------------------------
+
+
+async def surviving(settings: Settings) -> set[str]:
+    """The workspaces still there, seen by a client of their own (which terminates none)."""
+    async with mwc.Workspaces(settings=settings) as other:
+        return {ws.id for ws in await other.list()}
+
+
+async def test_leaving_workspaces_terminates_what_it_created_unless_kept(
+    settings: Settings,
+) -> None:
+    async with mwc.Workspaces(settings=settings) as wss:
+        made = await wss.create()
+        same = await wss.create(idempotency_key="twice")
+        assert (await wss.create(idempotency_key="twice")).id == same.id
+        kept = await wss.create(keep=True)
+        kept_later = await wss.create()
+        kept_later.keep()
+        ended = await wss.create()
+        await ended.terminate()  # terminated already: not an error on exit
+        assert (await made.exec("echo alive")).stdout == "alive\n"
+        assert processes_of(made.id)
+    assert await surviving(settings) == {kept.id, kept_later.id}
+    assert processes_of(made.id) == [] and processes_of(same.id) == []
+    # A client that only found them leaves them alone.
+    async with mwc.Workspaces(settings=settings) as finder:
+        found = await finder.get(kept.id)
+        assert {ws.id for ws in await finder.list()} == {kept.id, kept_later.id}
+    assert await surviving(settings) == {kept.id, kept_later.id}
+    async with mwc.Workspaces(settings=settings) as cleanup:
+        for ws_id in (found.id, kept_later.id):
+            await (await cleanup.get(ws_id)).terminate()
+
+
+async def test_leaving_workspaces_through_an_exception_terminates_them_too(
+    settings: Settings,
+) -> None:
+    with pytest.raises(RuntimeError, match="the task failed"):
+        async with mwc.Workspaces(settings=settings) as wss:
+            ws = await wss.create()
+            raise RuntimeError("the task failed")
+    assert await surviving(settings) == set()
+    assert processes_of(ws.id) == []
+
+
+async def test_async_with_create_terminates_that_workspace_when_the_block_ends(
+    wss: mwc.Workspaces,
+) -> None:
+    other = await wss.create()
+    async with wss.create(tags={"task": "one"}) as ws:
+        assert ws.info.tags["task"] == "one"
+        assert (await ws.exec("echo inside")).stdout == "inside\n"
+    with pytest.raises(mwc.NotFoundError):
+        await wss.get(ws.id)
+    with pytest.raises(ValueError, match="boom"):
+        async with wss.create() as failing:
+            raise ValueError("boom")
+    with pytest.raises(mwc.NotFoundError):
+        await wss.get(failing.id)
+    async with wss.create(keep=True) as kept:
+        pass
+    # Only the blocks' own workspaces ended; the client's exit ends the rest but the kept one.
+    assert {w.id for w in await wss.list()} == {other.id, kept.id}
+    await kept.terminate()
+
+
+async def test_a_creation_runs_once(wss: mwc.Workspaces) -> None:
+    creation = wss.create()
+    ws = await creation
+    with pytest.raises(RuntimeError, match="already awaited"):
+        await creation
+    assert [w.id for w in await wss.list()] == [ws.id]

@@ -9,7 +9,7 @@ import typing as _typing  # under a private name: `dir()` lists what the package
 from ._core import Page, PolicyError, __version__
 
 if _typing.TYPE_CHECKING:
-    from .client import Workspace, Workspaces
+    from .client import Workspace, WorkspaceCreation, Workspaces
     from .errors import (
         ConflictError,
         InvalidArgumentError,
@@ -29,6 +29,7 @@ if _typing.TYPE_CHECKING:
 _LAZY = {
     "EventRing": ".ring",
     "Workspace": ".client",
+    "WorkspaceCreation": ".client",
     "Workspaces": ".client",
     "ConflictError": ".errors",
     "InvalidArgumentError": ".errors",
@@ -71,6 +72,7 @@ __all__ = [
     "UnauthenticatedError",
     "UpstreamError",
     "Workspace",
+    "WorkspaceCreation",
     "WorkspaceError",
     "Workspaces",
     "__version__",

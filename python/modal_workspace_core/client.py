@@ -1,20 +1,25 @@
-"""The Python API: `async with mwc.Workspaces() as wss: ws = await wss.create()`, in-process
-over the same service and operation table as REST and MCP.
+"""The Python API: `async with mwc.Workspaces() as wss, wss.create() as ws: ...`, in-process over
+the same service and operation table as REST and MCP.
 
 Every workspace-scoped operation is a method of `Workspace`, generated from the table (the
 `workspace_` prefix dropped: `ws.realtime_exec_start(...)`, `ws.file_read(...)`), with the
 operation's fields as its parameters: required fields first, then the optional ones, each in the
 order the input model declares it, positionally or by keyword (`help(ws.file_read)` lists them).
+
+A client cleans up after itself: leaving `async with Workspaces()` terminates the workspaces
+created through it, and leaving `async with wss.create()` terminates that one, also when the
+block raised; `create(keep=True)` (or `ws.keep()`) leaves a workspace running for later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import operator
 import types
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Annotated, Any, Union, cast
@@ -24,17 +29,25 @@ from pydantic import BaseModel
 from . import results
 from .config import Settings, load_settings
 from .drivers import Driver, create_driver
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, NotFoundError
 from .models import MAX_WAIT_SECONDS
 from .service import OPERATIONS, Operation, Service, call, operation, parse_input
 
-__all__ = ["Workspace", "Workspaces"]
+__all__ = ["Workspace", "WorkspaceCreation", "Workspaces"]
 
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
 class Workspaces:
-    """The entry point: a service over one driver (the local driver unless told otherwise)."""
+    """The entry point: a service over one driver (the local driver unless told otherwise).
+
+    Use it as `async with Workspaces() as wss:`. On leaving the block, also through an
+    exception, it terminates every workspace it created, except those created with
+    `keep=True` or kept since with `ws.keep()`; workspaces found with `get` or `list` are
+    never terminated on their own. A workspace returned for an `idempotency_key` counts as
+    created here, whoever made it first: pass `keep=True` to reuse one across runs.
+    """
 
     def __init__(
         self,
@@ -48,6 +61,9 @@ class Workspaces:
         self._driver = driver if driver is not None and not isinstance(driver, str) else None
         self._owns_driver = self._driver is None
         self._service: Service | None = None
+        # Workspaces this client terminates on exit, by id (an idempotent create that returns
+        # the same workspace twice is still one workspace to terminate).
+        self._owned: dict[str, Workspace] = {}
 
     async def __aenter__(self) -> Workspaces:
         driver = self._driver or create_driver(
@@ -65,7 +81,13 @@ class Workspaces:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._service is not None:
+        if self._service is None:
+            return
+        try:
+            owned = list(self._owned.values())
+            failures = await _terminate_all(owned)
+            _report(failures, exc)
+        finally:
             await self._service.close(close_driver=self._owns_driver)
             self._service = None
 
@@ -80,20 +102,60 @@ class Workspaces:
         op = operation(name)
         return await call(self.service, op, parse_input(op, args))
 
-    async def create(self, *args: Any, **kwargs: Any) -> Workspace:
+    def create(self, *args: Any, keep: bool = False, **kwargs: Any) -> WorkspaceCreation:
         # The signature and documentation are the operation's (set below, from the table).
-        info = await self.call("workspace_create", **_bind(_CREATE, args, kwargs))
-        return Workspace(self, cast(results.Workspace, info))
+        bound = _bind(_CREATE, args, kwargs)
+        return WorkspaceCreation(self._create(bound, keep), self)
+
+    async def _create(self, args: dict[str, Any], keep: bool) -> Workspace:
+        info = cast(results.Workspace, await self.call("workspace_create", **args))
+        ws = Workspace(self, info)
+        if keep:
+            self._owned.pop(ws.id, None)
+        else:
+            self._owned[ws.id] = ws
+        return ws
 
     async def get(self, workspace_id: str) -> Workspace:
-        """An existing workspace by id."""
+        """An existing workspace by id (not terminated when this client exits)."""
         info = await self.call("workspace_get", workspace_id=workspace_id)
         return Workspace(self, cast(results.Workspace, info))
 
     async def list(self) -> list[Workspace]:
-        """Every workspace that has not been terminated."""
+        """Every workspace that has not been terminated (none terminated when this exits)."""
         found = cast(results.WorkspaceListResult, await self.call("workspace_list"))
         return [Workspace(self, info) for info in found.workspaces]
+
+
+class WorkspaceCreation:
+    """What `Workspaces.create(...)` returns: await it for the `Workspace`, or enter it
+    (`async with wss.create() as ws:`) to have that workspace terminated when the block ends,
+    also through an exception, unless it was created with `keep=True` or kept with `ws.keep()`.
+
+    Like a coroutine it runs once: awaiting it twice is an error, not a second workspace.
+    """
+
+    def __init__(self, creating: Awaitable[Workspace], owner: Workspaces) -> None:
+        self._creating = creating
+        self._owner = owner
+        self._workspace: Workspace | None = None
+
+    def __await__(self) -> Generator[Any, None, Workspace]:
+        return self._creating.__await__()
+
+    async def __aenter__(self) -> Workspace:
+        self._workspace = await self._creating
+        return self._workspace
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        ws, self._workspace = self._workspace, None
+        if ws is not None and ws.id in self._owner._owned:
+            _report(await _terminate_all([ws]), exc)
 
 
 class Workspace:
@@ -120,6 +182,10 @@ class Workspace:
             )
         return await self._owner.call(name, workspace_id=self.id, **args)
 
+    def keep(self) -> None:
+        """Leaves this workspace running when its client (or its `async with`) exits."""
+        self._owner._owned.pop(self.id, None)
+
     async def refresh(self) -> results.Workspace:
         """Reads the workspace's state, tags and resources again into `info`."""
         self.info = await self._call("workspace_get", {})
@@ -128,6 +194,7 @@ class Workspace:
     async def terminate(self) -> results.TerminateResult:
         """Terminate the workspace and everything running in it (its files are deleted)."""
         result: results.TerminateResult = await self._call("workspace_terminate", {})
+        self._owner._owned.pop(self.id, None)
         return result
 
     async def exec(self, *args: Any, **kwargs: Any) -> results.ExecResult:
@@ -271,9 +338,36 @@ def _generated(op: Operation, method: _Parameters) -> Callable[..., Awaitable[An
     return generated
 
 
+async def _terminate_all(workspaces: list[Workspace]) -> list[BaseException]:
+    """Terminates them together; one already gone is not a failure. Returns the failures."""
+    outcomes = await asyncio.gather(*(ws.terminate() for ws in workspaces), return_exceptions=True)
+    failures = []
+    for ws, outcome in zip(workspaces, outcomes, strict=True):
+        if isinstance(outcome, NotFoundError):
+            ws._owner._owned.pop(ws.id, None)
+        elif isinstance(outcome, BaseException):
+            failures.append(outcome)
+    return failures
+
+
+def _report(failures: list[BaseException], pending: BaseException | None) -> None:
+    """Cleanup failures: noted on the exception already on its way out of the block (never
+    hiding it), else raised, the first with the others noted on it."""
+    notes = [f"terminating a workspace on exit failed: {f!r}" for f in failures]
+    if pending is not None:
+        for note in notes:
+            pending.add_note(note)
+        return
+    if failures:
+        first = failures[0]
+        for note in notes[1:]:
+            first.add_note(note)
+        raise first
+
+
 _WS_ONLY = frozenset({"workspace_id"})
-# Methods of `Workspace` with a body of their own: refresh keeps `info` up to date, terminate
-# and exec are typed for type checkers.
+# Methods of `Workspace` with a body of their own: refresh and terminate keep `info` and the
+# client's list of workspaces to terminate up to date, exec is typed for type checkers.
 _HANDWRITTEN = {"workspace_get", "workspace_terminate", "workspace_exec"}
 _GENERATED = {
     op.name: _parameters(op, _WS_ONLY)
@@ -286,8 +380,13 @@ _describe(
     Workspaces.create,
     operation("workspace_create"),
     _CREATE,
-    returns=Workspace,
-    returns_doc="Returns the `Workspace`.",
+    returns=WorkspaceCreation,
+    extra=(inspect.Parameter("keep", _KEYWORD, default=False, annotation=bool),),
+    note="    keep: leave it running when this client exits (keyword only). Default False.",
+    returns_doc=(
+        "Returns a `WorkspaceCreation`: await it for the `Workspace`, or enter it "
+        "(`async with`) to terminate the workspace when the block ends."
+    ),
 )
 _describe(
     Workspace.exec_stream,
