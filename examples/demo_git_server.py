@@ -1,11 +1,11 @@
-"""A stand-in for GitHub on this machine, for the README's walkthrough without internet: serves
-`octocat/hello` and `octocat/Hello-World` over git's smart HTTP on 127.0.0.1, behind basic auth
-(like a private repository: clone with `use_github_token`).
+"""A stand-in for GitHub on this machine, for the README's walkthroughs without internet: serves
+`octocat/hello` over git's smart HTTP on 127.0.0.1, behind basic auth (like a private
+repository: clone with `use_github_token`).
 
 It is the test suite's own git server. Run it and export the settings it prints before
-`make serve`: they give the gateway the token and make this server its GitHub
-(`MODAL_WORKSPACE_GITHUB_URL`), so `repo_clone` makes exactly the call it makes against the real
-GitHub, and nothing is set up inside the workspace.
+`make serve` or the README's Python example: they give the gateway the token and make this
+server its GitHub (`MODAL_WORKSPACE_GITHUB_URL`), so `repo_clone` makes exactly the call it makes
+against the real GitHub, and nothing is set up inside the workspace.
 """
 
 from __future__ import annotations
@@ -47,14 +47,12 @@ def main() -> int:
     token = "ghp_" + secrets.token_hex(16)
     server = GitServer(root=work / "repos", username="x-access-token", token=token).start()
     server.create_repo("octocat/hello", {"main": HELLO})
-    # The README's Python example clones GitHub's own demo repository.
-    server.create_repo("octocat/Hello-World", {"main": {"README": "Hello World!\n"}})
     # What an operator gives the local driver: the allowlisted secret `github` and its GH_TOKEN.
     secrets_file = work / "secrets.json"
     secrets_file.write_text(json.dumps({"github": {"GH_TOKEN": token}}))
     secrets_file.chmod(0o600)
-    print(f"git server:  {server.base_url} (octocat/hello, octocat/Hello-World)", flush=True)
-    print("before `make serve`:")
+    print(f"git server:  {server.base_url} (octocat/hello)", flush=True)
+    print("before `make serve` or the README's Python example:")
     print("  export MODAL_WORKSPACE_ALLOWED_SECRETS=github")
     print(f"  export MODAL_WORKSPACE_LOCAL_SECRETS_FILE={secrets_file}")
     for name, value in server.gateway_env.items():

@@ -84,68 +84,78 @@ class Lines:
 
 
 async def walkthrough(url: str, token: str, github_token: bool) -> None:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    async with Client(streamable_http_client(url, http_client=http)) as client:
+    # 60 s for every step of a request: a long-poll (wait_seconds=25) is silent until its page
+    # is ready, past httpx2's default of 5 s.
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
         call = Tools(client)
         names = [tool.name for tool in (await client.list_tools()).tools]
         print(f"{len(names)} tools: {', '.join(names[:4])}, …")
 
         ws = (await call("workspace_create", idempotency_key="mcp-walkthrough"))["workspace_id"]
         print(f"workspace_create -> {ws}")
+        try:
+            clone = await call(
+                "repo_clone",
+                workspace_id=ws,
+                repository="octocat/hello",
+                use_github_token=github_token,
+            )
+            print(f"repo_clone -> {clone['exec_id']} into {clone['destination']}")
+            page = await call.follow(ws, clone["exec_id"])
+            print(f"clone {page['state']}, returncode {page['returncode']}")
 
-        clone = await call(
-            "repo_clone",
-            workspace_id=ws,
-            repository="octocat/hello",
-            use_github_token=github_token,
-        )
-        print(f"repo_clone -> {clone['exec_id']} into {clone['destination']}")
-        page = await call.follow(ws, clone["exec_id"])
-        print(f"clone {page['state']}, returncode {page['returncode']}")
+            tests = await call(
+                "workspace_realtime_exec_start",
+                workspace_id=ws,
+                command="python3 -m unittest -v 2>&1",
+                workdir="hello",
+            )
+            page = await call.follow(ws, tests["exec_id"])
+            print(f"tests {page['state']}, returncode {page['returncode']}")
 
-        tests = await call(
-            "workspace_realtime_exec_start",
-            workspace_id=ws,
-            command="python3 -m unittest -v 2>&1",
-            workdir="hello",
-        )
-        page = await call.follow(ws, tests["exec_id"])
-        print(f"tests {page['state']}, returncode {page['returncode']}")
+            greet = await call(
+                "workspace_realtime_exec_start",
+                workspace_id=ws,
+                command='read -r name; echo "hello, $name"',
+            )
+            sent = await call(
+                "workspace_realtime_exec_input",
+                workspace_id=ws,
+                exec_id=greet["exec_id"],
+                data="Ada\n",
+                eof=True,
+            )
+            print(f"sent {sent['accepted']} bytes of stdin")
+            await call.follow(ws, greet["exec_id"])
 
-        greet = await call(
-            "workspace_realtime_exec_start",
-            workspace_id=ws,
-            command='read -r name; echo "hello, $name"',
-        )
-        sent = await call(
-            "workspace_realtime_exec_input",
-            workspace_id=ws,
-            exec_id=greet["exec_id"],
-            data="Ada\n",
-            eof=True,
-        )
-        print(f"sent {sent['accepted']} bytes of stdin")
-        await call.follow(ws, greet["exec_id"])
+            sleeper = await call(
+                "workspace_realtime_exec_start", workspace_id=ws, command="sleep 600"
+            )
+            await call(
+                "workspace_realtime_exec_cancel", workspace_id=ws, exec_id=sleeper["exec_id"]
+            )
+            page = await call.follow(ws, sleeper["exec_id"])
+            print(f"sleep 600 {page['state']}, returncode {page['returncode']}")
 
-        sleeper = await call("workspace_realtime_exec_start", workspace_id=ws, command="sleep 600")
-        await call("workspace_realtime_exec_cancel", workspace_id=ws, exec_id=sleeper["exec_id"])
-        page = await call.follow(ws, sleeper["exec_id"])
-        print(f"sleep 600 {page['state']}, returncode {page['returncode']}")
-
-        read = await call("file_read", workspace_id=ws, path="hello/hello.py")
-        print(f"file_read hello/hello.py: {read['content']!r}")
-        await call(
-            "file_edit",
-            workspace_id=ws,
-            path="hello/hello.py",
-            old="Hello, {name}!",
-            new="Hello, {name}! Welcome.",
-        )
-        diff = await call("repo_diff", workspace_id=ws, destination="hello")
-        print(diff["diff"].rstrip())
-
-        done = await call("workspace_terminate", workspace_id=ws)
-        print(f"workspace_terminate -> {json.dumps(done)}")
+            read = await call("file_read", workspace_id=ws, path="hello/hello.py")
+            print(f"file_read hello/hello.py: {read['content']!r}")
+            await call(
+                "file_edit",
+                workspace_id=ws,
+                path="hello/hello.py",
+                old="Hello, {name}!",
+                new="Hello, {name}! Welcome.",
+            )
+            diff = await call("repo_diff", workspace_id=ws, destination="hello")
+            print(diff["diff"].rstrip())
+        finally:
+            # Also when a step failed: a workspace left behind keeps running (and its key would
+            # hand the next run this one, in whatever state it was left).
+            done = await call("workspace_terminate", workspace_id=ws)
+            print(f"workspace_terminate -> {json.dumps(done)}")
 
 
 def main() -> int:

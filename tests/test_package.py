@@ -37,3 +37,32 @@ def test_the_package_still_offers_its_python_api_by_name() -> None:
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_dir_lists_the_public_names_before_they_are_loaded() -> None:
+    probe = (
+        "import sys, modal_workspace_core as m; names = dir(m); "
+        "print(sorted(set(m.__all__) - set(names)), 'modal_workspace_core.client' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "False"], out.stdout
+    for name in ("Workspaces", "Workspace", "WorkspaceError", "EventRing", "NotFoundError"):
+        assert name in dir(mwc)
+    assert all(hasattr(mwc, name) for name in mwc.__all__)
+
+
+def test_the_error_family_is_importable_from_the_package_lazily() -> None:
+    from modal_workspace_core import errors
+
+    for name in errors.__all__:
+        value = getattr(errors, name)
+        if isinstance(value, type) and issubclass(value, errors.WorkspaceError):
+            assert getattr(mwc, name) is value, name
+    from modal_workspace_core import InvalidArgumentError, NotFoundError, WorkspaceError
+
+    assert issubclass(NotFoundError, WorkspaceError) and NotFoundError.status == 404
+    assert issubclass(InvalidArgumentError, WorkspaceError)
+    # Importing the package alone loads none of them (nor pydantic, which they need).
+    probe = "import sys, modal_workspace_core; print('pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -136,7 +136,7 @@ async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
     )
     bare = git_server.root / "octo/hello.git"
     async with mwc.Workspaces(settings=settings) as first:
-        ws = await first.create()
+        ws = await first.create(keep=True)  # for the second gateway to find
         cloned = await ws.repo_clone("octo/hello", use_github_token=True)
         events = [e async for e in ws.follow(cloned.exec_id)]
         assert (await ws.realtime_exec_status(cloned.exec_id)).returncode == 0, [
@@ -184,7 +184,7 @@ async def test_a_pending_record_forged_in_the_workspace_sets_no_tag(tmp_path: Pa
     the gateway: what it records comes from the agent's own record of its execs."""
     settings = load_settings({}, data_root=tmp_path / "data")
     async with mwc.Workspaces(settings=settings) as first:
-        ws = await first.create()
+        ws = await first.create(keep=True)  # for the second gateway to find
         done = await ws.realtime_exec_start("true")
         forged = {"exec_id": done.exec_id, "tags": {"repo-url": "https://evil.example/o/r"}}
         path = f".mwc/pending-{done.exec_id}.json"

@@ -4,13 +4,23 @@ The compiled core (`_core`) owns every input policy, the event model and the cur
 package re-exports it and holds the Python glue (service, drivers, REST, MCP, CLI).
 """
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing  # under a private name: `dir()` lists what the package offers
 
 from ._core import Page, PolicyError, __version__
 
-if TYPE_CHECKING:
-    from .client import Workspace, Workspaces
-    from .errors import WorkspaceError
+if _typing.TYPE_CHECKING:
+    from .client import Workspace, WorkspaceCreation, Workspaces
+    from .errors import (
+        ConflictError,
+        InvalidArgumentError,
+        LimitError,
+        NotFoundError,
+        PermissionDeniedError,
+        TimeoutError_,
+        UnauthenticatedError,
+        UpstreamError,
+        WorkspaceError,
+    )
     from .ring import EventRing
 
 # Imported on first use: the agent (`python -m modal_workspace_core.agent`, in every workspace)
@@ -19,12 +29,21 @@ if TYPE_CHECKING:
 _LAZY = {
     "EventRing": ".ring",
     "Workspace": ".client",
+    "WorkspaceCreation": ".client",
     "Workspaces": ".client",
+    "ConflictError": ".errors",
+    "InvalidArgumentError": ".errors",
+    "LimitError": ".errors",
+    "NotFoundError": ".errors",
+    "PermissionDeniedError": ".errors",
+    "TimeoutError_": ".errors",
+    "UnauthenticatedError": ".errors",
+    "UpstreamError": ".errors",
     "WorkspaceError": ".errors",
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
         import importlib
 
@@ -34,11 +53,26 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # The lazy names are not in the module's namespace until first used; completion and `dir()`
+    # should offer them from the start.
+    return sorted({*globals(), *__all__})
+
+
 __all__ = [
+    "ConflictError",
     "EventRing",
+    "InvalidArgumentError",
+    "LimitError",
+    "NotFoundError",
     "Page",
+    "PermissionDeniedError",
     "PolicyError",
+    "TimeoutError_",
+    "UnauthenticatedError",
+    "UpstreamError",
     "Workspace",
+    "WorkspaceCreation",
     "WorkspaceError",
     "Workspaces",
     "__version__",

@@ -374,7 +374,7 @@ async def test_a_forged_pending_record_makes_a_restarted_gateway_record_no_repo_
 ) -> None:
     settings = load_settings({}, data_root=tmp_path / "data")
     async with mwc.Workspaces(settings=settings) as first:
-        ws = await first.create()
+        ws = await first.create(keep=True)  # for the restarted gateway to find
         # Any exec that succeeded, and a record in the workspace claiming it was a clone.
         done = await ws.realtime_exec_start("true")
         _ = [e async for e in ws.follow(done.exec_id)]
