@@ -29,6 +29,7 @@ def test_exec_shows_the_operations_fields_with_their_defaults_and_types() -> Non
         "env",
         "stdin",
         "timeout_seconds",
+        "wait_seconds",
         "max_output_bytes",
     ]
     command, timeout = signature.parameters["command"], signature.parameters["timeout_seconds"]
@@ -61,7 +62,7 @@ def test_help_shows_the_signature_the_description_and_the_positional_order() -> 
         "encoding: Literal['utf-8', 'base64'] = 'utf-8', eof: bool = False)"
     ) in text
     assert "Send stdin to a realtime exec; eof closes it." in text
-    order = ("exec_id: Exec id", "data: Bytes for stdin", "encoding: Default", "eof: Close")
+    order = ("exec_id: Exec id", "data: Bytes for stdin", "encoding: How data", "eof: Close")
     where = [text.index(line) for line in order]
     assert where == sorted(where), text
 
