@@ -269,6 +269,18 @@ def test_an_lfsconfig_in_the_repository_does_not_reach_another_lfs_server(rig: R
     assert_no_leak(rig, seen)
 
 
+def during_clones(rig: Rig, ws: str, command: str, prefix: str) -> str:
+    """The output of `command`, run while three authenticated clones (into /workspace/PREFIXn)
+    run one after another; it must end when /tmp/stop appears."""
+    started = ok(rig.api.post(f"/workspaces/{ws}/realtime-execs", json={"command": command}))
+    for i in range(3):
+        seen, last = clone(rig, ws, destination=f"/workspace/{prefix}{i}")
+        assert last["returncode"] == 0, seen
+    sh(rig, ws, "touch /tmp/stop")
+    events, _ = drain(rig, ws, started["exec_id"])
+    return text(events)
+
+
 # Shell that writes the tokens' prefix (`ghs_`, the test token's too) to /tmp/needle without
 # spelling it anywhere, so the scraper's own argv never matches.
 NEEDLE = "printf 'gh%s_\\n' s > /tmp/needle; "
@@ -285,13 +297,7 @@ def test_a_concurrent_command_scraping_proc_finds_no_token(rig: Rig) -> None:
         "c=$(cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' "
         "| grep -a -c -F -f /tmp/needle); n=$((n+${c:-0})); done; echo found=$n"
     )
-    started = ok(rig.api.post(f"/workspaces/{ws}/realtime-execs", json={"command": scraper}))
-    for i in range(3):
-        seen, last = clone(rig, ws, destination=f"/workspace/h{i}")
-        assert last["returncode"] == 0, seen
-    sh(rig, ws, "touch /tmp/stop")
-    events, _ = drain(rig, ws, started["exec_id"])
-    assert "found=0" in text(events)
+    assert "found=0" in during_clones(rig, ws, scraper, "h")
 
 
 def test_the_agents_askpass_answers_no_command_even_during_an_authenticated_clone(
@@ -315,13 +321,7 @@ def test_the_agents_askpass_answers_no_command_even_during_an_authenticated_clon
         f'out=$({agent.ASKPASS} "{prompt}" 2>/dev/null); asked=$((asked+1)); '
         '[ -n "$out" ] && got=$((got+1)); done; echo "asked=$asked got=$got"'
     )
-    started = ok(rig.api.post(f"/workspaces/{ws}/realtime-execs", json={"command": asker}))
-    for i in range(3):
-        seen, last = clone(rig, ws, destination=f"/workspace/a{i}")
-        assert last["returncode"] == 0, seen
-    sh(rig, ws, "touch /tmp/stop")
-    events, _ = drain(rig, ws, started["exec_id"])
-    out = text(events)
+    out = during_clones(rig, ws, asker, "a")
     assert "got=0" in out, out
     assert "asked=0 " not in out, out
 

@@ -489,19 +489,8 @@ impl ExecRegistry {
         Ok(status)
     }
 
-    pub(crate) fn list(&self) -> Value {
-        let mut records: Vec<Arc<ExecRecord>> = self
-            .entries
-            .lock()
-            .values()
-            .map(|e| Arc::clone(&e.record))
-            .collect();
-        records.sort_by_key(|r| std::cmp::Reverse((r.meta.lock().created_ms, r.id.clone())));
-        Value::Array(records.iter().map(|r| r.status()).collect())
-    }
-
-    /// The execs whose notes the gateway has not settled, oldest first (see `ExecMeta::note`).
-    pub(crate) fn open_notes(&self) -> Value {
+    /// Every exec's record, oldest first.
+    fn records_by_age(&self) -> Vec<Arc<ExecRecord>> {
         let mut records: Vec<Arc<ExecRecord>> = self
             .entries
             .lock()
@@ -509,7 +498,27 @@ impl ExecRegistry {
             .map(|e| Arc::clone(&e.record))
             .collect();
         records.sort_by_key(|r| (r.meta.lock().created_ms, r.id.clone()));
-        Value::Array(records.iter().filter_map(|r| r.open_note()).collect())
+        records
+    }
+
+    pub(crate) fn list(&self) -> Value {
+        Value::Array(
+            self.records_by_age()
+                .iter()
+                .rev()
+                .map(|r| r.status())
+                .collect(),
+        )
+    }
+
+    /// The execs whose notes the gateway has not settled, oldest first (see `ExecMeta::note`).
+    pub(crate) fn open_notes(&self) -> Value {
+        Value::Array(
+            self.records_by_age()
+                .iter()
+                .filter_map(|r| r.open_note())
+                .collect(),
+        )
     }
 
     /// Marks `exec_id`'s note settled; an exec without one (or pruned) is no error.
