@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from modal_workspace_core.cli import is_loopback, mint_token
+from service_support import free_port
 
 SCRIPT = Path(sys.executable).with_name("modal-workspace")
 
@@ -69,10 +70,11 @@ def test_loopback_detection(host: str, loopback: bool) -> None:
 
 
 def test_serve_reports_a_bad_driver_setting_in_one_line(tmp_path: Path) -> None:
+    # A free port: the server binds it before it starts its driver.
     done = cli(
         "serve",
         "--port",
-        "9",
+        str(free_port()),
         env={"MODAL_WORKSPACE_ISOLATION": "bogus", "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path)},
     )
     assert done.returncode == 2
