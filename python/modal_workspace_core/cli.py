@@ -118,9 +118,8 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    app = create_app(
-        Service(driver, settings), tokens, host=args.host, allowed_hosts=settings.allowed_hosts
-    )
+    service = Service(driver, settings)
+    app = create_app(service, tokens, host=args.host, allowed_hosts=settings.allowed_hosts)
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{args.port}"
     lines = [
@@ -145,7 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"  health:         {base}/healthz",
     ]
     print("\n".join(lines), flush=True)
-    serve(app, sockets)
+    serve(app, sockets, on_stop=service.end_waits)
     return 0
 
 
