@@ -4,6 +4,7 @@ within seconds while clients hold long-polls open, each answered rather than lef
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -19,9 +20,8 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_support import wait_until_healthy
+from modal_workspace_core.drivers.local import LocalDriver
 from service_support import TOKEN, free_port
-
-pytest.importorskip("modal_workspace_core.drivers.local")
 
 SCRIPT = Path(sys.executable).with_name("modal-workspace")
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -78,8 +78,15 @@ def running_server(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Pa
         if process.poll() is None:
             process.kill()
             process.wait(30)
-        # The agent daemons outlive a server by design; this test's go with it.
-        subprocess.run(["pkill", "-f", str(tmp / "data")], check=False)
+        asyncio.run(end_workspaces(tmp / "data"))
+
+
+async def end_workspaces(data_root: Path) -> None:
+    """Agent daemons outlive a server by design: this test's end with it, as terminating them
+    through the API would (the server is gone by then)."""
+    driver = LocalDriver(data_root, isolation="none")
+    for record in await driver.list():
+        await driver.destroy(record.workspace_id)
 
 
 def in_thread(call: Any) -> tuple[threading.Thread, dict[str, Any]]:
