@@ -2,24 +2,43 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+MATURIN := $(VENV)/bin/maturin
+# What serving needs (the package and its dependencies), and that plus the dev extras (tests,
+# linters, type checker) for everything else.
+RUNTIME_STAMP := $(VENV)/.runtime-installed
 STAMP := $(VENV)/.deps-installed
+# pip's ~200 lines of progress go here and are shown only when a step fails.
+SETUP_LOG := $(VENV)/setup.log
+QUIETLY = >$(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); exit 1; }
 export VIRTUAL_ENV := $(abspath $(VENV))
+# Rebuilds the extension in place (the dependencies and the editable install come from a stamp).
+BUILD_CORE = $(MATURIN) develop --release --skip-install --quiet
 
 .PHONY: install build test test-rust test-python lint stubtest fmt bench serve fuzz clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.9.4,<2"
-	$(VENV)/bin/maturin develop --release --extras dev --quiet
-	touch $(STAMP)
+$(MATURIN):
+	@echo "creating $(VENV) with pip and maturin"
+	@mkdir -p $(VENV)
+	@$(PYTHON) -m venv $(VENV) $(QUIETLY)
+	@$(PY) -m pip install --quiet --upgrade pip $(QUIETLY)
+	@$(PY) -m pip install --quiet "maturin>=1.9.4,<2" $(QUIETLY)
+
+$(RUNTIME_STAMP): pyproject.toml | $(MATURIN)
+	@echo "installing what serving needs and building the Rust core (the first build takes minutes)"
+	@$(MATURIN) develop --release --quiet $(QUIETLY)
+	@touch $@
+
+$(STAMP): pyproject.toml | $(MATURIN)
+	@echo "installing the dependencies and the dev extras, building the Rust core (the first build takes minutes)"
+	@$(MATURIN) develop --release --extras dev --quiet $(QUIETLY)
+	@touch $@ $(RUNTIME_STAMP)
 
 install: $(STAMP)
 
 # Rebuilds the extension in release mode, in place (benchmarks and the agent need speed). The
 # dependencies and the editable install come from the step above, once per pyproject change.
 build: $(STAMP)
-	$(VENV)/bin/maturin develop --release --skip-install --quiet
+	$(BUILD_CORE)
 
 test: build test-rust test-python
 
@@ -59,10 +78,12 @@ fuzz: build
 	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q tests/test_policy.py
 
 # The product on this machine: the gateway on the local driver, on 127.0.0.1:8000 unless
-# HOST/PORT say otherwise. It prints the URLs and where its bearer token comes from.
+# HOST/PORT say otherwise. It prints the URLs and where its bearer token comes from. It needs
+# only the runtime dependencies: none of the dev extras.
 HOST ?= 127.0.0.1
 PORT ?= 8000
-serve: build
+serve: $(RUNTIME_STAMP)
+	@$(BUILD_CORE)
 	$(VENV)/bin/modal-workspace serve --driver local --host $(HOST) --port $(PORT)
 
 clean:

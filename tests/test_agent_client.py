@@ -289,6 +289,26 @@ async def test_a_long_poll_returns_soon_after_output_and_at_its_timeout_otherwis
     await client.request("exec.cancel", {"exec_id": exec_id, "grace_seconds": 0})
 
 
+async def test_ending_the_waits_answers_the_open_long_polls_and_not_the_later_ones(
+    client: AgentClient,
+) -> None:
+    exec_id = await start(client, "exec sleep 1000")
+    cursor = (await client.read_events(exec_id, 0, wait_seconds=20)).next_cursor
+    polls = [
+        asyncio.create_task(client.read_events(exec_id, cursor, wait_seconds=25)) for _ in range(3)
+    ]
+    await asyncio.sleep(0.3)
+    assert not any(p.done() for p in polls)
+    client.end_waits()
+    pages: list[Page] = await asyncio.wait_for(asyncio.gather(*polls), SOON)
+    assert all(len(p) == 0 and p.next_cursor == cursor and not p.closed for p in pages)
+    # A stop ends the waits of the moment; a read begun after it waits as it asked.
+    before = time.monotonic()
+    await client.read_events(exec_id, cursor, wait_seconds=0.5)
+    assert time.monotonic() - before >= 0.5
+    await client.request("exec.cancel", {"exec_id": exec_id, "grace_seconds": 0})
+
+
 async def test_a_hundred_long_polls_on_a_hundred_execs_all_read_to_done(
     client: AgentClient,
 ) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from modal_workspace_core.cli import is_loopback, mint_token
+from service_support import free_port
 
 SCRIPT = Path(sys.executable).with_name("modal-workspace")
 
@@ -69,12 +71,60 @@ def test_loopback_detection(host: str, loopback: bool) -> None:
 
 
 def test_serve_reports_a_bad_driver_setting_in_one_line(tmp_path: Path) -> None:
+    # A free port: the server binds it before it starts its driver.
     done = cli(
         "serve",
         "--port",
-        "9",
+        str(free_port()),
         env={"MODAL_WORKSPACE_ISOLATION": "bogus", "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path)},
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "MODAL_WORKSPACE_ISOLATION" in done.stderr and "auto, bwrap or none" in done.stderr
+
+
+def banner(tmp_path: Path, path: str, **env: str) -> str:
+    """What `serve` prints before it serves (with `PATH` set to `path`); then stops it."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_WORKSPACE_")}
+    env = {**base, "PATH": path, "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data"), **env}
+    argv = [str(SCRIPT), "serve", "--port", str(free_port())]
+    process = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    assert process.stdout is not None
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "health:" in line:
+                break
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(30)
+    return "".join(lines)
+
+
+def test_the_banner_says_how_to_install_bubblewrap_when_it_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    text = banner(tmp_path, str(tmp_path / "bin"))
+    assert "NONE (bubblewrap (bwrap) is not installed)" in text
+    assert "apt-get install bubblewrap passt" in text
+    assert "unprivileged user namespaces" in text
+
+
+def test_the_banner_says_what_bubblewrap_needs_when_it_does_not_work(tmp_path: Path) -> None:
+    # A bwrap that fails as it does on a kernel that refuses unprivileged user namespaces.
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    text = banner(tmp_path, f"{fake.parent}:{os.environ['PATH']}")
+    assert "bwrap does not work here: bwrap: No permissions to create new namespace" in text
+    assert "apt-get install bubblewrap passt" in text
+    assert "unprivileged user namespaces" in text
+
+
+def test_the_banner_says_how_to_turn_isolation_back_on(tmp_path: Path) -> None:
+    text = banner(tmp_path, os.environ["PATH"], MODAL_WORKSPACE_ISOLATION="none")
+    assert "NONE (isolation turned off)" in text
+    assert "MODAL_WORKSPACE_ISOLATION=auto" in text and "apt-get" not in text

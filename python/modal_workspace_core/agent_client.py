@@ -50,6 +50,8 @@ class AgentClient:
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self._subscribing: dict[str, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self._waiters = StreamWaiters(self._loop)
+        # Counts `end_waits` calls: a read that began before the latest one answers at once.
+        self._waits_ended = 0
         self._log = AgentLog(self._loop, self.request)
         self._lost: AgentError | None = AgentError("unavailable", "not connected yet")
         self._shut = False
@@ -278,9 +280,17 @@ class AgentClient:
         finally:
             self._channel.unpin(stream_id)
 
+    def end_waits(self) -> None:
+        """Answers every long-poll waiting now with what its stream holds (an empty page, if
+        nothing came): a gateway that is stopping must not hold its clients, nor be held by
+        them, for the rest of their wait. Reads that start later wait as usual."""
+        self._waits_ended += 1
+        self._waiters.wake_all()
+
     async def _read_events(
         self, stream_id: str, cursor: int, max_events: int, max_bytes: int, deadline: float
     ) -> Page:
+        ended = self._waits_ended
         while True:
             kind, page = self._channel.read_cached(stream_id, cursor, max_events, max_bytes)
             # Reading at `cursor` consumed what came before it: credit it frees goes out now.
@@ -298,7 +308,7 @@ class AgentClient:
                 return await self._log.read(stream_id, cursor, max_events, max_bytes, None)
             if page is not None and (len(page) > 0 or page.closed):
                 return page
-            remaining = deadline - self._loop.time()
+            remaining = deadline - self._loop.time() if self._waits_ended == ended else 0.0
             if remaining <= 0:
                 if page is not None:
                     return page

@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     from .api import create_app
     from .drivers import create_driver
+    from .http_listen import ListenError, listen
     from .http_serving import serve
     from .service import Service
 
@@ -79,17 +80,24 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"modal-workspace: {exc}", file=sys.stderr)
         return 2
     tokens = list(settings.tokens)
+    if not tokens and (not is_loopback(args.host) or settings.driver != "local"):
+        print(
+            f"modal-workspace: refusing to serve on {args.host} with the {settings.driver} "
+            f"driver without a token: set {TOKEN_ENV} (mint one with "
+            "`modal-workspace token`) or a token file in "
+            f"{TOKEN_FILE_ENV}",
+            file=sys.stderr,
+        )
+        return 2
+    # The port first: a server that cannot listen says so alone, before a token is minted
+    # and a banner printed for a server that will never run.
+    try:
+        sockets = listen(args.host, args.port)
+    except ListenError as exc:
+        print(f"modal-workspace: {exc}", file=sys.stderr)
+        return 2
     minted = None
     if not tokens:
-        if not is_loopback(args.host) or settings.driver != "local":
-            print(
-                f"modal-workspace: refusing to serve on {args.host} with the {settings.driver} "
-                f"driver without a token: set {TOKEN_ENV} (mint one with "
-                "`modal-workspace token`) or a token file in "
-                f"{TOKEN_FILE_ENV}",
-                file=sys.stderr,
-            )
-            return 2
         minted = mint_token()
         tokens = [minted]
     try:
@@ -110,9 +118,8 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    app = create_app(
-        Service(driver, settings), tokens, host=args.host, allowed_hosts=settings.allowed_hosts
-    )
+    service = Service(driver, settings)
+    app = create_app(service, tokens, host=args.host, allowed_hosts=settings.allowed_hosts)
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{args.port}"
     lines = [
@@ -137,7 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"  health:         {base}/healthz",
     ]
     print("\n".join(lines), flush=True)
-    serve(app, args.host, args.port)
+    serve(app, sockets, on_stop=service.end_waits)
     return 0
 
 

@@ -13,8 +13,11 @@ is logged a moment after the response is out, in uvicorn's own format and on its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -26,6 +29,7 @@ from .connection_guard import (
     connection_cap,
     raise_fd_limit,
 )
+from .http_shutdown import StoppingServer, Unfinished
 
 # A held write is joined with the next one only while both are small (a head and a page); a
 # large body goes out as it is, after what was held, rather than be copied to join them.
@@ -166,15 +170,19 @@ def _path_with_query(scope: Scope) -> str:
     return f"{path}?{query.decode('ascii', 'replace')}" if query else path
 
 
-def serve(app: ASGIApp, host: str, port: int) -> None:
-    """Runs `app` on uvicorn until interrupted."""
+def serve(
+    app: ASGIApp,
+    sockets: list[socket.socket],
+    on_stop: Callable[[], None] = lambda: None,
+) -> None:
+    """Runs `app` on uvicorn over `sockets` (bound already, `http_listen`) until interrupted;
+    `on_stop` ends the app's long-polls when the server stops (`http_shutdown`)."""
     # Every connection costs a descriptor: take all the process may have, and keep the number
     # of connections well below it (`connection_guard`).
     guard = ConnectionGuard(connection_cap(raise_fd_limit()))
-    uvicorn.run(
-        AccessLog(app),
-        host=host,
-        port=port,
+    unfinished = Unfinished(app)
+    config = uvicorn.Config(
+        AccessLog(unfinished),
         http=CoalescingHttpToolsProtocol.guarded(guard),
         log_level="info",
         # The app trusts proxy headers from the configured proxies only (`forwarded`).
@@ -182,3 +190,11 @@ def serve(app: ASGIApp, host: str, port: int) -> None:
         # The responses say nothing of the server's software.
         server_header=False,
     )
+    server = StoppingServer(config, unfinished, on_stop)
+    # uvicorn raises the signal that stopped it again once it is done (SIGINT as
+    # KeyboardInterrupt): the stop is the one the user asked for, not an error.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=sockets)
+    if not server.started:
+        # The app's startup failed (uvicorn logged why); uvicorn's own exit status for it.
+        raise SystemExit(3)

@@ -321,6 +321,12 @@ class Service:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def end_waits(self) -> None:
+        """Answers the long-polls waiting on every open channel now, with what they have (a
+        stopping server calls it before it waits for its requests to finish)."""
+        for client in self._clients.values():
+            client.end_waits()
+
     async def close(self, *, close_driver: bool = True) -> None:
         """Stops background work and closes every agent channel (and the driver, if asked)."""
         if self._closed:

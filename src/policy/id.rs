@@ -44,13 +44,13 @@ impl IdKind {
         }
     }
 
-    /// What the id names, for messages.
+    /// What the id names, with its article, for messages ("an exec").
     pub fn noun(self) -> &'static str {
         match self {
-            Self::Workspace => "workspace",
-            Self::Exec => "exec",
-            Self::Watch => "watch",
-            Self::Snapshot => "snapshot",
+            Self::Workspace => "a workspace",
+            Self::Exec => "an exec",
+            Self::Watch => "a watch",
+            Self::Snapshot => "a snapshot",
         }
     }
 }
@@ -90,7 +90,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 pub fn check_id(kind: &str, text: &str) -> Result<String, PolicyError> {
     let kind = IdKind::parse(kind)?;
     let expected = format!(
-        "a {} id must be '{}-' followed by 32 lowercase hex digits",
+        "{} id must be '{}-' followed by 32 lowercase hex digits",
         kind.noun(),
         kind.prefix()
     );
@@ -164,6 +164,12 @@ mod tests {
                 err.message
             );
         }
+        let err = check_id("ex", "ex-").expect_err("too short");
+        assert!(
+            err.message.starts_with("an exec id must be 'ex-'"),
+            "{}",
+            err.message
+        );
         assert_eq!(
             check_id("ws", &format!("ws-{digits}")),
             Ok(format!("ws-{digits}"))

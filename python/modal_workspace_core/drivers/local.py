@@ -37,6 +37,12 @@ from .workspace_disk import DiskError, WorkspaceDisk
 
 IsolationMode = Literal["auto", "bwrap", "none"]
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
+TURNED_OFF = "isolation turned off"
+# What a machine without working bubblewrap needs (the README's Isolation section says more).
+INSTALL_HINT = (
+    "apt-get install bubblewrap passt (Debian/Ubuntu); the kernel must allow unprivileged "
+    "user namespaces"
+)
 
 DISK_MB_ENV = "MODAL_WORKSPACE_DISK_MB"
 DEFAULT_DISK_MB = 10_240
@@ -77,7 +83,7 @@ class LocalDriver:
                 field="isolation",
             )
         if mode == "none":
-            self.isolation = sandbox.Isolation(False, None, "isolation turned off")
+            self.isolation = sandbox.Isolation(False, None, TURNED_OFF)
         else:
             self.isolation = sandbox.probe()
         self.network_problem = (
@@ -124,10 +130,16 @@ class LocalDriver:
     def describe_isolation(self) -> builtins.list[str]:
         """The banner's lines on what contains this driver's commands."""
         if not self.isolation.enabled:
-            return [
-                f"  isolation:      NONE ({self.isolation.reason}): commands can read this "
-                "user's files; install bubblewrap (apt-get install bubblewrap) to isolate them"
-            ]
+            line = (
+                f"  isolation:      NONE ({self.isolation.reason}): commands run as this user "
+                "and can read and change its files"
+            )
+            if self.isolation.reason == TURNED_OFF:
+                fix = f"set {ISOLATION_ENV}=auto (or unset it)"
+            else:
+                # Missing or unusable: what a new user needs to hear is what to do about it.
+                fix = INSTALL_HINT
+            return [line, f"                  to isolate them: {fix}"]
         user = (
             "a uid of its own per workspace"
             if workspace_uids.enabled()
