@@ -85,7 +85,9 @@ def build_gateway() -> Any:
         raise RuntimeError(
             f"no bearer token: add MODAL_WORKSPACE_MCP_TOKEN to the Modal Secret {SECRET_NAME!r}"
         )
-    driver = create_driver("modal", data_root=settings.data_root)
+    driver = create_driver(
+        "modal", data_root=settings.data_root, channel_secret=settings.channel_secret
+    )
     return create_app(
         Service(driver, settings),
         settings.tokens,

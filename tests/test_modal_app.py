@@ -9,6 +9,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx2
 import modal
@@ -16,6 +17,7 @@ import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
 from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
+from modal_workspace_core.drivers.modal_channel_key import channel_key
 from modal_workspace_core.service import Service
 from service_support import TOKEN, RecordingDriver
 
@@ -105,9 +107,25 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
     monkeypatch.setenv("MODAL_WORKSPACE_MCP_TOKEN", "a-deployment-token")
     monkeypatch.setenv("MODAL_WORKSPACE_DATA_ROOT", str(tmp_path))
     module = _load(monkeypatch)
+    import modal_workspace_core.drivers as drivers
+
+    made: list[Any] = []
+    create_driver = drivers.create_driver
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        made.append(create_driver(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(drivers, "create_driver", recording)
 
     gateway = module.build_gateway()
 
+    # Its workspaces' channel keys come from the deployment's token (a Modal container has no
+    # Modal token secret of its own to fall back on).
+    secret = load_settings({"MODAL_WORKSPACE_MCP_TOKEN": "a-deployment-token"}).channel_secret
+    workspace = "ws-" + "0" * 32
+    assert secret is not None
+    assert made[0]._channel_key(workspace) == channel_key(secret, workspace)
     local = create_app(Service(RecordingDriver(), load_settings({})), [TOKEN])
     assert _paths(gateway) == _paths(local)
     assert {"/healthz", "/action-openapi.json", "/mcp", "/api/workspaces"} <= _paths(gateway)
