@@ -41,22 +41,36 @@ class DaemonStartError(RuntimeError):
 Spawn = Callable[[int], "subprocess.Popen[bytes]"]
 
 
+def detached_popen(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    cwd: Path,
+    stdin: int,
+    output: int,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """`argv` in a session of its own, output to the log, no descriptor but `pass_fds`."""
+    return subprocess.Popen(
+        list(argv),
+        env=dict(env),
+        cwd=cwd,
+        stdin=stdin,
+        stdout=output,
+        stderr=output,
+        pass_fds=tuple(pass_fds),
+        # Its own session: the server's terminal signals (Ctrl-C) and its exit do not reach
+        # the daemon, and the session's process group is what `stop` signals.
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
 def spawn_detached(argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, stdin: int) -> Spawn:
-    """The plain way to start a daemon: `argv` in a session of its own, output to the log."""
+    """The plain way to start a daemon: `argv` detached (`detached_popen`), output to the log."""
 
     def spawn(output: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            cwd=cwd,
-            stdin=stdin,
-            stdout=output,
-            stderr=output,
-            # Its own session: the server's terminal signals (Ctrl-C) and its exit do not reach
-            # the daemon, and the session's process group is what `stop` signals.
-            start_new_session=True,
-            close_fds=True,
-        )
+        return detached_popen(argv, env, cwd=cwd, stdin=stdin, output=output)
 
     return spawn
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .local_daemon import detached_popen
 from .sandbox import LaunchFds, SandboxLayout, bwrap_argv
 
 # Inside the sandbox: the uid (and gid) of the workspace's commands, and of the agent's own git
@@ -105,18 +106,13 @@ def launch(
     os.lseek(args, 0, os.SEEK_SET)
     child_fds = [fd for fd in (info_w, block_r, userns_r, args) if fd >= 0]
     try:
-        proc = subprocess.Popen(
+        proc = detached_popen(
             [argv[0], "--args", str(args), *argv[split:]],
-            env=dict(env),
+            env,
             cwd=cwd,
             stdin=stdin,
-            stdout=output,
-            stderr=output,
+            output=output,
             pass_fds=child_fds,
-            # Its own session: the server's terminal signals (Ctrl-C) and its exit do not
-            # reach the sandbox, and the session's process group is what `stop` signals.
-            start_new_session=True,
-            close_fds=True,
         )
     finally:
         for fd in child_fds:

@@ -11,13 +11,14 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::args::{internal, policy, Args};
-use super::askpass::{Credential, Credentials};
+use super::askpass::Credentials;
 use super::exec_io::InputJob;
-use super::meta::{ExecMeta, PtyMeta, StepMeta};
+use super::exec_steps::StepRules;
+use super::meta::{ExecMeta, PtyMeta};
 use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
-use crate::agent::process::{ExecSpec, Identity, Redactor, Supervisor, DEFAULT_KILL_GRACE};
+use crate::agent::process::{Redactor, Supervisor, DEFAULT_KILL_GRACE};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy;
 
@@ -34,28 +35,16 @@ const MAX_NOTE_BYTES: usize = 16 * 1024;
 
 pub(crate) struct ExecRegistry {
     dir: PathBuf,
-    root: String,
+    /// How each step of a request becomes a spec (paths, identities, credentials).
+    steps: StepRules,
     supervisor: Supervisor,
     config: LogConfig,
     budget: Arc<LogBudget>,
-    /// The working directory (and HOME) of agent-identity steps: outside the workspace.
-    agent_home: PathBuf,
     /// Secret values every exec inherits from the daemon's environment: redacted from all.
     inherited_secrets: Vec<String>,
     pub(super) entries: Arc<Mutex<HashMap<String, Entry>>>,
     /// How many ended execs are kept (see `prune`).
     max_ended: usize,
-    /// The tokens of running authenticated steps, answered on the askpass socket.
-    credentials: Arc<Credentials>,
-    /// What a step with a `credential` gets in its environment to reach that socket.
-    askpass_env: Vec<(OsString, OsString)>,
-}
-
-fn redact_text(redactor: &Redactor, text: &str) -> String {
-    let mut r = redactor.clone();
-    let mut out = r.push(text.as_bytes());
-    out.extend(r.finish());
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl ExecRegistry {
@@ -69,16 +58,13 @@ impl ExecRegistry {
     ) -> Self {
         Self {
             dir,
-            root,
+            steps: StepRules::new(root),
             supervisor,
             config,
             budget,
-            agent_home: PathBuf::from("/nonexistent"),
             inherited_secrets,
             entries: Arc::new(Mutex::new(HashMap::new())),
             max_ended: super::prune::DEFAULT_MAX_ENDED_EXECS,
-            credentials: Arc::default(),
-            askpass_env: Vec::new(),
         }
     }
 
@@ -89,8 +75,8 @@ impl ExecRegistry {
         credentials: Arc<Credentials>,
         env: Vec<(OsString, OsString)>,
     ) -> Self {
-        self.credentials = credentials;
-        self.askpass_env = env;
+        self.steps.credentials = credentials;
+        self.steps.askpass_env = env;
         self
     }
 
@@ -109,7 +95,7 @@ impl ExecRegistry {
 
     /// Where agent-identity steps run (their HOME too, set by the supervisor's `agent_env`).
     pub(crate) fn with_agent_home(mut self, home: PathBuf) -> Self {
-        self.agent_home = home;
+        self.steps.agent_home = home;
         self
     }
 
@@ -221,7 +207,7 @@ impl ExecRegistry {
         let mut specs = Vec::new();
         let mut step_metas = Vec::new();
         for (step, prefix) in &steps {
-            let (spec, meta) = self.step(step, prefix, &redactor)?;
+            let (spec, meta) = self.steps.step(step, prefix, &redactor)?;
             specs.push(spec);
             step_metas.push(meta);
         }
@@ -330,119 +316,6 @@ impl ExecRegistry {
         drop(entries);
         tracing::info!(exec_id = %id, "exec started");
         Ok(record.status())
-    }
-
-    /// One step's spec and its record (values redacted); `prefix` names it in errors.
-    fn step(
-        &self,
-        step: &Map<String, Value>,
-        prefix: &str,
-        redactor: &Redactor,
-    ) -> Result<(ExecSpec, StepMeta), ErrorBody> {
-        let a = Args(step);
-        let field = |name: &str| format!("{prefix}{name}");
-        let identity = match a.str("identity")? {
-            None | Some("workspace") => Identity::Workspace,
-            Some("agent") => Identity::Agent,
-            Some(_) => {
-                return Err(ErrorBody::invalid(
-                    &field("identity"),
-                    "'identity' must be \"workspace\" or \"agent\"",
-                ))
-            }
-        };
-        let mut spec = match (a.str("command")?, a.strings("argv")?) {
-            (Some(text), None) => ExecSpec::shell(text),
-            (None, Some(argv)) if !argv.is_empty() => ExecSpec::argv(argv),
-            _ => return Err(ErrorBody::invalid(
-                &field("command"),
-                "give exactly one of 'command' (text for bash -lc) or 'argv' (a non-empty list)",
-            )),
-        };
-        spec.identity = identity;
-        let mut env = Vec::new();
-        for (name, value) in a.object("env")?.into_iter().flatten() {
-            let name = policy::env_name(name).map_err(|e| policy(&field("env"), e))?;
-            let Some(value) = value.as_str() else {
-                return Err(ErrorBody::invalid(
-                    &field("env"),
-                    "every 'env' value must be a string",
-                ));
-            };
-            if value.contains('\0') {
-                return Err(ErrorBody::invalid(
-                    &field("env"),
-                    "an 'env' value must not contain NUL",
-                ));
-            }
-            spec.env
-                .push((OsString::from(&name), OsString::from(value)));
-            env.push((name, redact_text(redactor, value)));
-        }
-        if let Some(credential) = a.object("credential")? {
-            spec.pid_slot = Some(self.credential(credential, identity, &field("credential"))?);
-            spec.env.extend(self.askpass_env.iter().cloned());
-        }
-        let workdir = match (identity, a.str("workdir")?) {
-            (Identity::Agent, Some(_)) => {
-                return Err(ErrorBody::invalid(
-                    &field("workdir"),
-                    "an agent step runs in the agent's own directory: give no 'workdir'",
-                ))
-            }
-            (_, Some(dir)) => Some(
-                policy::workspace_path(&self.root, dir)
-                    .map_err(|e| policy(&field("workdir"), e))?,
-            ),
-            (_, None) => None,
-        };
-        spec.workdir = Some(match identity {
-            // Never a directory the workspace can write while the step runs.
-            Identity::Agent => self.agent_home.clone(),
-            Identity::Workspace => PathBuf::from(workdir.as_deref().unwrap_or(&self.root)),
-        });
-        let meta = StepMeta {
-            identity: identity.as_str().to_owned(),
-            command: a.str("command")?.map(|t| redact_text(redactor, t)),
-            argv: a
-                .strings("argv")?
-                .map(|v| v.iter().map(|s| redact_text(redactor, s)).collect()),
-            env,
-            workdir,
-        };
-        Ok((spec, meta))
-    }
-
-    /// A step's `{"base": "scheme://host[:port]", "token": "…"}`: the token stays here, and
-    /// the step's git gets it through the askpass socket (see `askpass`), for that base alone.
-    fn credential(
-        &self,
-        credential: &Map<String, Value>,
-        identity: Identity,
-        field: &str,
-    ) -> Result<Arc<crate::agent::process::PidSlot>, ErrorBody> {
-        if identity != Identity::Agent {
-            return Err(ErrorBody::invalid(
-                field,
-                "only an agent step may hold a credential",
-            ));
-        }
-        if self.askpass_env.is_empty() {
-            return Err(ErrorBody::invalid(
-                field,
-                "this agent has no askpass socket: it cannot hand out a credential",
-            ));
-        }
-        let a = Args(credential);
-        let base = a
-            .str("base")?
-            .ok_or_else(|| ErrorBody::invalid(field, "a credential needs its 'base'"))?;
-        let token = a
-            .str("token")?
-            .ok_or_else(|| ErrorBody::invalid(field, "a credential needs its 'token'"))?;
-        let credential = Credential::new(base, token.to_owned())
-            .map_err(|message| ErrorBody::invalid(field, message))?;
-        Ok(self.credentials.grant(credential))
     }
 
     fn new_record(&self, id: &str, meta: ExecMeta) -> Result<Arc<ExecRecord>, ErrorBody> {

@@ -5,6 +5,7 @@ mod agent_env;
 mod args;
 mod askpass;
 mod exec_io;
+mod exec_steps;
 mod execs;
 mod file_ops;
 mod fs_user;
