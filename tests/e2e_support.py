@@ -175,18 +175,30 @@ def serve(
         wait_until_healthy(process, base_url, log)
         yield Served(base_url, data_root, log, github_token, backend)
     finally:
-        # Agent daemons outlive the server by design: end every workspace this test made.
-        with contextlib.suppress(httpx2.HTTPError):
-            if not terminate_all:
-                raise httpx2.HTTPError("kept for the next server")
-            auth = {"Authorization": f"Bearer {TOKEN}"}
+        if terminate_all:
+            terminate_every_workspace(base_url)
+        stop_server(process)
+
+
+def terminate_every_workspace(base_url: str) -> None:
+    """Agent daemons outlive the server by design: end every workspace the server lists, page
+    after page (a list that did not fit one answer is `truncated`)."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with contextlib.suppress(httpx2.HTTPError, ValueError):
+        while True:
             listed = httpx2.get(f"{base_url}/api/workspaces", headers=auth, timeout=60).json()
             for ws in listed.get("workspaces", []):
                 url = f"{base_url}/api/workspaces/{ws['workspace_id']}"
                 httpx2.delete(url, headers=auth, timeout=60)
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
+            if not listed.get("truncated") or not listed.get("workspaces"):
+                return
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT, as Ctrl-C would; killed if it does not stop."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)

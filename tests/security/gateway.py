@@ -6,14 +6,12 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-import signal
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2
-from e2e_support import SCRIPT, wait_until_healthy
+from e2e_support import SCRIPT, stop_server, terminate_every_workspace, wait_until_healthy
 from service_support import TOKEN, free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -65,16 +63,5 @@ def gateway(
         wait_until_healthy(process, f"http://127.0.0.1:{port}", log)
         yield served
     finally:
-        # Agent daemons outlive the server by design: end every workspace this test made.
-        with contextlib.suppress(httpx2.HTTPError, ValueError):
-            listed = httpx2.get(served.url("/api/workspaces"), headers=AUTH, timeout=60).json()
-            for ws in listed.get("workspaces", []):
-                httpx2.delete(
-                    served.url(f"/api/workspaces/{ws['workspace_id']}"), headers=AUTH, timeout=60
-                )
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
+        terminate_every_workspace(served.base_url)
+        stop_server(process)

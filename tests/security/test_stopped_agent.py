@@ -109,20 +109,18 @@ def test_a_stopped_agent_gives_a_504_naming_its_workspace_and_others_are_served(
 def test_over_rest_a_stopped_agent_is_answered_before_gpt_actions_gives_up(
     tmp_path: Path,
 ) -> None:
-    """An operator's long agent deadline (600 s) still answers a REST long-poll of 25 s in
-    time for GPT Actions (45 s): the call's own deadline is the Actions one."""
+    """An operator's long agent deadline (600 s) still answers a REST call in time for GPT
+    Actions (45 s): the call's own deadline is the Actions one."""
     import time
 
     env = {"MODAL_WORKSPACE_AGENT_TIMEOUT": "600"}
     with gateway(tmp_path, env=env) as gw, httpx2.Client(timeout=120) as client:
         ws = _create(client, gw)
-        started = client.post(
-            gw.url(f"/api/workspaces/{ws}/realtime-execs"), headers=AUTH, json={"command": "true"}
-        ).json()
-        url = gw.url(f"/api/workspaces/{ws}/realtime-execs/{started['exec_id']}/events")
+        assert _list_files(client, gw, ws).status_code == 200  # its channel is open
         with stopped_agent(gw, ws):
             began = time.monotonic()
-            answer = client.get(url, headers=AUTH, params={"cursor": 0, "wait_seconds": 25})
+            # A file listing always asks the agent (a page of events may come from the cache).
+            answer = _list_files(client, gw, ws)
             took = time.monotonic() - began
     assert answer.status_code == 504, answer.text
     # A bound on behaviour (a deadline), not a measure of speed: 40 s is the gateway's own.
