@@ -89,7 +89,7 @@ def output(events: list[dict], kind: str = "stdout") -> str:
 
 
 def test_the_whole_job_through_rest(
-    served: Served, api: httpx2.Client, git_server: GitServer
+    served: Served, api: httpx2.Client, git_server: GitServer, request: pytest.FixtureRequest
 ) -> None:
     token = served.github_token
     # Create, idempotently.
@@ -98,6 +98,11 @@ def test_the_whole_job_through_rest(
     again = ok(api.post("/workspaces", json={"idempotency_key": "e2e"}))
     assert again["workspace_id"] == ws
     assert created["tags"]["team"] == "qa" and created["state"] == "running"
+    # Every path a result names is one its commands can open: under /workspace, or under the
+    # host directory an unisolated workspace runs its commands in (and reports as its root).
+    root = created["root"]
+    unisolated = request.node.callspec.params["served"] == "local-unisolated"
+    assert (root == "/workspace") != unisolated, root
     assert [w["workspace_id"] for w in ok(api.get("/workspaces"))["workspaces"]] == [ws]
 
     # Clone with the token: it reaches the server, and nowhere else.
@@ -109,7 +114,7 @@ def test_the_whole_job_through_rest(
             )
         )
         events, last = drain(api, ws, clone["exec_id"])
-    assert clone["destination"] == "/workspace/hello"
+    assert clone["destination"] == f"{root}/hello"
     assert last["state"] == "finished" and last["returncode"] == 0, output(events, "stderr")
     assert "Cloning into" in output(events, "stderr")
     assert token in git_server.passwords
@@ -127,7 +132,7 @@ def test_the_whole_job_through_rest(
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert tags["repo-url"] == "https://github.com/octo/hello.git"
-    assert tags["repo-path"] == "/workspace/hello" and tags["repo-ref"] == "feature"
+    assert tags["repo-path"] == f"{root}/hello" and tags["repo-ref"] == "feature"
     # The gateway kept its bookkeeping with the agent, never in the workspace's files.
     assert api.get(f"/workspaces/{ws}/files", params={"path": ".mwc"}).status_code == 404
 
@@ -181,14 +186,23 @@ def test_the_whole_job_through_rest(
     assert edited["replacements"] == 1
     read = ok(api.get(f"{base}/content", params={"path": "/workspace/hello/src/hello.py"}))
     assert read["content"] == "print('hello, world')\n" and read["eof"]
+    assert read["path"] == f"{root}/hello/src/hello.py"
+    # The path as reported is taken back as the same file, and commands open it.
+    again = ok(api.get(f"{base}/content", params={"path": read["path"]}))
+    assert again["content"] == read["content"]
+    shown = ok(api.post(f"/workspaces/{ws}/exec", json={"command": f"cat {read['path']}"}))
+    assert shown["stdout"] == read["content"], shown
+    outside = api.get(f"{base}/content", params={"path": f"{root}/../../etc/passwd"})
+    assert outside.status_code == 400, outside.text
     ok(api.put(f"{base}/content", json={"path": "hello/NOTES.md", "content": "new file\n"}))
     listing = ok(api.get(base, params={"path": "hello/src"}))
+    assert listing["path"] == f"{root}/hello/src"
     assert {e["path"] for e in listing["entries"]} >= {
-        "/workspace/hello/src/hello.py",
-        "/workspace/hello/src/feature.py",
+        f"{root}/hello/src/hello.py",
+        f"{root}/hello/src/feature.py",
     }
     found = ok(api.get(f"{base}/search", params={"pattern": "FEATURE", "path": "hello"}))
-    assert [h["path"] for h in found["hits"]] == ["/workspace/hello/src/feature.py"]
+    assert [h["path"] for h in found["hits"]] == [f"{root}/hello/src/feature.py"]
     ok(api.put(f"{base}/content", json={"path": "scratch/tmp.txt", "content": "x"}))
     assert (
         ok(api.request("DELETE", base, params={"path": "scratch", "recursive": True}))["removed"]

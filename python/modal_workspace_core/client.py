@@ -31,7 +31,7 @@ from .config import Settings, load_settings
 from .drivers import Driver, create_driver
 from .errors import InvalidArgumentError, NotFoundError
 from .models import MAX_WAIT_SECONDS
-from .service import OPERATIONS, Operation, Service, call, operation, parse_input
+from .service import OPERATIONS, Operation, Service, call, operation, parse_request
 
 __all__ = ["Workspace", "WorkspaceCreation", "Workspaces"]
 
@@ -100,7 +100,7 @@ class Workspaces:
     async def call(self, name: str, /, **args: Any) -> BaseModel:
         """Any operation of the table by name, e.g. `await wss.call("workspace_list")`."""
         op = operation(name)
-        return await call(self.service, op, parse_input(op, args))
+        return await call(self.service, op, await parse_request(self.service, op, args))
 
     def create(self, *args: Any, keep: bool = False, **kwargs: Any) -> WorkspaceCreation:
         # The signature and documentation are the operation's (set below, from the table).

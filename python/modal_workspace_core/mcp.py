@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .errors import WorkspaceError
-from .service import OPERATIONS, Operation, Service, call, operation, parse_input
+from .service import OPERATIONS, Operation, Service, call, operation, parse_request
 from .service_core import PROGRESS, Reporter
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
@@ -109,7 +109,7 @@ def build_server(service: Service) -> Server[Any]:
         reset = PROGRESS.set(_progress_reporter(ctx))
         try:
             op = operation(params.name)
-            inp = parse_input(op, params.arguments or {}, "mcp")
+            inp = await parse_request(service, op, params.arguments or {}, "mcp")
             result = await call(service, op, inp)
         except WorkspaceError as err:
             return _error_result(err)

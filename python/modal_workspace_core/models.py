@@ -6,9 +6,10 @@ URL, paths normalised under `/workspace`), so nothing downstream re-parses clien
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Iterable
+from typing import Annotated, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 
 from . import policy
 
@@ -33,7 +34,13 @@ def _id(kind: Literal["ws", "ex", "fw"]) -> AfterValidator:
     return AfterValidator(lambda text: policy.check_id(kind, text))
 
 
-def _path(text: str) -> str:
+def _path(text: str, info: ValidationInfo) -> str:
+    # A workspace whose commands run in another directory (an unisolated local one) reports that
+    # directory as its root: a path under it names the same file as under /workspace. The Rust
+    # policy then checks the result like any other path (`..` cannot climb out of either).
+    root = str((info.context or {}).get("root") or WORKSPACE_ROOT).rstrip("/")
+    if root != WORKSPACE_ROOT and (text == root or text.startswith(root + "/")):
+        text = WORKSPACE_ROOT + text[len(root) :]
     return policy.workspace_path(WORKSPACE_ROOT, text)
 
 
@@ -63,7 +70,10 @@ WatchId = Annotated[
 WorkspacePath = Annotated[
     str,
     AfterValidator(_path),
-    Field(description="A path inside the workspace: relative to /workspace, or absolute under it."),
+    Field(
+        description="A path inside the workspace: relative to its root (/workspace), or absolute "
+        "under it."
+    ),
 ]
 Repository = Annotated[
     str,
@@ -364,6 +374,21 @@ class WatchEvents(EventsRead):
 
 class WatchListInput(Input):
     workspace_id: WorkspaceId
+
+
+def path_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The names of the model's `WorkspacePath` fields."""
+
+    def is_path(metadata: Iterable[object], annotation: object) -> bool:
+        if any(getattr(meta, "func", None) is _path for meta in metadata):
+            return True
+        return any(is_path(getattr(arg, "__metadata__", ()), arg) for arg in get_args(annotation))
+
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if is_path(field.metadata, field.annotation)
+    )
 
 
 def relative(path: str) -> str:

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import InvalidArgumentError, WorkspaceError
 from .models import Input
-from .service import OPERATIONS, Operation, Service, call_json, parse_input
+from .service import OPERATIONS, Operation, Service, call_json, parse_request
 
 ID_PATTERNS = {
     "workspace_id": "^ws-[0-9a-f]{32}$",
@@ -76,7 +76,8 @@ class OperationServer:
             if name not in self.fields:  # path parameters among them: from the path only
                 raise InvalidArgumentError(f"{name[:64]}: unknown field", field=name[:64])
         data.update(path_params)
-        return await call_json(self.service, self.op, parse_input(self.op, data, "actions"))
+        inp = await parse_request(self.service, self.op, data, "actions")
+        return await call_json(self.service, self.op, inp)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

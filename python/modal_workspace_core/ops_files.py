@@ -2,7 +2,7 @@
 
 Paths arrive validated and normalised under `/workspace`; the agent gets them relative to its
 root (which resolves them race-free, refusing escapes through symlinks) and results go back
-under `/workspace` again.
+under `/workspace` again (shown under the workspace's own root by `path_view`).
 """
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ class RepoDiff(Output):
 
 
 class FileContent(Output):
-    path: str = Field(description="The file, as /workspace/....")
+    path: str = Field(description="The file, under the workspace root.")
     content: str = Field(
         description="The bytes read: text, or base64 when the file is not UTF-8 text."
     )
@@ -230,7 +230,7 @@ class FileEditResult(Output):
 
 
 class FileEntry(Open):
-    path: str = Field(description="The entry, as /workspace/....")
+    path: str = Field(description="The entry, under the workspace root.")
     kind: str = Field(description="file, dir, symlink or other")
     size: int | None = Field(default=None, description="Size in bytes (files).")
     mode: int | None = Field(default=None, description="Unix permission bits.")

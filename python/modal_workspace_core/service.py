@@ -24,6 +24,7 @@ from . import repo_pending
 from . import results as r
 from .errors import InvalidArgumentError, WorkspaceError, validation_error
 from .event_pages import PageResult
+from .path_view import shown
 from .response_fit import fit_json
 from .service_core import ANSWER_BY, Service, translate_error
 from .surfaces import ACTIONS_MAX_CHARS, ACTIONS_SECONDS, Bound, Bounds, Surface, surface_model
@@ -36,6 +37,7 @@ __all__ = [
     "call",
     "operation",
     "parse_input",
+    "parse_request",
 ]
 
 Method = Literal["GET", "POST", "PUT", "DELETE"]
@@ -431,17 +433,42 @@ def operation(name: str) -> Operation:
         raise InvalidArgumentError(f"unknown operation {name[:64]!r}") from None
 
 
-def parse_input(op: Operation, args: Mapping[str, Any], surface: Surface = "python") -> m.Input:
+def parse_input(
+    op: Operation,
+    args: Mapping[str, Any],
+    surface: Surface = "python",
+    root: str = m.WORKSPACE_ROOT,
+) -> m.Input:
+    """A client's arguments as the operation's input; paths may also name the workspace's
+    `root` (see `path_view`)."""
     try:
-        return op.input_for(surface).model_validate(dict(args))
+        return op.input_for(surface).model_validate(dict(args), context={"root": root})
     except ValidationError as exc:
         raise validation_error(exc) from None
+
+
+async def parse_request(
+    service: Service, op: Operation, args: Mapping[str, Any], surface: Surface = "python"
+) -> m.Input:
+    """`parse_input`, knowing the root of the workspace the arguments name. Only a path that
+    `/workspace` does not take, on a driver whose roots vary, costs a look at the workspace's
+    record (by its id; the path never reaches the driver): every other refusal comes before the
+    driver is asked anything."""
+    try:
+        return parse_input(op, args, surface)
+    except InvalidArgumentError as err:
+        if (err.field or "").partition(".")[0] not in m.path_fields(op.input):
+            raise
+        root = await service.root(args.get("workspace_id"))
+        if root == m.WORKSPACE_ROOT:
+            raise
+    return parse_input(op, args, surface, root)
 
 
 async def call(service: Service, op: Operation, inp: m.Input) -> BaseModel:
     """Runs a validated input through its handler; any failure becomes a `WorkspaceError`."""
     result = await _run(service, op, inp)
-    return result.model() if isinstance(result, PageResult) else _output(op, result)
+    return result.model() if isinstance(result, PageResult) else result
 
 
 # What a GPT Actions response may take, with room to spare under its limit.
@@ -462,7 +489,7 @@ async def call_json(service: Service, op: Operation, inp: m.Input) -> str:
         ANSWER_BY.reset(token)
     if isinstance(result, PageResult):
         return result.to_json()
-    return fit_json(_output(op, result), ACTIONS_RESPONSE_CHARS)
+    return fit_json(result, ACTIONS_RESPONSE_CHARS)
 
 
 def _output(op: Operation, result: BaseModel) -> BaseModel:
@@ -471,8 +498,11 @@ def _output(op: Operation, result: BaseModel) -> BaseModel:
 
 async def _run(service: Service, op: Operation, inp: m.Input) -> BaseModel | PageResult:
     try:
-        return await op.handler(service, inp)
+        result = await op.handler(service, inp)
     except WorkspaceError:
         raise
     except Exception as exc:
         raise translate_error(exc) from None
+    if isinstance(result, PageResult):
+        return result
+    return shown(_output(op, result), await service.root(getattr(inp, "workspace_id", None)))

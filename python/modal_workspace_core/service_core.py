@@ -110,6 +110,7 @@ class Service:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._claimed: set[str] = set()
         self._reached: set[str] = set()
+        self._roots: dict[str, str] = {}
         self._closed = False
 
     # --- workspaces and channels ----------------------------------------------------------------
@@ -119,7 +120,31 @@ class Service:
         record = await self.driver.get(workspace_id)
         if record.state == "terminated":
             raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
+        self._remember_root(workspace_id, record.root)
         return record
+
+    async def root(self, workspace_id: object) -> str:
+        """The root commands of this workspace see (`/workspace` unless it runs unisolated), as
+        its paths are shown to clients. Not a check: anything that names no workspace, or one
+        that cannot be reached now, is `/workspace`, and the operation says what is wrong."""
+        if not isinstance(workspace_id, str) or not getattr(self.driver, "roots_vary", False):
+            return WORKSPACE_ROOT
+        known = self._roots.get(workspace_id)
+        if known is not None:
+            return known
+        try:
+            policy.check_id("ws", workspace_id)
+            record = await self.driver.get(workspace_id)
+        except Exception:
+            return WORKSPACE_ROOT
+        self._remember_root(workspace_id, record.root)
+        return record.root
+
+    def _remember_root(self, workspace_id: str, root: str) -> None:
+        # A workspace's root never changes; the cache only has to stay bounded.
+        if len(self._roots) >= 4096:
+            self._roots.clear()
+        self._roots[workspace_id] = root
 
     async def agent(self, workspace_id: str) -> AgentClient:
         """The open channel to the workspace's agent, opened on first use and then reused."""

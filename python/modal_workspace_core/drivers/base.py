@@ -118,6 +118,10 @@ class GatewaySecrets:
 
 
 class Driver(Protocol):
+    """What the service needs of a place to run workspaces. A driver whose workspaces may have
+    a root other than `/workspace` also says `roots_vary = True` (the service then asks their
+    records which one; every other driver's is `/workspace`)."""
+
     name: str
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord: ...

@@ -55,6 +55,9 @@ class LocalDriver:
     """Workspaces as directories under `data_root`, each served by a detached agent daemon."""
 
     name = "local"
+    # A workspace made without bubblewrap runs its commands in its host directory, and reports
+    # that as its root (see `path_view`); bubblewrap's show `/workspace`.
+    roots_vary = True
 
     def __init__(
         self,
