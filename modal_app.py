@@ -48,7 +48,7 @@ def gateway_image(wheel: Path | None = None) -> modal.Image:
         # Inside a running container the image is already built; only its definition is needed.
         return image.env(env)
     if wheel is None:
-        from modal_workspace_core.images import (
+        from modal_workspace_core.drivers.modal.images import (
             WHEEL_ENV,
             WheelNotFoundError,
             build_wheel,
@@ -75,10 +75,10 @@ app = modal.App(APP_NAME, image=gateway_image())
 
 def build_gateway() -> Any:
     """The gateway's ASGI app on the Modal driver, configured from the environment."""
-    from modal_workspace_core.api import create_app
     from modal_workspace_core.config import load_settings
     from modal_workspace_core.drivers import create_driver
     from modal_workspace_core.service import Service
+    from modal_workspace_core.surfaces.rest.app import create_app
 
     settings = load_settings(driver="modal")
     if not settings.tokens:

@@ -30,7 +30,7 @@ from agent_stack import (
     gateway,
     proc_memory,
 )
-from modal_workspace_core.agent_client import AgentClient
+from modal_workspace_core.channel.client import AgentClient
 
 # A process that writes its clock (CLOCK_MONOTONIC, shared by all processes) as one line per
 # write, `n` times, `pause` seconds apart, after `delay` seconds for the reader to be waiting.

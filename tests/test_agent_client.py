@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from modal_workspace_core._core import AgentChannel, EventRing, Page
-from modal_workspace_core.agent_client import AgentClient, AgentError
-from modal_workspace_core.transports import open_subprocess, open_unix
+from modal_workspace_core.channel.client import AgentClient, AgentError
+from modal_workspace_core.channel.transports import open_subprocess, open_unix
 
 # Generous bounds: the machine is small and shared.
 STARTUP_SECONDS = 30.0

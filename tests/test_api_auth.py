@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx2
 import pytest
 from fastapi import FastAPI
-from modal_workspace_core import api
-from modal_workspace_core.api import create_app, token_matches
 from modal_workspace_core.config import ConfigError, load_settings
 from modal_workspace_core.service import Service
+from modal_workspace_core.surfaces.rest import app as api
+from modal_workspace_core.surfaces.rest.app import create_app, token_matches
 from service_support import OTHER_TOKEN, TOKEN, RecordingDriver
 
 

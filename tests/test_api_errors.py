@@ -9,9 +9,9 @@ from typing import Any
 import httpx2
 import pytest
 from fastapi import FastAPI
-from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.service import Service
+from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
 WS = "ws-" + "0" * 32

@@ -11,9 +11,9 @@ import tempfile
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.service import Service
+from modal_workspace_core.surfaces.rest.app import create_app
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -23,7 +23,7 @@ from schemathesis.checks import (
 )
 from service_support import TOKEN
 
-local = pytest.importorskip("modal_workspace_core.drivers.local")
+local = pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
 # Built at import: schemathesis parametrizes from a loaded schema (its fixture loader does not
 # work with this pytest). The app's lifespan may run once per call, so it must not close the

@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx2
 import pytest
-from modal_workspace_core.api import create_app
-from modal_workspace_core.body_limit import MAX_REQUEST_BYTES, BodyLimit
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import LimitError
 from modal_workspace_core.service import Service
+from modal_workspace_core.surfaces.rest.app import create_app
+from modal_workspace_core.surfaces.rest.body_limit import MAX_REQUEST_BYTES, BodyLimit
 from service_support import TOKEN, RecordingDriver
 from starlette.types import Message, Receive, Scope, Send
 

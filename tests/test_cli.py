@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from modal_workspace_core.cli import is_loopback, mint_token
+from modal_workspace_core.surfaces.cli import is_loopback, mint_token
 from service_support import free_port
 
 SCRIPT = Path(sys.executable).with_name("modal-workspace")
@@ -19,7 +19,9 @@ SCRIPT = Path(sys.executable).with_name("modal-workspace")
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = (
-        [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "modal_workspace_core.cli"]
+        [str(SCRIPT)]
+        if SCRIPT.exists()
+        else [sys.executable, "-m", "modal_workspace_core.surfaces.cli"]
     )
     base = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_WORKSPACE_")}
     return subprocess.run(

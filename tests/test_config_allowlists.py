@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from modal_workspace_core.config import ConfigError, load_settings
-from modal_workspace_core.drivers.modal_config import ModalSettings
+from modal_workspace_core.drivers.modal.config import ModalSettings
 from modal_workspace_core.errors import InvalidArgumentError
 
 SECRETS = "MODAL_WORKSPACE_ALLOWED_SECRETS"

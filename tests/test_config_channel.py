@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from modal_workspace_core.config import ConfigError, Settings, load_settings
-from modal_workspace_core.drivers.modal_channel_key import channel_key
+from modal_workspace_core.drivers.modal.channel_key import channel_key
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from service_support import TOKEN
 from support.git_server import GitServer
 
-pytest.importorskip("modal_workspace_core.drivers.local")
+pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -26,7 +26,7 @@ from e2e_support import (
 from service_support import TOKEN
 from support.git_server import ArgvSampler, GitServer
 
-pytest.importorskip("modal_workspace_core.drivers.local")
+pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
 
 @pytest.fixture(params=["local", "local-unisolated", "modal"])

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from modal_workspace_core._core import EventRing, Page
-from modal_workspace_core.event_pages import PageResult, page_done, state_shown
+from modal_workspace_core.operations.pages import PageResult, page_done, state_shown
 from modal_workspace_core.results import EventPage
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from modal_workspace_core.http_serving import (
+from modal_workspace_core.surfaces.http_serving import (
     AccessLog,
     CoalescingHttpToolsProtocol,
     CoalescingTransport,

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from modal_workspace_core import policy
 from modal_workspace_core.drivers.base import WorkspaceSpec
-from modal_workspace_core.drivers.local import LocalDriver
-from modal_workspace_core.drivers.sandbox import (
+from modal_workspace_core.drivers.local.bubblewrap import (
     SANDBOX_HOME,
     SANDBOX_PATH,
     WORKSPACE_ROOT,
@@ -28,7 +27,8 @@ from modal_workspace_core.drivers.sandbox import (
     probe,
     python_environment,
 )
-from modal_workspace_core.drivers.sandbox_etc import write_generated
+from modal_workspace_core.drivers.local.bubblewrap_etc import write_generated
+from modal_workspace_core.drivers.local.driver import LocalDriver
 from support.agent_exec import run
 from support.loopback import loopback_listener
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from modal_workspace_core import policy
 from modal_workspace_core.drivers.base import WorkspaceSpec
-from modal_workspace_core.drivers.local import IsolationMode, LocalDriver
+from modal_workspace_core.drivers.local.driver import IsolationMode, LocalDriver
 from modal_workspace_core.errors import ConflictError, InvalidArgumentError, NotFoundError
 from support.agent_exec import drain, run
 from support.git_server import GitServer

@@ -15,10 +15,10 @@ import httpx2
 import modal
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
-from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.drivers.modal_channel_key import channel_key
+from modal_workspace_core.drivers.modal.channel_key import channel_key
 from modal_workspace_core.service import Service
+from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find

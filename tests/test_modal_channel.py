@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
-from modal_workspace_core.agent_client import AgentClient
+from modal_workspace_core.channel.client import AgentClient
 from modal_workspace_core.drivers.base import WorkspaceSpec
-from modal_workspace_core.drivers.modal import ModalDriver, ModalSettings
-from modal_workspace_core.drivers.modal_channel import ExecChannel
+from modal_workspace_core.drivers.modal.channel import ExecChannel
+from modal_workspace_core.drivers.modal.driver import ModalDriver, ModalSettings
 from modal_workspace_core.errors import NotFoundError
 from modal_workspace_core.policy import new_id
 
@@ -148,7 +148,7 @@ async def test_a_terminated_workspace_cannot_be_connected(driver: ModalDriver) -
 
 RESUME_IN_NEW_PROCESS = """
 import asyncio, json, sys
-from modal_workspace_core.drivers.modal import ModalDriver, ModalSettings
+from modal_workspace_core.drivers.modal.driver import ModalDriver, ModalSettings
 
 async def main(workspace_id, exec_id, cursor):
     driver = ModalDriver(ModalSettings(app_name=sys.argv[4], default_image_name=sys.argv[5]))

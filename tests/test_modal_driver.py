@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
 from modal_workspace_core.drivers.base import WorkspaceSpec
-from modal_workspace_core.drivers.modal import MANAGED_BY, ModalDriver, ModalSettings
-from modal_workspace_core.drivers.modal_channel import ExecChannel
+from modal_workspace_core.drivers.modal.channel import ExecChannel
+from modal_workspace_core.drivers.modal.driver import MANAGED_BY, ModalDriver, ModalSettings
 from modal_workspace_core.errors import (
     InvalidArgumentError,
     NotFoundError,

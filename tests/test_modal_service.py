@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
 from modal_control_plane.isolation import usable_bwrap
-from modal_workspace_core.client import Workspaces
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.drivers.modal import ModalDriver, ModalSettings
+from modal_workspace_core.drivers.modal.driver import ModalDriver, ModalSettings
 from modal_workspace_core.errors import PermissionDeniedError, UpstreamError
+from modal_workspace_core.surfaces.python_client import Workspaces
 from support.git_server import GitServer
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
@@ -186,7 +186,7 @@ async def test_a_secret_lacking_a_listed_variable_is_refused_at_create(
 # What a command inside the sandbox runs to use the agent's socket as the gateway does.
 FORGED_CLIENT = """
 import asyncio
-from modal_workspace_core.agent_client import AgentClient, AgentError
+from modal_workspace_core.channel.client import AgentClient, AgentError
 
 async def main():
     try:

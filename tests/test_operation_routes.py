@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.operation_routes import OperationDispatch, OperationServer
 from modal_workspace_core.service import Service
+from modal_workspace_core.surfaces.rest.routes import OperationDispatch, OperationServer
 from service_support import RecordingDriver
 from starlette.types import Message, Receive, Scope, Send
 

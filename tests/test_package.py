@@ -42,7 +42,8 @@ def test_the_package_still_offers_its_python_api_by_name() -> None:
 def test_dir_lists_the_public_names_before_they_are_loaded() -> None:
     probe = (
         "import sys, modal_workspace_core as m; names = dir(m); "
-        "print(sorted(set(m.__all__) - set(names)), 'modal_workspace_core.client' in sys.modules)"
+        "print(sorted(set(m.__all__) - set(names)), "
+        "'modal_workspace_core.surfaces.python_client' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "False"], out.stdout

@@ -24,7 +24,7 @@ from service_support import TOKEN
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
-pytest.importorskip("modal_workspace_core.drivers.local")
+pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
 
 def readme_block(name: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 from e2e_support import wait_until_healthy
-from modal_workspace_core.drivers.local import LocalDriver
+from modal_workspace_core.drivers.local.driver import LocalDriver
 from service_support import TOKEN, free_port
 
 SCRIPT = Path(sys.executable).with_name("modal-workspace")

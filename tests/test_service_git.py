@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from modal_workspace_core import gitcmd
+from modal_workspace_core.git import commands as gitcmd
 from support.git_server import GitServer
 
 SLUG = "octo/hello"

@@ -9,11 +9,11 @@ import mcp_types as types
 import modal_workspace_core as mwc
 import pytest
 from fastapi.routing import APIRoute
-from modal_workspace_core.api import create_app
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import InvalidArgumentError
-from modal_workspace_core.mcp import build_server
 from modal_workspace_core.service import OPERATIONS, Service, parse_input
+from modal_workspace_core.surfaces.mcp import build_server
+from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
 # The names and routes of issue 4, which the predecessor's users already know.

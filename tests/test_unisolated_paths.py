@@ -12,7 +12,7 @@ import modal_workspace_core as mwc
 import pytest
 from modal_workspace_core import errors, models, results
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.drivers.local import LocalDriver
+from modal_workspace_core.drivers.local.driver import LocalDriver
 from modal_workspace_core.path_view import shown
 from modal_workspace_core.service import operation, parse_input
 

@@ -9,7 +9,6 @@ import typing as _typing  # under a private name: `dir()` lists what the package
 from ._core import Page, PolicyError, __version__
 
 if _typing.TYPE_CHECKING:
-    from .client import Workspace, WorkspaceCreation, Workspaces
     from .errors import (
         ConflictError,
         InvalidArgumentError,
@@ -22,15 +21,16 @@ if _typing.TYPE_CHECKING:
         WorkspaceError,
     )
     from .ring import EventRing
+    from .surfaces.python_client import Workspace, WorkspaceCreation, Workspaces
 
 # Imported on first use: the agent (`python -m modal_workspace_core.agent`, in every workspace)
 # needs only the compiled core, not the service's FastAPI, pydantic and MCP (~30 MiB and half a
 # second of start-up, paid by the daemon and by every `connect`), nor asyncio for `EventRing`.
 _LAZY = {
     "EventRing": ".ring",
-    "Workspace": ".client",
-    "WorkspaceCreation": ".client",
-    "Workspaces": ".client",
+    "Workspace": ".surfaces.python_client",
+    "WorkspaceCreation": ".surfaces.python_client",
+    "Workspaces": ".surfaces.python_client",
     "ConflictError": ".errors",
     "InvalidArgumentError": ".errors",
     "LimitError": ".errors",

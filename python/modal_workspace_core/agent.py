@@ -12,7 +12,7 @@ from ._core import agent_main
 
 # The GIT_ASKPASS program of authenticated git steps: shipped in the package, which sandboxes
 # mount read-only, so no workspace command can change what answers git's password prompt.
-ASKPASS = Path(__file__).resolve().with_name("git_askpass.sh")
+ASKPASS = Path(__file__).resolve().parent / "git" / "askpass.sh"
 
 
 def main(argv: list[str] | None = None) -> int:

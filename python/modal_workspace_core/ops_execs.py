@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from . import policy
 from .drivers.base import WorkspaceRecord
 from .errors import ConflictError, InvalidArgumentError
-from .event_pages import PageResult, page_done, state_shown
 from .models import (
     MAX_WAIT_SECONDS,
     ExecCancel,
@@ -31,6 +30,7 @@ from .models import (
     RealtimeExecStart,
     WatchEvents,
 )
+from .operations.pages import PageResult, page_done, state_shown
 from .results import ExecListResult, ExecResult, ExecStatus, InputResult
 from .service_core import PROGRESS, host_path
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import policy
 from .errors import InvalidArgumentError
-from .event_pages import PageResult
 from .models import (
     WORKSPACE_ROOT,
     FileEdit,
@@ -27,6 +26,7 @@ from .models import (
     WatchStart,
 )
 from .models import relative as rel
+from .operations.pages import PageResult
 from .ops_execs import decode_input, stream_page
 from .results import (
     FileContent,

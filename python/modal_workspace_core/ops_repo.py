@@ -14,8 +14,10 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import gitcmd, policy
+from . import policy
 from .errors import InvalidArgumentError, NotFoundError, UpstreamError, WorkspaceError
+from .git import commands as gitcmd
+from .git.pending import pending_note, settle
 from .models import (
     WORKSPACE_ROOT,
     RepoCheckout,
@@ -26,7 +28,6 @@ from .models import (
 )
 from .models import relative as rel
 from .ops_execs import exec_args, run_to_end
-from .repo_pending import pending_note, settle
 from .results import RepoDiff, RepoOperation, RepoStatus
 
 if TYPE_CHECKING:

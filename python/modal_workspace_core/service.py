@@ -20,14 +20,21 @@ from . import ops_execs as ex
 from . import ops_files as fs
 from . import ops_repo as repo
 from . import ops_workspaces as wsp
-from . import repo_pending
 from . import results as r
 from .errors import InvalidArgumentError, WorkspaceError, validation_error
-from .event_pages import PageResult
+from .git import pending as repo_pending
+from .operations.pages import PageResult
 from .path_view import shown
-from .response_fit import fit_json
 from .service_core import ANSWER_BY, Service, translate_error
-from .surfaces import ACTIONS_MAX_CHARS, ACTIONS_SECONDS, Bound, Bounds, Surface, surface_model
+from .surfaces.limits import (
+    ACTIONS_MAX_CHARS,
+    ACTIONS_SECONDS,
+    Bound,
+    Bounds,
+    Surface,
+    surface_model,
+)
+from .surfaces.rest.fit import fit_json
 
 __all__ = [
     "OPERATIONS",

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 from . import policy
 from ._core import Page, PolicyError
-from .agent_client import AgentClient, AgentError
+from .channel.client import AgentClient, AgentError
 from .config import Settings
 from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
 from .errors import (

@@ -28,7 +28,7 @@ from e2e_support import Served, local_backend, serve
 from service_support import TOKEN
 from support.git_server import HELLO_BRANCHES, HELLO_REPO, GitServer
 
-pytest.importorskip("modal_workspace_core.drivers.local")
+pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
 LFS_REPO = "octo/lfs"
 OPENAI_KEY = "sk-proj-" + "Zq9" * 12

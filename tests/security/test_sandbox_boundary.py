@@ -22,11 +22,11 @@ from pathlib import Path
 
 import modal_workspace_core as mwc
 import pytest
-from modal_workspace_core.agent_client import AgentClient, AgentError
+from modal_workspace_core.channel.client import AgentClient, AgentError
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.drivers import local_daemon
-from modal_workspace_core.drivers.local import LocalDriver
-from modal_workspace_core.drivers.sandbox import probe
+from modal_workspace_core.drivers.local import daemon as local_daemon
+from modal_workspace_core.drivers.local.bubblewrap import probe
+from modal_workspace_core.drivers.local.driver import LocalDriver
 from support.loopback import loopback_listener
 
 ISOLATION = probe()
@@ -144,7 +144,7 @@ def test_the_gateway_refuses_a_secrets_file_under_a_tree_workspaces_see(tmp_path
             "MODAL_WORKSPACE_ISOLATION": "bwrap",
         }
         done = subprocess.run(
-            [sys.executable, "-m", "modal_workspace_core.cli", "serve", "--port", "0"],
+            [sys.executable, "-m", "modal_workspace_core.surfaces.cli", "serve", "--port", "0"],
             env=env,
             capture_output=True,
             text=True,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from modal_workspace_core.agent_client import AgentClient
+    from modal_workspace_core.channel.client import AgentClient
 
 
 @dataclass

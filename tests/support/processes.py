@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modal_workspace_core.drivers.local import WORKSPACE_ID_ENV
+from modal_workspace_core.drivers.local.driver import WORKSPACE_ID_ENV
 
 
 def processes_of(workspace_id: str) -> list[int]:

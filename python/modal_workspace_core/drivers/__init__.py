@@ -27,11 +27,11 @@ def create_driver(
     environment), `channel_secret` what the Modal driver derives channel keys from
     (`Settings.channel_secret`)."""
     if name == "local":
-        from .local import LocalDriver
+        from .local.driver import LocalDriver
 
         return LocalDriver(data_root=data_root, host_ports=host_ports)
     if name == "modal":
-        from .modal import ModalDriver
+        from .modal.driver import ModalDriver
 
         return ModalDriver(channel_secret=channel_secret)
     raise InvalidArgumentError(

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from ..errors import PermissionDeniedError
 
 if TYPE_CHECKING:
-    from ..agent_client import AgentClient
+    from ..channel.client import AgentClient
     from ..config import Settings
 
 __all__ = [

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox_etc
+from . import bubblewrap_etc
 
 # What commands see. The workspace is their root and cwd, as on every driver.
 WORKSPACE_ROOT = "/workspace"
@@ -129,7 +129,7 @@ def bwrap_argv(
     # A constructed /etc: the files written for this sandbox and an allowlist of the host's
     # configuration that programs need, read-only (`sandbox_etc`).
     argv += ["--dir", "/etc"]
-    for host_path, inside in (*layout.etc_files, *sandbox_etc.host_entries()):
+    for host_path, inside in (*layout.etc_files, *bubblewrap_etc.host_entries()):
         argv += ["--ro-bind", str(host_path), inside]
     argv += ["--symlink", "/proc/self/mounts", "/etc/mtab"]
     # A private /proc for the new pid namespace, a minimal /dev (null, zero, random, tty, pts,
@@ -183,7 +183,7 @@ def mounted_trees() -> list[Path]:
     the Python environment): a file of the operator's under one of them would be readable by
     every workspace."""
     trees = [Path(p) for p in _SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)]
-    trees += [host for host, _ in sandbox_etc.host_entries()]
+    trees += [host for host, _ in bubblewrap_etc.host_entries()]
     trees += _minimal_cover(python_environment())
     return trees
 

@@ -17,13 +17,13 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import policy
-from .errors import NotFoundError, WorkspaceError
-from .models import WORKSPACE_ROOT
-from .ops_execs import wait_final
+from .. import policy
+from ..errors import NotFoundError, WorkspaceError
+from ..models import WORKSPACE_ROOT
+from ..ops_execs import wait_final
 
 if TYPE_CHECKING:
-    from .service_core import Service
+    from ..service_core import Service
 
 log = logging.getLogger("modal_workspace_core.repo")
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UpstreamError
-from . import local_daemon, sandbox, sandbox_etc, sandbox_launch, workspace_uids
-from .local_store import WorkspaceDir
-from .workspace_disk import DiskError, WorkspaceDisk
+from ...errors import UpstreamError
+from . import bubblewrap, bubblewrap_etc, bubblewrap_launch, daemon, uids
+from .disk import DiskError, WorkspaceDisk
+from .store import WorkspaceDir
 
 # Every process of a workspace carries this variable: commands find their workspace by it, and
 # `destroy` finds the commands of an unisolated workspace by it.
@@ -37,7 +37,7 @@ class AgentLauncher:
     """The driver's settings that starting an agent needs."""
 
     data_root: Path
-    isolation: sandbox.Isolation
+    isolation: bubblewrap.Isolation
     agent_argv: list[str]
     start_timeout: float
     host_ports: tuple[int, ...] = ()
@@ -57,18 +57,18 @@ class AgentLauncher:
                 f"here ({self.isolation.reason}); it is not run unisolated",
             )
         slot = local.get("uid_slot")
-        ids = workspace_uids.host_ids(slot) if isolated and isinstance(slot, int) else None
+        ids = uids.host_ids(slot) if isolated and isinstance(slot, int) else None
         # The environment of the commands, secrets included: it reaches the agent on its stdin
         # and applies inside the sandbox only. The processes that start it (bwrap, pasta) run
         # with the fixed environment below, so nothing of a workspace's env (LD_PRELOAD, PATH)
         # ever acts on the host.
         command_env = {
             "LANG": "C.UTF-8",
-            "USER": sandbox_etc.SANDBOX_USER if ids else getpass.getuser(),
-            "LOGNAME": sandbox_etc.SANDBOX_USER if ids else getpass.getuser(),
+            "USER": bubblewrap_etc.SANDBOX_USER if ids else getpass.getuser(),
+            "LOGNAME": bubblewrap_etc.SANDBOX_USER if ids else getpass.getuser(),
             "SHELL": "/bin/bash",
-            "PATH": sandbox.SANDBOX_PATH if isolated else os.environ.get("PATH", os.defpath),
-            "HOME": sandbox.SANDBOX_HOME if isolated else str(ws.home),
+            "PATH": bubblewrap.SANDBOX_PATH if isolated else os.environ.get("PATH", os.defpath),
+            "HOME": bubblewrap.SANDBOX_HOME if isolated else str(ws.home),
             **local.get("env", {}),
             **secret_env,
             WORKSPACE_ID_ENV: workspace_id,  # last: a workspace's env cannot change it
@@ -81,18 +81,18 @@ class AgentLauncher:
         }
         if ids is not None:
             launch_config["user"] = {
-                "uid": sandbox_launch.COMMAND_ID,
-                "gid": sandbox_launch.COMMAND_ID,
+                "uid": bubblewrap_launch.COMMAND_ID,
+                "gid": bubblewrap_launch.COMMAND_ID,
             }
             # The agent's own steps (git holding the token) as a uid the commands are not.
             launch_config["agent_user"] = {
-                "uid": sandbox_launch.AGENT_GIT_ID,
-                "gid": sandbox_launch.AGENT_GIT_ID,
+                "uid": bubblewrap_launch.AGENT_GIT_ID,
+                "gid": bubblewrap_launch.AGENT_GIT_ID,
             }
         host_env = {
             "PATH": _HOST_PATH,
             "LANG": "C.UTF-8",
-            WORKSPACE_ID_ENV: workspace_id,  # the marker `local_daemon.stop` finds them by
+            WORKSPACE_ID_ENV: workspace_id,  # the marker `daemon.stop` finds them by
         }
         # Every command inherits the secret values: the agent redacts them from all output.
         secret_names = sorted(secret_env)
@@ -103,18 +103,18 @@ class AgentLauncher:
             else:
                 # The socket by its name in the daemon's cwd when a deep data root would exceed
                 # the kernel's limit on a socket path.
-                fits = local_daemon.fits_socket_path(ws.socket)
+                fits = daemon.fits_socket_path(ws.socket)
                 socket = str(ws.socket) if fits else ws.socket.name
                 argv = self.daemon_argv(str(ws.workspace), str(ws.state), socket, secret_names)
-                spawn = local_daemon.spawn_detached(argv, host_env, cwd=ws.run, stdin=config)
-            local_daemon.start(
+                spawn = daemon.spawn_detached(argv, host_env, cwd=ws.run, stdin=config)
+            daemon.start(
                 spawn,
                 log=ws.log,
                 pid_file=ws.pid_file,
                 socket_path=ws.socket,
                 timeout=self.start_timeout,
             )
-        except (local_daemon.DaemonStartError, sandbox_launch.LaunchError) as err:
+        except (daemon.DaemonStartError, bubblewrap_launch.LaunchError) as err:
             raise UpstreamError("upstream", f"workspace {workspace_id}: {err}") from err
         finally:
             os.close(config)
@@ -123,18 +123,18 @@ class AgentLauncher:
         self,
         ws: WorkspaceDir,
         meta: dict[str, Any],
-        ids: sandbox_launch.HostIds | None,
+        ids: bubblewrap_launch.HostIds | None,
         secret_names: list[str],
         config: int,
         host_env: dict[str, str],
-    ) -> local_daemon.Spawn:
+    ) -> daemon.Spawn:
         daemon = self.daemon_argv(
-            sandbox.WORKSPACE_ROOT,
-            sandbox.AGENT_STATE_DIR,
-            f"{sandbox.AGENT_SOCKET_DIR}/{ws.socket.name}",
+            bubblewrap.WORKSPACE_ROOT,
+            bubblewrap.AGENT_STATE_DIR,
+            f"{bubblewrap.AGENT_SOCKET_DIR}/{ws.socket.name}",
             secret_names,
         )
-        inside_id = sandbox_launch.COMMAND_ID if ids else os.getuid()
+        inside_id = bubblewrap_launch.COMMAND_ID if ids else os.getuid()
         files, home, tmp = ws.workspace, ws.home, None
         if meta.get("local", {}).get("disk_mb"):
             disk = WorkspaceDisk(ws.path)
@@ -145,10 +145,10 @@ class AgentLauncher:
                     "upstream", f"cannot mount the workspace's disk: {err}"
                 ) from err
             files, home, tmp = disk.workspace, disk.home, disk.tmp
-        etc_files = sandbox_etc.write_generated(
-            ws.path / "etc", inside_id, inside_id if ids else os.getgid(), sandbox.SANDBOX_HOME
+        etc_files = bubblewrap_etc.write_generated(
+            ws.path / "etc", inside_id, inside_id if ids else os.getgid(), bubblewrap.SANDBOX_HOME
         )
-        layout = sandbox.SandboxLayout(
+        layout = bubblewrap.SandboxLayout(
             workspace=files,
             home=home,
             tmp=tmp,
@@ -167,14 +167,16 @@ class AgentLauncher:
                     "workspaces reach the network through pasta, which cannot give them one "
                     f"here ({self.network_problem}); create the workspace with block_network",
                 )
-            network = sandbox_launch.Network(self.isolation.pasta, self.host_ports)
+            network = bubblewrap_launch.Network(self.isolation.pasta, self.host_ports)
         bwrap = self.isolation.bwrap
         assert bwrap is not None
-        readonly = sandbox.python_environment()
+        readonly = bubblewrap.python_environment()
 
         def spawn(output: int) -> subprocess.Popen[bytes]:
-            return sandbox_launch.launch(
-                lambda fds: sandbox.bwrap_argv(bwrap, layout, daemon, readonly=readonly, fds=fds),
+            return bubblewrap_launch.launch(
+                lambda fds: bubblewrap.bwrap_argv(
+                    bwrap, layout, daemon, readonly=readonly, fds=fds
+                ),
                 stdin=config,
                 output=output,
                 env=host_env,

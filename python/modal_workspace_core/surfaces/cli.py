@@ -13,9 +13,9 @@ import secrets
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .config import TOKEN_ENV, TOKEN_FILE_ENV, ConfigError, load_settings
-from .errors import WorkspaceError
+from .. import __version__
+from ..config import TOKEN_ENV, TOKEN_FILE_ENV, ConfigError, load_settings
+from ..errors import WorkspaceError
 
 __all__ = ["main", "mint_token"]
 
@@ -68,11 +68,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .api import create_app
-    from .drivers import create_driver
+    from ..drivers import create_driver
+    from ..service import Service
     from .http_listen import ListenError, listen
     from .http_serving import serve
-    from .service import Service
+    from .rest.app import create_app
 
     try:
         settings = load_settings(driver=args.driver, data_root=args.data_root)

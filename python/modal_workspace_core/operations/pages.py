@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._core import Page
-from .results import EventPage
+from .._core import Page
+from ..results import EventPage
 
 # The state a stream is in while it is live: the state of its first `status` event.
 _LIVE_STATES = frozenset({"running", "watching"})

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .sandbox_launch import HostIds
+from .bubblewrap_launch import HostIds
 
 # Far above the uids distributions hand out (and above the usual subordinate ranges), so no
 # account of the host shares one; two per workspace.

@@ -18,19 +18,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from . import __version__
-from .body_limit import BodyLimit
-from .errors import (
+from ... import __version__
+from ...errors import (
     UnauthenticatedError,
     WorkspaceError,
     invalid_from_details,
 )
+from ...results import ErrorResponse
+from ...service import Service
+from ..mcp import McpEndpoint
+from .body_limit import BodyLimit
 from .forwarded import TrustedProxyHeaders
-from .mcp import McpEndpoint
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
-from .operation_routes import OperationDispatch, OperationRoute, OperationServer, endpoint
-from .results import ErrorResponse
-from .service import Service
+from .routes import OperationDispatch, OperationRoute, OperationServer, endpoint
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 

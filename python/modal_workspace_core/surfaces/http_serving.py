@@ -23,13 +23,13 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .connection_guard import (
+from .http_shutdown import StoppingServer, Unfinished
+from .rest.connection_guard import (
     ConnectionGuard,
     GuardedHttpToolsProtocol,
     connection_cap,
     raise_fd_limit,
 )
-from .http_shutdown import StoppingServer, Unfinished
 
 # A held write is joined with the next one only while both are small (a head and a page); a
 # large body goes out as it is, after what was held, rather than be copied to join them.

@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING, Any, cast
 import modal
 import modal.exception
 
-from .._core import PolicyError
-from ..errors import (
+from ..._core import PolicyError
+from ...errors import (
     ConflictError,
     InvalidArgumentError,
     NotFoundError,
     UpstreamError,
     WorkspaceError,
 )
-from ..policy import WORKSPACE_TAGS, check_id, stored_tag
-from .base import WorkspaceRecord, WorkspaceSpec
-from .modal_channel import ChannelClient, ExecChannel
-from .modal_channel_key import channel_key, launch_config, resolve_channel_secret
-from .modal_config import (
+from ...policy import WORKSPACE_TAGS, check_id, stored_tag
+from ..base import WorkspaceRecord, WorkspaceSpec
+from .channel import ChannelClient, ExecChannel
+from .channel_key import channel_key, launch_config, resolve_channel_secret
+from .config import (
     SECRETS_SETTING,
     WORKSPACE_ROOT,
     ModalSecrets,
@@ -43,8 +43,8 @@ from .modal_config import (
 )
 
 if TYPE_CHECKING:
-    from ..agent_client import AgentClient
-    from ..config import Settings
+    from ...channel.client import AgentClient
+    from ...config import Settings
 
 __all__ = ["ModalDriver", "ModalSettings"]
 
@@ -296,7 +296,7 @@ class ModalDriver:
             return modal.Image.from_id(options.image_id)
         if options.image_name:
             return modal.Image.from_name(options.image_name)
-        from ..images import WheelNotFoundError, workspace_image
+        from .images import WheelNotFoundError, workspace_image
 
         try:
             return workspace_image()
@@ -360,7 +360,7 @@ class ModalDriver:
         Right after create the daemon may not be listening yet (`connect` then exits at once):
         that is retried, with a growing pause, for `agent_start_seconds`.
         """
-        from ..agent_client import AgentClient, AgentError
+        from ...channel.client import AgentClient, AgentError
 
         deadline = time.monotonic() + self.settings.agent_start_seconds
         pause = 0.1

@@ -10,9 +10,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._core import AgentChannel, Page
-from .agent_error import AgentError
-from .agent_log import AgentLog
+from .._core import AgentChannel, Page
+from .errors import AgentError
+from .log_reads import AgentLog
 from .stream_waiters import StreamWaiters
 from .transports import Connector, PeerCheck, Transport, open_subprocess, open_unix
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .local_daemon import detached_popen
-from .sandbox import LaunchFds, SandboxLayout, bwrap_argv
+from .bubblewrap import LaunchFds, SandboxLayout, bwrap_argv
+from .daemon import detached_popen
 
 # Inside the sandbox: the uid (and gid) of the workspace's commands, and of the agent's own git
 # steps. Each maps to a host uid of the workspace's own when the gateway runs as root.

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from . import results as r
-from .errors import UpstreamError
+from ... import results as r
+from ...errors import UpstreamError
 
 __all__ = ["fit_json"]
 

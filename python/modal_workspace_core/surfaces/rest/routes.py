@@ -22,9 +22,9 @@ from pydantic import BaseModel, create_model
 from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import InvalidArgumentError, WorkspaceError
-from .models import Input
-from .service import OPERATIONS, Operation, Service, call_json, parse_request
+from ...errors import InvalidArgumentError, WorkspaceError
+from ...models import Input
+from ...service import OPERATIONS, Operation, Service, call_json, parse_request
 
 ID_PATTERNS = {
     "workspace_id": "^ws-[0-9a-f]{32}$",

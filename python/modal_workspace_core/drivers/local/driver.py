@@ -20,20 +20,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import policy
-from ..agent_client import AgentClient, AgentError
-from ..config import HOST_PORTS_ENV, parse_host_ports
-from ..errors import (
+from ... import policy
+from ...channel.client import AgentClient, AgentError
+from ...config import HOST_PORTS_ENV, parse_host_ports
+from ...errors import (
     ConflictError,
     InvalidArgumentError,
     NotFoundError,
     UpstreamError,
 )
-from . import local_daemon, sandbox, sandbox_launch, workspace_disk, workspace_uids
-from .base import WorkspaceRecord, WorkspaceSpec
-from .local_launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
-from .local_store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
-from .workspace_disk import DiskError, WorkspaceDisk
+from ..base import WorkspaceRecord, WorkspaceSpec
+from . import bubblewrap, bubblewrap_launch, daemon, disk, uids
+from .disk import DiskError, WorkspaceDisk
+from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
+from .store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
 
 IsolationMode = Literal["auto", "bwrap", "none"]
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
@@ -86,9 +86,9 @@ class LocalDriver:
                 field="isolation",
             )
         if mode == "none":
-            self.isolation = sandbox.Isolation(False, None, TURNED_OFF)
+            self.isolation = bubblewrap.Isolation(False, None, TURNED_OFF)
         else:
-            self.isolation = sandbox.probe()
+            self.isolation = bubblewrap.probe()
         self.network_problem = (
             "" if self.isolation.pasta else "pasta is not installed (apt-get install passt)"
         )
@@ -102,7 +102,7 @@ class LocalDriver:
                 self.isolation.reason,
             )
         if self.isolation.enabled and self.isolation.bwrap and self.isolation.pasta:
-            problem = sandbox_launch.network_problem(self.isolation.bwrap, self.isolation.pasta)
+            problem = bubblewrap_launch.network_problem(self.isolation.bwrap, self.isolation.pasta)
             if problem is not None:
                 # Workspaces that need the network are refused, saying why.
                 self.isolation = dataclasses.replace(self.isolation, pasta=None)
@@ -122,13 +122,13 @@ class LocalDriver:
         # A disk of its own per workspace (MODAL_WORKSPACE_DISK_MB), where the gateway can
         # mount one: isolated, as root.
         self.disk_mb: int | None = None
-        self.disk_reason = workspace_disk.available() if self.isolation.enabled else "unisolated"
+        self.disk_reason = disk.available() if self.isolation.enabled else "unisolated"
         if self.disk_reason is None:
             self.disk_mb = disk_mb if disk_mb is not None else _disk_mb(os.environ.get(DISK_MB_ENV))
         # Secret values live only in memory and in the daemon's environment, never on disk: a
         # daemon restarted by a later server process starts without them.
         self._secret_env: dict[str, dict[str, str]] = {}
-        self._socket_paths = local_daemon.SocketPaths()
+        self._socket_paths = daemon.SocketPaths()
 
     def describe_isolation(self) -> builtins.list[str]:
         """The banner's lines on what contains this driver's commands."""
@@ -145,7 +145,7 @@ class LocalDriver:
             return [line, f"                  to isolate them: {fix}"]
         user = (
             "a uid of its own per workspace"
-            if workspace_uids.enabled()
+            if uids.enabled()
             else "your uid (run as root for a uid per workspace)"
         )
         ports = ",".join(map(str, self.host_ports)) or "none"
@@ -172,7 +172,7 @@ class LocalDriver:
         if not self.isolation.enabled:
             return
         for path in private_files:
-            tree = sandbox.exposed_by(path)
+            tree = bubblewrap.exposed_by(path)
             if tree is not None:
                 raise InvalidArgumentError(
                     "invalid_argument",
@@ -200,7 +200,7 @@ class LocalDriver:
         meta: dict[str, Any] = {
             "workspace_id": workspace_id,
             "driver": self.name,
-            "root": sandbox.WORKSPACE_ROOT if isolated else str(ws.workspace),
+            "root": bubblewrap.WORKSPACE_ROOT if isolated else str(ws.workspace),
             "created_at": datetime.now(UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"),
@@ -236,7 +236,7 @@ class LocalDriver:
         await asyncio.to_thread(self._meta, ws)
         # A path that stays valid: the client reconnects by it after a lost connection.
         path = self._socket_paths.get(ws.socket)
-        check = functools.partial(local_daemon.check_peer, ws.pid_file)
+        check = functools.partial(daemon.check_peer, ws.pid_file)
         key = await asyncio.to_thread(ws.channel_key)
         with contextlib.suppress(OSError, AgentError):
             return await AgentClient.connect_unix(path, check=check, key=key)
@@ -258,13 +258,13 @@ class LocalDriver:
 
     def _revive_sync(self, ws: WorkspaceDir) -> bool:
         isolated = bool(self._meta(ws).get("local", {}).get("isolated"))
-        if not local_daemon.agent_stopped(ws.pid_file, isolated=isolated):
+        if not daemon.agent_stopped(ws.pid_file, isolated=isolated):
             return False
         with self._held(ws) as meta:
-            if not local_daemon.agent_stopped(ws.pid_file, isolated=isolated):
+            if not daemon.agent_stopped(ws.pid_file, isolated=isolated):
                 return False  # another caller restarted it while we waited for the lock
             log.warning("the agent of %s was stopped: restarting it", meta["workspace_id"])
-            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             self._start_daemon(ws, meta)
         return True
 
@@ -290,13 +290,13 @@ class LocalDriver:
             ) from None
         try:
             with ws.locked():
-                if meta["local"]["isolated"] and workspace_uids.enabled():
+                if meta["local"]["isolated"] and uids.enabled():
                     self._give_own_uid(ws, meta)
                 else:
                     ws.write_meta(meta)
                 self._start_daemon(ws, meta)
         except BaseException:
-            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             with contextlib.suppress(UpstreamError):
                 self._release_disk(ws)
             ws.remove()
@@ -305,16 +305,16 @@ class LocalDriver:
     def _give_own_uid(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
         """Records a uid slot of the workspace's own (chosen under the data root's lock) and
         hands its files and home to that uid; the agent's state stays root's."""
-        with workspace_uids.allocation_lock(self.data_root):
+        with uids.allocation_lock(self.data_root):
             used = [
                 m.get("local", {}).get("uid_slot")
                 for m in (WorkspaceDir(p).read_meta() for p in self.data_root.glob("ws-*"))
                 if m is not None
             ]
-            slot = workspace_uids.free_slot(u for u in used if isinstance(u, int))
+            slot = uids.free_slot(u for u in used if isinstance(u, int))
             meta["local"]["uid_slot"] = slot
             ws.write_meta(meta)
-        ids = workspace_uids.host_ids(slot)
+        ids = uids.host_ids(slot)
         for part in (ws.workspace, ws.home):
             os.chown(part, ids.commands, ids.commands)
         if self.disk_mb is not None:
@@ -348,11 +348,11 @@ class LocalDriver:
 
     def _ensure_daemon(self, ws: WorkspaceDir) -> None:
         with self._held(ws) as meta:
-            if local_daemon.running(ws.pid_file) and local_daemon.accepts(ws.socket):
+            if daemon.running(ws.pid_file) and daemon.accepts(ws.socket):
                 return  # restarted by another caller while we waited for the lock
             # Whatever remains of the earlier daemon (hung, or its sandbox's commands) goes
             # first: the new daemon reports those commands as lost, so none runs unsupervised.
-            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             if meta["workspace_id"] not in self._secret_env:
                 log.warning(
                     "restarting the agent of %s without its secret environment (not kept on disk)",
@@ -362,7 +362,7 @@ class LocalDriver:
 
     def _destroy_sync(self, ws: WorkspaceDir) -> None:
         with self._held(ws) as meta:
-            local_daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
             self._release_disk(ws)
             ws.remove()
 
@@ -439,7 +439,7 @@ def _marker(workspace_id: str) -> str:
 
 def _state(ws: WorkspaceDir) -> str:
     # Cheap and local: is the recorded daemon process alive? (`connect` restarts a stopped one.)
-    return "running" if local_daemon.running(ws.pid_file) else "stopped"
+    return "running" if daemon.running(ws.pid_file) else "stopped"
 
 
 # What this driver can enforce of `resources`: the memory bound as each command's address space

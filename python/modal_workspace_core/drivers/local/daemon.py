@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .local_store import write_json_atomic
+from .store import write_json_atomic
 
 # Linux allows 108 bytes for a unix socket path; above this the gateway connects through the
 # socket's directory opened as a file descriptor instead.

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from ..transports import PushedReads, PushedTransport
+from ...channel.transports import PushedReads, PushedTransport
 
 __all__ = ["ChannelClient", "ExecChannel", "FrameCounter"]
 

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ._core import Page, parse_page
-from .agent_error import AgentError
+from .._core import Page, parse_page
+from .errors import AgentError
 
 # The longest wait of one `exec.read` (the agent's own cap), and how much later than its wait
 # the answer may come before the read gives up on it.

@@ -1,9 +1,10 @@
 """The default workspace image: Debian slim with the tools agents expect (git, git-lfs, ripgrep,
 jq, curl, …), uv and Python, plus this project's wheel, which carries the workspace agent.
 
-Modal builds it once and reuses the cached layers. `python -m modal_workspace_core.images publish
-[NAME]` builds it and publishes it as a named image, which the Modal driver then uses when
-`MODAL_WORKSPACE_DEFAULT_IMAGE_NAME` names it.
+Modal builds it once and reuses the cached layers.
+`python -m modal_workspace_core.drivers.modal.images publish [NAME]` builds it and publishes it
+as a named image, which the Modal driver then uses when `MODAL_WORKSPACE_DEFAULT_IMAGE_NAME`
+names it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import modal
 
-from . import __version__
+from ... import __version__
 
 __all__ = [
     "APT_PACKAGES",
@@ -116,7 +117,7 @@ def publish_workspace_image(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m modal_workspace_core.images",
+        prog="python -m modal_workspace_core.drivers.modal.images",
         description="Build the default workspace image and publish it as a named Modal image.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .._core import PolicyError
-from ..errors import InvalidArgumentError, PermissionDeniedError
-from ..policy import allowed, env_name, name_allowlist, secret_allowlist, workspace_path
-from .base import ExecSecret, WorkspaceSecrets
+from ..._core import PolicyError
+from ...errors import InvalidArgumentError, PermissionDeniedError
+from ...policy import allowed, env_name, name_allowlist, secret_allowlist, workspace_path
+from ..base import ExecSecret, WorkspaceSecrets
 
 __all__ = [
     "ModalSecrets",

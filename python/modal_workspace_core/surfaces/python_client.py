@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Union, cast
 
 from pydantic import BaseModel
 
-from . import results
-from .config import Settings, load_settings
-from .drivers import Driver, create_driver
-from .errors import InvalidArgumentError, NotFoundError
-from .models import MAX_WAIT_SECONDS
-from .service import OPERATIONS, Operation, Service, call, operation, parse_request
+from .. import results
+from ..config import Settings, load_settings
+from ..drivers import Driver, create_driver
+from ..errors import InvalidArgumentError, NotFoundError
+from ..models import MAX_WAIT_SECONDS
+from ..service import OPERATIONS, Operation, Service, call, operation, parse_request
 
 __all__ = ["Workspace", "WorkspaceCreation", "Workspaces"]
 

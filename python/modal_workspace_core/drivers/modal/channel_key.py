@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import json
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 __all__ = ["channel_key", "launch_config", "resolve_channel_secret"]
 

@@ -19,10 +19,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from . import __version__
-from .errors import WorkspaceError
-from .service import OPERATIONS, Operation, Service, call, operation, parse_request
-from .service_core import PROGRESS, Reporter
+from .. import __version__
+from ..errors import WorkspaceError
+from ..service import OPERATIONS, Operation, Service, call, operation, parse_request
+from ..service_core import PROGRESS, Reporter
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 
