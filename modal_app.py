@@ -76,7 +76,6 @@ app = modal.App(APP_NAME, image=gateway_image())
 def build_gateway() -> Any:
     """The gateway's ASGI app on the Modal driver, configured from the environment."""
     from modal_workspace_core.config import load_settings
-    from modal_workspace_core.drivers import create_driver
     from modal_workspace_core.service import Service
     from modal_workspace_core.surfaces.rest.app import create_app
 
@@ -85,11 +84,8 @@ def build_gateway() -> Any:
         raise RuntimeError(
             f"no bearer token: add MODAL_WORKSPACE_MCP_TOKEN to the Modal Secret {SECRET_NAME!r}"
         )
-    driver = create_driver(
-        "modal", data_root=settings.data_root, channel_secret=settings.channel_secret
-    )
     return create_app(
-        Service(driver, settings),
+        Service.open(settings),
         settings.tokens,
         host="0.0.0.0",
         allowed_hosts=settings.allowed_hosts,

@@ -10,7 +10,8 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.service import OPERATIONS, Service
+from modal_workspace_core.operations import OPERATIONS
+from modal_workspace_core.service import Service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 

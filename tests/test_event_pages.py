@@ -8,8 +8,7 @@ import json
 
 import pytest
 from modal_workspace_core._core import EventRing, Page
-from modal_workspace_core.operations.pages import PageResult, page_done, state_shown
-from modal_workspace_core.results import EventPage
+from modal_workspace_core.operations.pages import EventPage, PageResult, page_done, state_shown
 
 
 def ring_of(*events: tuple[str, bytes | None, dict[str, object]]) -> EventRing:

@@ -12,7 +12,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.service import OPERATIONS, Service
+from modal_workspace_core.operations import OPERATIONS
+from modal_workspace_core.service import Service
 from modal_workspace_core.surfaces.mcp import INSTRUCTIONS
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver, serving

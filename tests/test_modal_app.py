@@ -107,16 +107,16 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
     monkeypatch.setenv("MODAL_WORKSPACE_MCP_TOKEN", "a-deployment-token")
     monkeypatch.setenv("MODAL_WORKSPACE_DATA_ROOT", str(tmp_path))
     module = _load(monkeypatch)
-    import modal_workspace_core.drivers as drivers
+    import modal_workspace_core.service as service_module
 
     made: list[Any] = []
-    create_driver = drivers.create_driver
+    create_driver = service_module.create_driver
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         made.append(create_driver(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(drivers, "create_driver", recording)
+    monkeypatch.setattr(service_module, "create_driver", recording)
 
     gateway = module.build_gateway()
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import modal_workspace_core as mwc
 import pytest
-from modal_workspace_core import models, results
 from modal_workspace_core.config import Settings, load_settings
-from modal_workspace_core.service import OPERATIONS
+from modal_workspace_core.operations import OPERATIONS
+from modal_workspace_core.operations.execs import ExecResult
+from modal_workspace_core.operations.workspaces import WorkspaceCreate
 from support.processes import processes_of
 
 # --- signatures ------------------------------------------------------------------------------
@@ -35,8 +36,8 @@ def test_exec_shows_the_operations_fields_with_their_defaults_and_types() -> Non
     command, timeout = signature.parameters["command"], signature.parameters["timeout_seconds"]
     assert command.default is inspect.Parameter.empty and command.annotation is str
     assert (timeout.default, timeout.annotation) == (60, float)
-    assert signature.return_annotation is results.ExecResult
-    assert typing.get_type_hints(mwc.Workspace.exec)["return"] is results.ExecResult
+    assert signature.return_annotation is ExecResult
+    assert typing.get_type_hints(mwc.Workspace.exec)["return"] is ExecResult
 
 
 def test_every_generated_method_takes_its_operations_fields_required_ones_first() -> None:
@@ -69,7 +70,7 @@ def test_help_shows_the_signature_the_description_and_the_positional_order() -> 
 
 def test_create_shows_the_create_fields_and_a_keyword_only_keep() -> None:
     signature = inspect.signature(mwc.Workspaces.create)
-    assert list(signature.parameters)[1:] == [*models.WorkspaceCreate.model_fields, "keep"]
+    assert list(signature.parameters)[1:] == [*WorkspaceCreate.model_fields, "keep"]
     keep = signature.parameters["keep"]
     assert (keep.kind, keep.default) == (inspect.Parameter.KEYWORD_ONLY, False)
     tags = signature.parameters["tags"]

@@ -170,6 +170,41 @@ async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
             await again.terminate()
 
 
+async def test_repo_operations_act_on_the_cloned_repository_when_no_destination_is_named(
+    tmp_path: Path, git_server: GitServer
+) -> None:
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"github": {"GH_TOKEN": git_server.token}}))
+    env = {
+        **git_server.gateway_env,
+        "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
+        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
+    }
+    settings = load_settings(env, data_root=tmp_path / "data")
+    async with mwc.Workspaces(settings=settings) as wss, wss.create() as ws:
+        with pytest.raises(mwc.InvalidArgumentError, match="no cloned repository") as refused:
+            await ws.repo_status()
+        assert refused.value.field == "destination"
+        cloned = await ws.repo_clone(
+            "octo/hello", "feature", destination="src/hello", use_github_token=True
+        )
+        events = [e async for e in ws.follow(cloned.exec_id)]
+        ended = await ws.realtime_exec_status(cloned.exec_id)
+        assert ended.returncode == 0, [e.data for e in events if e.data]
+        deadline = time.monotonic() + 30
+        while "repo-path" not in (await ws.refresh()).tags:
+            assert time.monotonic() < deadline, "the clone's tags were never recorded"
+            await asyncio.sleep(0.1)
+        status = await ws.repo_status()
+        assert (status.destination, status.branch) == ("/workspace/src/hello", "feature")
+        await ws.file_write("src/hello/NEW.md", "new\n")
+        assert "+new" in (await ws.repo_diff()).diff
+        checkout = await ws.repo_checkout("main")
+        assert checkout.destination == "/workspace/src/hello"
+        [e async for e in ws.follow(checkout.exec_id)]
+        assert (await ws.repo_status()).branch == "main"
+
+
 def git_plumbing(bare: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}
     env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}

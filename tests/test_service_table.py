@@ -11,7 +11,8 @@ import pytest
 from fastapi.routing import APIRoute
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import InvalidArgumentError
-from modal_workspace_core.service import OPERATIONS, Service, parse_input
+from modal_workspace_core.operations import OPERATIONS, parse_input
+from modal_workspace_core.service import Service
 from modal_workspace_core.surfaces.mcp import build_server
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver

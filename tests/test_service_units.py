@@ -7,7 +7,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from modal_workspace_core import models as m
 from modal_workspace_core import policy
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import (
@@ -16,21 +15,23 @@ from modal_workspace_core.errors import (
     UpstreamError,
     from_agent_error,
 )
-from modal_workspace_core.ops_execs import Capture, derived_exec_id
-from modal_workspace_core.ops_files import decode_text
-from modal_workspace_core.service_core import client_path, translate_error
+from modal_workspace_core.operations.execs import Capture, derived_exec_id
+from modal_workspace_core.operations.fields import relative
+from modal_workspace_core.operations.files import FileList, FileSearch, decode_text
+from modal_workspace_core.operations.watches import WatchStart
+from modal_workspace_core.service import client_path, translate_error
 
 WS = "ws-" + "a" * 32
 
 
 def test_default_paths_are_canonical_like_client_paths() -> None:
-    assert m.FileList(workspace_id=WS).path == "/workspace"
-    assert m.FileSearch(workspace_id=WS, pattern="x").path == "/workspace"
-    assert m.WatchStart(workspace_id=WS).path == "/workspace"
-    assert m.relative("/workspace") == "."
-    assert m.relative("/workspace/a/b") == "a/b"
+    assert FileList(workspace_id=WS).path == "/workspace"
+    assert FileSearch(workspace_id=WS, pattern="x").path == "/workspace"
+    assert WatchStart(workspace_id=WS).path == "/workspace"
+    assert relative("/workspace") == "."
+    assert relative("/workspace/a/b") == "a/b"
     with pytest.raises(ValueError):
-        m.relative(".")
+        relative(".")
 
 
 def test_agent_paths_come_back_under_workspace() -> None:

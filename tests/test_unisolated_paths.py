@@ -10,11 +10,14 @@ from pathlib import Path
 
 import modal_workspace_core as mwc
 import pytest
-from modal_workspace_core import errors, models, results
+from modal_workspace_core import errors
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.local.driver import LocalDriver
+from modal_workspace_core.operations import operation, parse_input
+from modal_workspace_core.operations.files import FileRead
+from modal_workspace_core.operations.repo import RepoStatus
+from modal_workspace_core.operations.workspaces import WorkspaceListResult
 from modal_workspace_core.path_view import shown
-from modal_workspace_core.service import operation, parse_input
 
 
 async def test_every_reported_path_is_one_commands_open_and_the_api_takes_back(
@@ -65,7 +68,7 @@ async def test_an_isolated_workspace_never_takes_a_host_path(tmp_path: Path) -> 
     op = operation("file_read")
     wid = "ws-" + "0" * 32
     taken = parse_input(op, {"workspace_id": wid, "path": "/srv/ws/a"}, root="/srv/ws")
-    assert isinstance(taken, models.FileRead) and taken.path == "/workspace/a"
+    assert isinstance(taken, FileRead) and taken.path == "/workspace/a"
     with pytest.raises(errors.InvalidArgumentError):
         parse_input(op, {"workspace_id": wid, "path": "/srv/ws/a"})
     with pytest.raises(errors.InvalidArgumentError):
@@ -73,7 +76,7 @@ async def test_an_isolated_workspace_never_takes_a_host_path(tmp_path: Path) -> 
 
 
 def test_results_show_workspace_paths_under_the_root_and_leave_relative_ones() -> None:
-    status = results.RepoStatus.model_validate(
+    status = RepoStatus.model_validate(
         {
             "destination": "/workspace/repo",
             "branch": "main",
@@ -83,9 +86,9 @@ def test_results_show_workspace_paths_under_the_root_and_leave_relative_ones() -
         }
     )
     seen = shown(status, "/srv/ws")
-    assert isinstance(seen, results.RepoStatus)
+    assert isinstance(seen, RepoStatus)
     assert seen.destination == "/srv/ws/repo" and seen.entries[0].path == "src/a.py"
-    listed = results.WorkspaceListResult.model_validate(
+    listed = WorkspaceListResult.model_validate(
         {
             "workspaces": [
                 _workspace("/srv/one", {"repo-path": "/workspace/r", "team": "/workspace/t"}),
@@ -94,7 +97,7 @@ def test_results_show_workspace_paths_under_the_root_and_leave_relative_ones() -
         }
     )
     seen_list = shown(listed, "/workspace")
-    assert isinstance(seen_list, results.WorkspaceListResult)
+    assert isinstance(seen_list, WorkspaceListResult)
     assert [w.tags for w in seen_list.workspaces] == [
         {"repo-path": "/srv/one/r", "team": "/workspace/t"},  # a user's tag is theirs
         {"repo-path": "/workspace/r"},

@@ -13,12 +13,15 @@ import os
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from ._core import PolicyError
 from .policy import env_name, github_base, name_allowlist, secret_allowlist
+
+if TYPE_CHECKING:
+    from .drivers.modal.config import ModalSettings
 
 __all__ = ["ConfigError", "Settings", "default_data_root", "load_settings"]
 
@@ -39,6 +42,9 @@ GITHUB_URL_ENV = "MODAL_WORKSPACE_GITHUB_URL"
 GITHUB_API_URL_ENV = "MODAL_WORKSPACE_GITHUB_API_URL"
 ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
 CHANNEL_SECRET_ENV = "MODAL_WORKSPACE_CHANNEL_SECRET"
+ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
+DISK_MB_ENV = "MODAL_WORKSPACE_DISK_MB"
+DEFAULT_DISK_MB = 10_240
 MIN_CHANNEL_SECRET_CHARS = 32
 # What the GitHub secret holds, and so the gateway's variable once the secret is attached to it.
 GITHUB_TOKEN_ENV = "GH_TOKEN"
@@ -52,6 +58,7 @@ MIN_TOKEN_CHARS = 8
 DEFAULT_AGENT_TIMEOUT = 30.0
 MAX_AGENT_TIMEOUT = 600.0
 DriverName = Literal["local", "modal"]
+IsolationMode = Literal["auto", "bwrap", "none"]
 
 
 class ConfigError(ValueError):
@@ -99,6 +106,12 @@ class Settings(BaseModel):
     # Modal driver: what each workspace's channel key is derived from
     # (MODAL_WORKSPACE_CHANNEL_SECRET, else the bearer tokens). Never printed.
     configured_channel_secret: str | None = None
+    # Local driver: bubblewrap where it works (auto), required (bwrap) or never (none); and the
+    # size of each workspace's own disk, where the gateway can mount one.
+    isolation: IsolationMode = "auto"
+    disk_mb: int = DEFAULT_DISK_MB
+    # Modal driver: its own section (`ModalSettings`), read when the driver is Modal.
+    modal: Any = None
 
     @property
     def channel_secret(self) -> bytes | None:
@@ -353,7 +366,38 @@ def load_settings(
         allow_github_secret_in_workspaces=_flag(env, ALLOW_GITHUB_SECRET_ENV),
         github_token=(env.get(GITHUB_TOKEN_ENV) or None) if chosen == "modal" else None,
         configured_channel_secret=_load_channel_secret(env.get(CHANNEL_SECRET_ENV)),
+        isolation=_load_isolation(env.get(ISOLATION_ENV)),
+        disk_mb=_load_disk_mb(env.get(DISK_MB_ENV)),
+        modal=_load_modal(env) if chosen == "modal" else None,
     )
+
+
+def _load_isolation(value: str | None) -> IsolationMode:
+    mode = (value or "auto").strip()
+    if mode not in ("auto", "bwrap", "none"):
+        raise ConfigError(f"{ISOLATION_ENV} must be auto, bwrap or none, not {mode[:32]!r}")
+    return mode  # type: ignore[return-value]  # checked just above
+
+
+def _load_disk_mb(value: str | None) -> int:
+    if not value:
+        return DEFAULT_DISK_MB
+    if not value.strip().isdigit() or not 64 <= int(value) <= 16 << 20:
+        raise ConfigError(
+            f"{DISK_MB_ENV} must be a size in MiB from 64 to 16777216, not {value.strip()[:16]!r}"
+        )
+    return int(value)
+
+
+def _load_modal(env: Mapping[str, str]) -> ModalSettings:
+    # Imported here: the Modal section's parsing lives with the Modal driver (no SDK import).
+    from .drivers.modal.config import ModalSettings
+    from .errors import WorkspaceError
+
+    try:
+        return ModalSettings.from_env(env)
+    except WorkspaceError as exc:
+        raise ConfigError(exc.message) from None
 
 
 def _load_channel_secret(value: str | None) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .models import WORKSPACE_ROOT
+from .policy import WORKSPACE_ROOT
 
 # The result fields that hold a path under the workspace root. Others that say `path` are
 # relative (to a repository, to the root in watch events) and never start with the root.

@@ -30,6 +30,9 @@ from ._core import (
     workspace_path,
 )
 
+# Where a workspace's files are, as every client and (isolated) command sees them.
+WORKSPACE_ROOT = "/workspace"
+
 __all__ = [
     "IDEMPOTENCY_TAG",
     "MANAGED_TAGS",

@@ -1,515 +1,451 @@
-"""The one table of operations: each declared once, with its input and output models, limits,
-REST route, MCP annotations and place in the GPT Actions schema.
+"""The runtime every operation shares: the driver, one agent channel per workspace, background
+tasks, and the translation of every failure into the gateway's error model.
 
-REST routes (`api.py`), MCP tools (`mcp.py`) and the Python API (`client.py`) are generated from
-`OPERATIONS`; none of them is written by hand per operation.
+Handlers (the `ops_*` modules) call `request`/`read_events` here and never see a driver's type.
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextvars import ContextVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
-from . import models as m
-from . import ops_execs as ex
-from . import ops_files as fs
-from . import ops_repo as repo
-from . import ops_workspaces as wsp
-from . import results as r
-from .errors import InvalidArgumentError, WorkspaceError, validation_error
-from .git import pending as repo_pending
-from .operations.pages import PageResult
-from .path_view import shown
-from .service_core import ANSWER_BY, Service, translate_error
-from .surfaces.limits import (
-    ACTIONS_MAX_CHARS,
-    ACTIONS_SECONDS,
-    Bound,
-    Bounds,
-    Surface,
-    surface_model,
+from . import policy
+from ._core import Page, PolicyError
+from .channel.client import AgentClient, AgentError
+from .config import Settings
+from .drivers import create_driver
+from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
+from .errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    TimeoutError_,
+    UpstreamError,
+    WorkspaceError,
+    from_agent_error,
+    from_policy_error,
 )
-from .surfaces.rest.fit import fit_json
+from .policy import WORKSPACE_ROOT
 
-__all__ = [
-    "OPERATIONS",
-    "Hints",
-    "Operation",
-    "Service",
-    "call",
-    "operation",
-    "parse_input",
-    "parse_request",
-]
+__all__ = ["ANSWER_BY", "PROGRESS", "Service", "translate_error"]
 
-Method = Literal["GET", "POST", "PUT", "DELETE"]
-# A handler answers its output model, or a page whose JSON REST sends as it is (`PageResult`).
-Handler = Callable[[Service, Any], Awaitable[BaseModel | PageResult]]
+log = logging.getLogger("modal_workspace_core.service")
 
-
-@dataclass(frozen=True)
-class Hints:
-    """MCP tool annotations; every tool sets all four."""
-
-    read_only: bool
-    destructive: bool
-    idempotent: bool
-    open_world: bool
-
-
-READ = Hints(read_only=True, destructive=False, idempotent=True, open_world=False)
-WRITE = Hints(read_only=False, destructive=False, idempotent=False, open_world=False)
-REWRITE = Hints(read_only=False, destructive=True, idempotent=True, open_world=False)
-DESTROY = Hints(read_only=False, destructive=True, idempotent=False, open_world=False)
-RUN = Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
-NETWORK = Hints(read_only=False, destructive=False, idempotent=False, open_world=True)
-
-
-@dataclass(frozen=True)
-class Operation:
-    name: str
-    summary: str  # one sentence, also the MCP tool's description and the REST summary
-    method: Method
-    path: str  # under /api
-    input: type[m.Input]
-    output: type[BaseModel]
-    hints: Hints
-    handler: Handler
-    limits: str = ""  # appended to the description: the bounds a caller must know
-    in_actions: bool = True
-    # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
-    bounds: Bounds = field(default_factory=dict)
-
-    def input_for(self, surface: Surface) -> type[m.Input]:
-        """The input model as `surface` validates it: the operation's, with its bounds there."""
-        return surface_model(self.input, self.input.__name__, self.bounds.get(surface, {}))
-
-    @property
-    def path_params(self) -> tuple[str, ...]:
-        return tuple(re.findall(r"{(\w+)}", self.path))
-
-    @property
-    def description(self) -> str:
-        return f"{self.summary} {self.limits}".strip()
-
-
-WS = "/workspaces/{workspace_id}"
-EX = WS + "/realtime-execs/{exec_id}"
-FW = WS + "/file-watches/{watch_id}"
-_PAGE = (
-    "Loop: cursor=0, then each page's next_cursor, until done is true. Use wait_seconds=25 (it "
-    "waits for new events): an empty page means nothing new yet, call again; has_more: call "
-    "again now; cursor_expired: older events were dropped."
+# Set by a transport that can carry progress (MCP over SSE) for the duration of one call:
+# long-running handlers report (bytes of output so far, the latest line) through it.
+Reporter = Callable[[float, str], Awaitable[None]]
+T = TypeVar("T")
+# Agent requests that may be sent again after a lost channel without doing anything twice.
+REPEATABLE_OPS = frozenset(
+    {
+        "ping",
+        "exec.start",
+        "exec.status",
+        "exec.list",
+        "exec.notes",
+        "exec.settle",
+        "exec.cancel",
+        "exec.read",
+        "file.stat",
+        "file.read",
+        "file.list",
+        "file.glob",
+        "file.grep",
+        "file.write",
+        "file.mkdir",
+        "watch.status",
+        "watch.list",
+        "watch.cancel",
+    }
 )
-# GPT Actions' budget for a page: its JSON (the events as encoded) stays well under the limit.
-_PAGE_BOUNDS: Bounds = {"actions": {"max_bytes": Bound(64_000)}}
-
-OPERATIONS: tuple[Operation, ...] = (
-    Operation(
-        name="workspace_create",
-        method="POST",
-        path="/workspaces",
-        input=m.WorkspaceCreate,
-        output=r.Workspace,
-        hints=WRITE,
-        handler=wsp.workspace_create,
-        summary=(
-            "Create a workspace: a durable machine with its root at /workspace. The same "
-            "idempotency_key returns the same workspace."
-        ),
-        limits=(
-            "Managed tags (managed-by, workspace-id, workspace-root, repo-*) cannot be set; secrets"
-            " and volumes must be allowlisted."
-        ),
-    ),
-    Operation(
-        name="workspace_list",
-        method="GET",
-        path="/workspaces",
-        input=m.WorkspaceList,
-        output=r.WorkspaceListResult,
-        hints=READ,
-        handler=wsp.workspace_list,
-        summary="List the workspaces.",
-    ),
-    Operation(
-        name="workspace_get",
-        method="GET",
-        path=WS,
-        input=m.WorkspaceRef,
-        output=r.Workspace,
-        hints=READ,
-        handler=wsp.workspace_get,
-        summary="Get one workspace: its state, root, tags and resources.",
-    ),
-    Operation(
-        name="workspace_terminate",
-        method="DELETE",
-        path=WS,
-        input=m.WorkspaceRef,
-        output=r.TerminateResult,
-        hints=DESTROY,
-        handler=wsp.workspace_terminate,
-        summary="Terminate a workspace and everything running in it.",
-    ),
-    Operation(
-        name="workspace_exec",
-        method="POST",
-        path=WS + "/exec",
-        input=m.ExecRun,
-        output=r.ExecResult,
-        hints=RUN,
-        handler=ex.workspace_exec,
-        summary="Run a shell command to completion and return its exit code and output.",
-        limits=(
-            "Waits at most wait_seconds (30 s here), then answers state running with exec_id: "
-            "the command goes on, follow its events. Output capped (head and tail, flagged); "
-            "error says why a command did not start."
-        ),
-        bounds={
-            "actions": {"wait_seconds": Bound(30, 30), "max_output_bytes": Bound(40_000)},
-            "mcp": {"wait_seconds": Bound(45, 45)},
-        },
-    ),
-    Operation(
-        name="workspace_realtime_exec_start",
-        method="POST",
-        path=WS + "/realtime-execs",
-        input=m.RealtimeExecStart,
-        output=r.ExecStatus,
-        hints=RUN,
-        handler=ex.workspace_realtime_exec_start,
-        summary=(
-            "Start a command in the background; follow its output with "
-            "workspace_realtime_exec_events."
-        ),
-        limits="The same idempotency_key returns the exec it started.",
-    ),
-    Operation(
-        name="workspace_realtime_exec_events",
-        method="GET",
-        path=EX + "/events",
-        input=m.ExecEvents,
-        output=r.EventPage,
-        hints=READ,
-        handler=ex.workspace_realtime_exec_events,
-        summary="Read a realtime exec's output events after a cursor (long-poll).",
-        limits=_PAGE,
-        bounds=_PAGE_BOUNDS,
-    ),
-    Operation(
-        name="workspace_realtime_exec_status",
-        method="GET",
-        path=EX,
-        input=m.ExecRef,
-        output=r.ExecStatus,
-        hints=READ,
-        handler=ex.workspace_realtime_exec_status,
-        summary="Get a realtime exec's state and exit code.",
-    ),
-    Operation(
-        name="workspace_realtime_exec_input",
-        method="POST",
-        path=EX + "/input",
-        input=m.ExecInput,
-        output=r.InputResult,
-        hints=WRITE,
-        handler=ex.workspace_realtime_exec_input,
-        summary="Send stdin to a realtime exec; eof closes it.",
-    ),
-    Operation(
-        name="workspace_realtime_exec_cancel",
-        method="POST",
-        path=EX + "/cancel",
-        input=m.ExecCancel,
-        output=r.ExecStatus,
-        hints=REWRITE,
-        handler=ex.workspace_realtime_exec_cancel,
-        summary=(
-            "Cancel a realtime exec: SIGTERM to its process group, SIGKILL after grace_seconds."
-        ),
-        limits=(
-            "Answers once the exec has ended (state cancelled), waiting at most grace_seconds "
-            "(up to 20) plus 2 s; after that its exit event tells how it ended."
-        ),
-    ),
-    Operation(
-        name="workspace_realtime_exec_list",
-        method="GET",
-        path=WS + "/realtime-execs",
-        input=m.ExecListInput,
-        output=r.ExecListResult,
-        hints=READ,
-        handler=ex.workspace_realtime_exec_list,
-        summary="List the workspace's execs, newest first.",
-    ),
-    Operation(
-        name="repo_clone",
-        method="POST",
-        path=WS + "/repo/clone",
-        input=m.RepoClone,
-        output=r.RepoOperation,
-        hints=NETWORK,
-        handler=repo.repo_clone,
-        summary=(
-            "Clone a GitHub repository into the workspace as a realtime exec (git progress in its "
-            "events)."
-        ),
-        limits=(
-            "Follow exec_id with workspace_realtime_exec_events; repo tags are recorded after "
-            "success."
-        ),
-    ),
-    Operation(
-        name="repo_fetch",
-        method="POST",
-        path=WS + "/repo/fetch",
-        input=m.RepoFetch,
-        output=r.RepoOperation,
-        hints=NETWORK,
-        handler=repo.repo_fetch,
-        summary="Fetch from origin in a cloned repository as a realtime exec.",
-    ),
-    Operation(
-        name="repo_checkout",
-        method="POST",
-        path=WS + "/repo/checkout",
-        input=m.RepoCheckout,
-        output=r.RepoOperation,
-        hints=DESTROY,
-        handler=repo.repo_checkout,
-        summary="Check out a branch, tag or commit in a cloned repository as a realtime exec.",
-    ),
-    Operation(
-        name="repo_status",
-        method="GET",
-        path=WS + "/repo/status",
-        input=m.RepoStatusInput,
-        output=r.RepoStatus,
-        hints=READ,
-        handler=repo.repo_status,
-        summary="Show a repository's branch, upstream, ahead/behind and changed files.",
-    ),
-    Operation(
-        name="repo_diff",
-        method="GET",
-        path=WS + "/repo/diff",
-        input=m.RepoDiffInput,
-        output=r.RepoDiff,
-        hints=READ,
-        handler=repo.repo_diff,
-        summary=(
-            "Show a repository's diff: working tree (untracked files as new) or staged with cached."
-        ),
-        limits="Output capped by max_bytes (truncated flag).",
-        bounds={"actions": {"max_bytes": Bound(90_000)}},
-    ),
-    Operation(
-        name="file_read",
-        method="GET",
-        path=WS + "/files/content",
-        input=m.FileRead,
-        output=r.FileContent,
-        hints=READ,
-        handler=fs.file_read,
-        summary="Read a file (UTF-8 text, or base64 for binary) from an offset.",
-        limits="At most max_bytes per call; continue from next_offset until eof.",
-        bounds={"actions": {"max_bytes": Bound(90_000)}},
-    ),
-    Operation(
-        name="file_write",
-        method="PUT",
-        path=WS + "/files/content",
-        input=m.FileWrite,
-        output=r.FileWriteResult,
-        hints=REWRITE,
-        handler=fs.file_write,
-        summary="Write a whole file atomically, creating parent directories.",
-    ),
-    Operation(
-        name="file_edit",
-        method="POST",
-        path=WS + "/files/edit",
-        input=m.FileEdit,
-        output=r.FileEditResult,
-        hints=WRITE,
-        handler=fs.file_edit,
-        summary=(
-            "Replace exact text in a file (one match unless expected_replacements says otherwise)."
-        ),
-    ),
-    Operation(
-        name="file_list",
-        method="GET",
-        path=WS + "/files",
-        input=m.FileList,
-        output=r.FileListResult,
-        hints=READ,
-        handler=fs.file_list,
-        summary="List a directory's entries, optionally several levels deep.",
-    ),
-    Operation(
-        name="file_remove",
-        method="DELETE",
-        path=WS + "/files",
-        input=m.FileRemove,
-        output=r.FileRemoveResult,
-        hints=DESTROY,
-        handler=fs.file_remove,
-        summary="Remove a file, a symlink (not its target), or a directory with recursive.",
-    ),
-    Operation(
-        name="file_search",
-        method="GET",
-        path=WS + "/files/search",
-        input=m.FileSearch,
-        output=r.FileSearchResult,
-        hints=READ,
-        handler=fs.file_search,
-        summary="Search file contents by regex, or file names by glob; honours .gitignore.",
-    ),
-    Operation(
-        name="workspace_file_watch_start",
-        method="POST",
-        path=WS + "/file-watches",
-        input=m.WatchStart,
-        output=r.WatchStatus,
-        hints=WRITE,
-        handler=fs.workspace_file_watch_start,
-        summary="Watch a directory tree for created, modified, removed and renamed files.",
-        limits="Read its events with workspace_file_watch_events.",
-    ),
-    Operation(
-        name="workspace_file_watch_events",
-        method="GET",
-        path=FW + "/events",
-        input=m.WatchEvents,
-        output=r.EventPage,
-        hints=READ,
-        handler=fs.workspace_file_watch_events,
-        summary="Read a file watch's events after a cursor (long-poll).",
-        limits=_PAGE,
-        bounds=_PAGE_BOUNDS,
-    ),
-    Operation(
-        name="workspace_file_watch_status",
-        method="GET",
-        path=FW,
-        input=m.WatchRef,
-        output=r.WatchStatus,
-        hints=READ,
-        handler=fs.workspace_file_watch_status,
-        summary="Get a file watch's state.",
-    ),
-    Operation(
-        name="workspace_file_watch_list",
-        method="GET",
-        path=WS + "/file-watches",
-        input=m.WatchListInput,
-        output=r.WatchListResult,
-        hints=READ,
-        handler=fs.workspace_file_watch_list,
-        summary="List the workspace's file watches.",
-    ),
-    Operation(
-        name="workspace_file_watch_cancel",
-        method="DELETE",
-        path=FW,
-        input=m.WatchRef,
-        output=r.WatchStatus,
-        hints=REWRITE,
-        handler=fs.workspace_file_watch_cancel,
-        summary="Stop a file watch.",
-    ),
-)
-
-_BY_NAME = {op.name: op for op in OPERATIONS}
-
-Service.on_first_connect = (repo_pending.resume_pending,)
+# An exec's states once it has ended.
+FINAL_STATES = frozenset({"finished", "cancelled", "failed", "timed_out", "lost"})
+# How `exec_ended` follows a stream: one long-poll at a time, a page as large as the agent sends.
+_FOLLOW_WAIT = 25.0
+_FOLLOW_PAGE_BYTES = 1_048_576
+PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
+# The monotonic time by which the current call's surface must answer (GPT Actions gives up at
+# 45 s): every agent request of the call ends by then, whatever its own deadline.
+ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
 
 
-def operation(name: str) -> Operation:
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        raise InvalidArgumentError(f"unknown operation {name[:64]!r}") from None
+def _agent_error_fields(exc: BaseException) -> tuple[str, str] | None:
+    if isinstance(exc, AgentError):
+        return exc.code, exc.message
+    return None
 
 
-def parse_input(
-    op: Operation,
-    args: Mapping[str, Any],
-    surface: Surface = "python",
-    root: str = m.WORKSPACE_ROOT,
-) -> m.Input:
-    """A client's arguments as the operation's input; paths may also name the workspace's
-    `root` (see `path_view`)."""
-    try:
-        return op.input_for(surface).model_validate(dict(args), context={"root": root})
-    except ValidationError as exc:
-        raise validation_error(exc) from None
+def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
+    """Any failure below the service, as the error a caller sees."""
+    if isinstance(exc, WorkspaceError):
+        return exc
+    if isinstance(exc, PolicyError):
+        return from_policy_error(exc, field or "input")
+    agent = _agent_error_fields(exc)
+    if agent is not None:
+        return from_agent_error(*agent, field=field)
+    if isinstance(exc, TimeoutError):
+        return TimeoutError_("the workspace did not answer in time; try again")
+    if isinstance(exc, ConnectionError | EOFError | OSError):
+        return UpstreamError("the channel to the workspace agent failed; try again")
+    log.exception("unexpected failure", exc_info=exc)
+    return UpstreamError(f"unexpected failure in the gateway ({type(exc).__name__})")
 
 
-async def parse_request(
-    service: Service, op: Operation, args: Mapping[str, Any], surface: Surface = "python"
-) -> m.Input:
-    """`parse_input`, knowing the root of the workspace the arguments name. Only a path that
-    `/workspace` does not take, on a driver whose roots vary, costs a look at the workspace's
-    record (by its id; the path never reaches the driver): every other refusal comes before the
-    driver is asked anything."""
-    try:
-        return parse_input(op, args, surface)
-    except InvalidArgumentError as err:
-        if (err.field or "").partition(".")[0] not in m.path_fields(op.input):
-            raise
-        root = await service.root(args.get("workspace_id"))
-        if root == m.WORKSPACE_ROOT:
-            raise
-    return parse_input(op, args, surface, root)
+class Service:
+    """The state behind the operation table: one per server (or per `Workspaces` client)."""
+
+    # Work owed to a workspace whenever this process first reaches its agent (set by the table
+    # in `service.py`): e.g. repo bookkeeping a restarted gateway left unfinished.
+    on_first_connect: ClassVar[tuple[Callable[[Service, str], Coroutine[Any, Any, None]], ...]] = ()
+
+    def __init__(self, driver: Driver, settings: Settings) -> None:
+        self.driver = driver
+        self.settings = settings
+        # Each driver resolves secrets its own way; the service only checks the allowlist.
+        self.secrets = secret_source(driver, settings)
+        self._clients: dict[str, AgentClient] = {}
+        self._connect_locks: dict[str, asyncio.Lock] = {}
+        self._tag_locks: dict[str, asyncio.Lock] = {}
+        self.create_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._claimed: set[str] = set()
+        self._reached: set[str] = set()
+        self._roots: dict[str, str] = {}
+        self._closed = False
+
+    @classmethod
+    def open(cls, settings: Settings) -> Service:
+        """The service on the driver the settings choose, configured from them; the local
+        driver also refuses to start where a sandbox would see one of the operator's private
+        files. Raises `WorkspaceError` when the driver cannot start here."""
+        driver = create_driver(settings)
+        refuse_exposed = getattr(driver, "refuse_exposed", None)
+        if refuse_exposed is not None:
+            refuse_exposed(settings.private_files)
+        return cls(driver, settings)
+
+    # --- workspaces and channels ----------------------------------------------------------------
+
+    async def record(self, workspace_id: str) -> WorkspaceRecord:
+        """The workspace's record; a terminated workspace is as missing as one never made."""
+        record = await self.driver.get(workspace_id)
+        if record.state == "terminated":
+            raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
+        self._remember_root(workspace_id, record.root)
+        return record
+
+    async def root(self, workspace_id: object) -> str:
+        """The root commands of this workspace see (`/workspace` unless it runs unisolated), as
+        its paths are shown to clients. Not a check: anything that names no workspace, or one
+        that cannot be reached now, is `/workspace`, and the operation says what is wrong."""
+        if not isinstance(workspace_id, str) or not getattr(self.driver, "roots_vary", False):
+            return WORKSPACE_ROOT
+        known = self._roots.get(workspace_id)
+        if known is not None:
+            return known
+        try:
+            policy.check_id("ws", workspace_id)
+            record = await self.driver.get(workspace_id)
+        except Exception:
+            return WORKSPACE_ROOT
+        self._remember_root(workspace_id, record.root)
+        return record.root
+
+    def _remember_root(self, workspace_id: str, root: str) -> None:
+        # A workspace's root never changes; the cache only has to stay bounded.
+        if len(self._roots) >= 4096:
+            self._roots.clear()
+        self._roots[workspace_id] = root
+
+    async def agent(self, workspace_id: str) -> AgentClient:
+        """The open channel to the workspace's agent, opened on first use and then reused."""
+        lock = self._connect_locks.setdefault(workspace_id, asyncio.Lock())
+        async with lock:
+            client = self._clients.get(workspace_id)
+            if client is not None and not client.closed:
+                return client
+            # A stopped workspace is the driver's to revive (the local driver restarts an agent
+            # that died); only a terminated one is gone.
+            await self.record(workspace_id)
+            client = await self.driver.connect(workspace_id)
+            self._clients[workspace_id] = client
+            if workspace_id not in self._reached:
+                self._reached.add(workspace_id)
+                for owed in self.on_first_connect:
+                    self.spawn(owed(self, workspace_id))
+            return client
+
+    async def drop_agent(self, workspace_id: str) -> None:
+        client = self._clients.pop(workspace_id, None)
+        if client is not None:
+            await _close_quietly(client)
+
+    async def request(
+        self, workspace_id: str, op: str, args: Mapping[str, Any], payload: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
+        """One agent request. A lost channel is reopened once for a request that is safe to
+        repeat (`exec.start` is: the gateway names the exec)."""
+
+        async def once(client: AgentClient) -> tuple[dict[str, Any], bytes]:
+            timeout = self.settings.agent_timeout
+            result, data = await client.request(op, dict(args), payload, timeout=timeout)
+            return dict(result or {}), bytes(data or b"")
+
+        return await self._with_channel(workspace_id, once, what=op, retry=op in REPEATABLE_OPS)
+
+    async def read_events(
+        self,
+        workspace_id: str,
+        stream: str,
+        cursor: int,
+        *,
+        max_events: int,
+        max_bytes: int,
+        wait_seconds: float,
+    ) -> Page:
+        """One page of a stream, as the agent's channel holds it."""
+
+        async def once(client: AgentClient) -> Page:
+            return await client.read_events(
+                stream,
+                cursor,
+                max_events=max_events,
+                max_bytes=max_bytes,
+                wait_seconds=wait_seconds,
+            )
+
+        what = f"a read of {stream}'s events"
+        return await self._with_channel(
+            workspace_id, once, what=what, retry=True, wait=wait_seconds
+        )
+
+    async def exec_ended(
+        self,
+        workspace_id: str,
+        exec_id: str,
+        *,
+        within: float | None = None,
+        command: bool = False,
+    ) -> dict[str, Any]:
+        """The exec's status once it has ended, or once `within` seconds have passed (None:
+        however long it takes). Follows its stream from the status's last event to its `exit`,
+        woken by the event itself: no polling. `command` adds what it ran."""
+        args = {"exec_id": exec_id, "command": command}
+        status, _ = await self.request(workspace_id, "exec.status", args)
+        cursor = int(status.get("last_seq") or 0)
+        deadline = None if within is None else time.monotonic() + within
+        while status.get("state") not in FINAL_STATES:
+            wait = (
+                _FOLLOW_WAIT if deadline is None else min(deadline - time.monotonic(), _FOLLOW_WAIT)
+            )
+            if wait <= 0:
+                break
+            page = await self.read_events(
+                workspace_id,
+                exec_id,
+                cursor,
+                max_events=10_000,
+                max_bytes=_FOLLOW_PAGE_BYTES,
+                wait_seconds=wait,
+            )
+            if page.closed or any(e.get("type") == "exit" for e in page.events):
+                status, _ = await self.request(workspace_id, "exec.status", args)
+                break
+            cursor = page.next_cursor
+        return status
+
+    async def _with_channel(
+        self,
+        workspace_id: str,
+        use: Callable[[AgentClient], Awaitable[T]],
+        *,
+        what: str,
+        retry: bool,
+        wait: float = 0.0,
+    ) -> T:
+        """`use` of the workspace's channel (opened if need be), within a deadline: the
+        request's own wait and the agent timeout. An agent that does not answer (stopped, or
+        wedged) costs its callers that long, never more, and never other workspaces."""
+        budget = wait + self.settings.agent_timeout
+        answer_by = ANSWER_BY.get()
+        if answer_by is not None:
+            budget = max(min(budget, answer_by - time.monotonic()), 0.0)
+        try:
+            async with asyncio.timeout(budget):
+                return await self._using_channel(workspace_id, use, retry=retry)
+        except TimeoutError:
+            revived = await self._revive(workspace_id)
+            then = (
+                "it was stopped and has been restarted (its running commands were lost): try again"
+                if revived
+                else "the workspace may be overloaded: try again later"
+            )
+            raise TimeoutError_(
+                f"the agent of workspace {workspace_id} did not answer {what} within "
+                f"{budget:g} s; {then}",
+                field="workspace_id",
+            ) from None
+
+    async def _revive(self, workspace_id: str) -> bool:
+        """After a deadline passed: a driver that can tell a stopped agent from a busy one
+        restarts the stopped one, and the next request opens a new channel to it."""
+        revive = getattr(self.driver, "revive", None)
+        if revive is None:
+            return False
+        try:
+            revived = bool(await revive(workspace_id))
+        except WorkspaceError:
+            return False
+        if revived:
+            await self.drop_agent(workspace_id)
+        return revived
+
+    async def _using_channel(
+        self, workspace_id: str, use: Callable[[AgentClient], Awaitable[T]], *, retry: bool
+    ) -> T:
+        for attempt in (1, 2):
+            client = await self.agent(workspace_id)
+            try:
+                return await use(client)
+            except Exception as exc:
+                fields = _agent_error_fields(exc)
+                lost = fields is None or fields[0] == "unavailable"
+                if lost:
+                    # The channel is gone (the agent restarted, the socket broke): the next
+                    # use opens a new one.
+                    await self.drop_agent(workspace_id)
+                if not (lost and retry and attempt == 1):
+                    raise _naming(translate_error(exc), workspace_id) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def merge_tags(self, workspace_id: str, updates: Mapping[str, str]) -> WorkspaceRecord:
+        """Adds or replaces managed tags without losing concurrent updates to other keys."""
+        lock = self._tag_locks.setdefault(workspace_id, asyncio.Lock())
+        async with lock:
+            record = await self.driver.get(workspace_id)
+            return await self.driver.set_tags(workspace_id, {**record.tags, **updates})
+
+    # --- inputs that need the configuration -----------------------------------------------------
+
+    def workspace_secrets(self, names: list[str]) -> WorkspaceSecrets:
+        """Allowlisted secrets for a new workspace, as its driver hands them over; a name
+        outside the allowlist is refused (403) before the driver is called."""
+        for i, name in enumerate(names):
+            field = f"secret_names[{i}]"
+            self._check_secret(name, field)
+            if name == self.settings.github_secret and not (
+                self.settings.allow_github_secret_in_workspaces
+            ):
+                # Every command (and every repository's code) would hold the token.
+                raise PermissionDeniedError(
+                    f"{field}: {name!r} is the GitHub secret, which reaches git only through "
+                    "use_github_token; a workspace may hold it only if the operator sets "
+                    "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES=1",
+                    field=field,
+                )
+        return self.secrets.for_workspace(names)
+
+    def github_token(self, as_env: str) -> ExecSecret:
+        """The GitHub secret's `GH_TOKEN` as variable `as_env` of one exec."""
+        name = self.settings.github_secret
+        self._check_secret(name, "use_github_token")
+        return self.secrets.for_exec(name, "GH_TOKEN", as_env)
+
+    def _check_secret(self, name: str, field: str) -> None:
+        try:
+            policy.allowed(name, self.settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS")
+        except PolicyError as exc:
+            raise from_policy_error(exc, field) from None
+
+    def volumes(self, volumes: Mapping[str, str]) -> dict[str, str]:
+        checked: dict[str, str] = {}
+        for mount, name in volumes.items():
+            field = f"volumes[{mount[:32]}]"
+            try:
+                path = policy.workspace_path("/", mount)
+                policy.allowed(
+                    name, self.settings.allowed_volumes, "MODAL_WORKSPACE_ALLOWED_VOLUMES"
+                )
+            except PolicyError as exc:
+                raise from_policy_error(exc, field) from None
+            if path == "/" or path == WORKSPACE_ROOT:
+                raise InvalidArgumentError(f"{field}: cannot mount a volume over {path}", field)
+            checked[path] = name
+        return checked
+
+    # --- background work ------------------------------------------------------------------------
+
+    def claim(self, key: str) -> bool:
+        """True for the first claim of `key` until it is released: one task per piece of
+        background work, however many ways it was started."""
+        if key in self._claimed:
+            return False
+        self._claimed.add(key)
+        return True
+
+    def release(self, key: str) -> None:
+        self._claimed.discard(key)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def end_waits(self) -> None:
+        """Answers the long-polls waiting on every open channel now, with what they have (a
+        stopping server calls it before it waits for its requests to finish)."""
+        for client in self._clients.values():
+            client.end_waits()
+
+    async def close(self, *, close_driver: bool = True) -> None:
+        """Stops background work and closes every agent channel (and the driver, if asked)."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        for workspace_id in list(self._clients):
+            await self.drop_agent(workspace_id)
+        if close_driver:
+            await self.driver.close()
 
 
-async def call(service: Service, op: Operation, inp: m.Input) -> BaseModel:
-    """Runs a validated input through its handler; any failure becomes a `WorkspaceError`."""
-    result = await _run(service, op, inp)
-    return result.model() if isinstance(result, PageResult) else result
+def _naming(err: WorkspaceError, workspace_id: str) -> WorkspaceError:
+    """A timeout says which workspace did not answer (the channel's own message cannot)."""
+    if isinstance(err, TimeoutError_) and workspace_id not in err.message:
+        err.message = f"workspace {workspace_id}: {err.message}"
+        err.args = (err.message,)
+    return err
 
 
-# What a GPT Actions response may take, with room to spare under its limit.
-ACTIONS_RESPONSE_CHARS = ACTIONS_MAX_CHARS - 5_000
-# And the time it may take, with room for the network and the client under its limit.
-ACTIONS_MARGIN_SECONDS = 5.0
+async def _close_quietly(client: AgentClient) -> None:
+    # Closing a channel that already broke must not turn into the caller's error.
+    with contextlib.suppress(Exception):
+        await client.close()
 
 
-async def call_json(service: Service, op: Operation, inp: m.Input) -> str:
-    """`call`, answered as the JSON of its output (REST's body, for GPT Actions): fitted to
-    `ACTIONS_RESPONSE_CHARS`. A page of events is written around the agent's own JSON of the
-    events, without a model of each; its `max_bytes` bound already keeps it within."""
-    # Agent requests end in time for the answer to reach GPT Actions before it gives up.
-    token = ANSWER_BY.set(time.monotonic() + ACTIONS_SECONDS - ACTIONS_MARGIN_SECONDS)
-    try:
-        result = await _run(service, op, inp)
-    finally:
-        ANSWER_BY.reset(token)
-    if isinstance(result, PageResult):
-        return result.to_json()
-    return fit_json(result, ACTIONS_RESPONSE_CHARS)
+def host_path(record: WorkspaceRecord, path: str) -> str:
+    """A validated `/workspace/...` path as commands in this workspace see it."""
+    return (
+        record.root.rstrip("/") + path[len(WORKSPACE_ROOT) :]
+        if path != WORKSPACE_ROOT
+        else record.root
+    )
 
 
-def _output(op: Operation, result: BaseModel) -> BaseModel:
-    return result if isinstance(result, op.output) else op.output.model_validate(result)
-
-
-async def _run(service: Service, op: Operation, inp: m.Input) -> BaseModel | PageResult:
-    try:
-        result = await op.handler(service, inp)
-    except WorkspaceError:
-        raise
-    except Exception as exc:
-        raise translate_error(exc) from None
-    if isinstance(result, PageResult):
-        return result
-    return shown(_output(op, result), await service.root(getattr(inp, "workspace_id", None)))
+def client_path(path: str) -> str:
+    """A path from the agent (relative to the root) as clients see it: under `/workspace`."""
+    if path.startswith(WORKSPACE_ROOT + "/") or path == WORKSPACE_ROOT:
+        return path
+    path = path.lstrip("/")
+    return WORKSPACE_ROOT if path in ("", ".") else f"{WORKSPACE_ROOT}/{path.removeprefix('./')}"

@@ -5,35 +5,34 @@ Each driver is imported only when chosen, so the local driver never loads the Mo
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgumentError
 from .base import Driver, WorkspaceRecord, WorkspaceSpec
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 __all__ = ["DRIVER_NAMES", "Driver", "WorkspaceRecord", "WorkspaceSpec", "create_driver"]
 
 DRIVER_NAMES = ("local", "modal")
 
 
-def create_driver(
-    name: str,
-    *,
-    data_root: Path,
-    host_ports: tuple[int, ...] | None = None,
-    channel_secret: bytes | None = None,
-) -> Driver:
-    """The driver called `name`; `data_root` is where the local driver keeps its workspaces,
-    `host_ports` the host loopback ports its workspaces may reach (None: from the
-    environment), `channel_secret` what the Modal driver derives channel keys from
-    (`Settings.channel_secret`)."""
-    if name == "local":
-        from .local.driver import LocalDriver
+def create_driver(settings: Settings) -> Driver:
+    """The driver `settings.driver` names, configured from its section of the settings."""
+    if settings.driver == "local":
+        from .local import LocalDriver
 
-        return LocalDriver(data_root=data_root, host_ports=host_ports)
-    if name == "modal":
+        return LocalDriver(
+            data_root=settings.data_root,
+            isolation=settings.isolation,
+            host_ports=settings.host_ports,
+            disk_mb=settings.disk_mb,
+        )
+    if settings.driver == "modal":
         from .modal.driver import ModalDriver
 
-        return ModalDriver(channel_secret=channel_secret)
+        return ModalDriver(settings.modal, channel_secret=settings.channel_secret)
     raise InvalidArgumentError(
-        f"unknown driver {name[:32]!r}; use one of {', '.join(DRIVER_NAMES)}"
+        f"unknown driver {settings.driver[:32]!r}; use one of {', '.join(DRIVER_NAMES)}"
     )

@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import policy
 from ..errors import NotFoundError, WorkspaceError
-from ..models import WORKSPACE_ROOT
-from ..ops_execs import wait_final
+from ..policy import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
-    from ..service_core import Service
+    from ..service import Service
 
 log = logging.getLogger("modal_workspace_core.repo")
 
@@ -43,7 +42,7 @@ async def settle(svc: Service, ws: str, exec_id: str, tags: dict[str, str]) -> N
     if not svc.claim(key):
         return  # this process already waits for it
     try:
-        status = await wait_final(svc, ws, exec_id)
+        status = await svc.exec_ended(ws, exec_id, command=True)
         if status.get("state") == "finished" and status.get("returncode") == 0 and tags:
             if _recorded_by(status, tags, svc.settings.github_url):
                 await svc.merge_tags(ws, tags)

@@ -3,17 +3,88 @@ that page, and whether the client is done. REST sends its JSON composed around t
 the agent encoded them; MCP and the Python API get the `EventPage` model.
 
 Composing the JSON instead of building and validating a model of every event is what keeps a
-woken long-poll cheap: on a cold cache the model's round trip (JSON to dicts to models to JSON)
-cost ~45 µs of the ~250 µs a line takes from a process to a REST client (bench/README.md).
+woken long-poll cheap (the model's round trip, JSON to dicts to models to JSON, would be a large
+share of a line's way from a process to a REST client: bench/README.md).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
 
 from .._core import Page
-from ..results import EventPage
+from ..surfaces.limits import Bound, Bounds
+from .fields import (
+    DEFAULT_PAGE_BYTES,
+    Cursor,
+    Input,
+    MaxBytes,
+    MaxEvents,
+    Open,
+    Output,
+    WaitSeconds,
+)
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+PAGE_LOOP = (
+    "Loop: cursor=0, then each page's next_cursor, until done is true. Use wait_seconds=25 (it "
+    "waits for new events): an empty page means nothing new yet, call again; has_more: call "
+    "again now; cursor_expired: older events were dropped."
+)
+# GPT Actions' budget for a page: its JSON (the events as encoded) stays well under the limit.
+PAGE_BOUNDS: Bounds = {"actions": {"max_bytes": Bound(64_000)}}
+
+
+def _unset(value: Any) -> bool:
+    return value is None
+
+
+class Event(Open):
+    """One event of a stream. It carries `data` or `data_b64` (or neither) as the agent wrote
+    it; an absent twin is left out rather than sent as null."""
+
+    seq: int = Field(description="The event's number in its stream (1, 2, …); cursors count these.")
+    timestamp: str | float | None = Field(
+        None, exclude_if=_unset, description="When the event happened (RFC 3339, UTC)."
+    )
+    type: str = Field(description="stdout, stderr, status, exit, error, fs, progress, ...")
+    data: str | None = Field(None, exclude_if=_unset, description="Output or detail as UTF-8 text.")
+    data_b64: str | None = Field(
+        None, exclude_if=_unset, description="Output that is not UTF-8, base64-encoded."
+    )
+
+
+class EventPage(Output):
+    events: list[Event] = Field(
+        description="The events after your cursor, oldest first (may be empty)."
+    )
+    next_cursor: int = Field(description="Pass as cursor to the next call.")
+    has_more: bool = Field(description="More events are ready now: call again at once.")
+    done: bool = Field(description="The stream ended and its last event was delivered: stop.")
+    state: str | None = Field(
+        None,
+        description="The stream's state as of this page: running (a watch: watching) while "
+        "its events are output; from the exit event or the agent once it ends.",
+    )
+    returncode: int | None = Field(None, description="Set once the exec has ended.")
+    first_seq: int = Field(default=0, description="The oldest event the stream still holds.")
+    cursor_expired: bool = Field(False, description="Events after your cursor were dropped.")
+    dropped_events: int = Field(
+        default=0, description="Events after your cursor that were dropped (cursor_expired)."
+    )
+    dropped_bytes: int = Field(default=0, description="Bytes of output in the dropped events.")
+
+
+class EventsRead(Input):
+    cursor: Cursor = 0
+    wait_seconds: WaitSeconds = 5
+    max_events: MaxEvents = 1000
+    max_bytes: MaxBytes = DEFAULT_PAGE_BYTES
+
 
 # The state a stream is in while it is live: the state of its first `status` event.
 _LIVE_STATES = frozenset({"running", "watching"})
@@ -101,3 +172,28 @@ def _flag(value: bool) -> str:
 def _int_or_null(value: int | None) -> str:
     # The agent's return code is an int (or absent); anything else would not be valid JSON here.
     return "null" if value is None else f"{int(value):d}"
+
+
+async def stream_page(
+    svc: Service,
+    workspace_id: str,
+    inp: EventsRead,
+    stream: str,
+    status_op: str,
+    id_arg: str,
+    live_state: str,
+) -> PageResult:
+    """One page of an exec's or a watch's events as `inp` asks, with the stream's state as of
+    that page (`live_state` while the page holds only output or file events)."""
+    page = await svc.read_events(
+        workspace_id,
+        stream,
+        inp.cursor,
+        max_events=inp.max_events,
+        max_bytes=inp.max_bytes,
+        wait_seconds=inp.wait_seconds,
+    )
+    shown = state_shown(page, live_state)
+    if shown is None:
+        shown, _ = await svc.request(workspace_id, status_op, {id_arg: stream})
+    return PageResult(page, shown.get("state"), shown.get("returncode"))

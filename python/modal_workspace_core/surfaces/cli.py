@@ -68,7 +68,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ..drivers import create_driver
     from ..service import Service
     from .http_listen import ListenError, listen
     from .http_serving import serve
@@ -101,15 +100,7 @@ def _serve(args: argparse.Namespace) -> int:
         minted = mint_token()
         tokens = [minted]
     try:
-        driver = create_driver(
-            settings.driver,
-            data_root=settings.data_root,
-            host_ports=settings.host_ports,
-            channel_secret=settings.channel_secret,
-        )
-        refuse_exposed = getattr(driver, "refuse_exposed", None)
-        if refuse_exposed is not None:
-            refuse_exposed(settings.private_files)
+        service = Service.open(settings)
     except WorkspaceError as exc:
         # A driver checks its own settings (isolation, the Modal ones) when it starts: say what
         # is wrong in one line, as for the settings above, instead of a traceback.
@@ -118,7 +109,6 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    service = Service(driver, settings)
     app = create_app(service, tokens, host=args.host, allowed_hosts=settings.allowed_hosts)
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{args.port}"
@@ -133,7 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
         ]
     else:
         lines.append(f"  token:          from {settings.token_source}")
-    describe = getattr(driver, "describe_isolation", None)
+    describe = getattr(service.driver, "describe_isolation", None)
     if describe is not None:
         # The local driver's own word on how commands are contained.
         lines += describe()

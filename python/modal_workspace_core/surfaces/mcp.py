@@ -21,8 +21,8 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__
 from ..errors import WorkspaceError
-from ..service import OPERATIONS, Operation, Service, call, operation, parse_request
-from ..service_core import PROGRESS, Reporter
+from ..operations import OPERATIONS, Operation, call, operation, parse_request
+from ..service import PROGRESS, Reporter, Service
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 

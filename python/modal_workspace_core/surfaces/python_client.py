@@ -26,12 +26,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Union, cast
 
 from pydantic import BaseModel
 
-from .. import results
 from ..config import Settings, load_settings
-from ..drivers import Driver, create_driver
+from ..drivers import Driver
 from ..errors import InvalidArgumentError, NotFoundError
-from ..models import MAX_WAIT_SECONDS
-from ..service import OPERATIONS, Operation, Service, call, operation, parse_request
+from ..operations import OPERATIONS, Operation, call, operation, parse_request
+from ..operations.execs import ExecResult
+from ..operations.fields import MAX_WAIT_SECONDS
+from ..operations.pages import Event, EventPage
+from ..operations.workspaces import TerminateResult, WorkspaceListResult
+from ..operations.workspaces import Workspace as WorkspaceInfo
+from ..service import Service
 
 __all__ = ["Workspace", "WorkspaceCreation", "Workspaces"]
 
@@ -66,13 +70,11 @@ class Workspaces:
         self._owned: dict[str, Workspace] = {}
 
     async def __aenter__(self) -> Workspaces:
-        driver = self._driver or create_driver(
-            self._settings.driver,
-            data_root=self._settings.data_root,
-            host_ports=self._settings.host_ports,
-            channel_secret=self._settings.channel_secret,
+        self._service = (
+            Service(self._driver, self._settings)
+            if self._driver is not None
+            else Service.open(self._settings)
         )
-        self._service = Service(driver, self._settings)
         return self
 
     async def __aexit__(
@@ -108,7 +110,7 @@ class Workspaces:
         return WorkspaceCreation(self._create(bound, keep), self)
 
     async def _create(self, args: dict[str, Any], keep: bool) -> Workspace:
-        info = cast(results.Workspace, await self.call("workspace_create", **args))
+        info = cast(WorkspaceInfo, await self.call("workspace_create", **args))
         ws = Workspace(self, info)
         if keep:
             self._owned.pop(ws.id, None)
@@ -119,11 +121,11 @@ class Workspaces:
     async def get(self, workspace_id: str) -> Workspace:
         """An existing workspace by id (not terminated when this client exits)."""
         info = await self.call("workspace_get", workspace_id=workspace_id)
-        return Workspace(self, cast(results.Workspace, info))
+        return Workspace(self, cast(WorkspaceInfo, info))
 
     async def list(self) -> list[Workspace]:
         """Every workspace that has not been terminated (none terminated when this exits)."""
-        found = cast(results.WorkspaceListResult, await self.call("workspace_list"))
+        found = cast(WorkspaceListResult, await self.call("workspace_list"))
         return [Workspace(self, info) for info in found.workspaces]
 
 
@@ -161,7 +163,7 @@ class WorkspaceCreation:
 class Workspace:
     """One workspace. `info` is what the service last said about it."""
 
-    def __init__(self, owner: Workspaces, info: results.Workspace) -> None:
+    def __init__(self, owner: Workspaces, info: WorkspaceInfo) -> None:
         self._owner = owner
         self.info = info
         self.id = info.workspace_id
@@ -186,29 +188,29 @@ class Workspace:
         """Leaves this workspace running when its client (or its `async with`) exits."""
         self._owner._owned.pop(self.id, None)
 
-    async def refresh(self) -> results.Workspace:
+    async def refresh(self) -> WorkspaceInfo:
         """Reads the workspace's state, tags and resources again into `info`."""
         self.info = await self._call("workspace_get", {})
         return self.info
 
-    async def terminate(self) -> results.TerminateResult:
+    async def terminate(self) -> TerminateResult:
         """Terminate the workspace and everything running in it (its files are deleted)."""
-        result: results.TerminateResult = await self._call("workspace_terminate", {})
+        result: TerminateResult = await self._call("workspace_terminate", {})
         self._owner._owned.pop(self.id, None)
         return result
 
-    async def exec(self, *args: Any, **kwargs: Any) -> results.ExecResult:
-        result: results.ExecResult = await self._call(
+    async def exec(self, *args: Any, **kwargs: Any) -> ExecResult:
+        result: ExecResult = await self._call(
             "workspace_exec", _bind(_GENERATED["workspace_exec"], args, kwargs)
         )
         return result
 
     async def follow(
         self, exec_id: str, *, cursor: int = 0, wait_seconds: float = MAX_WAIT_SECONDS
-    ) -> AsyncIterator[results.Event]:
+    ) -> AsyncIterator[Event]:
         """Yields an exec's events from `cursor` until its final event has been delivered."""
         while True:
-            page: results.EventPage = await self._call(
+            page: EventPage = await self._call(
                 "workspace_realtime_exec_events",
                 {"exec_id": exec_id, "cursor": cursor, "wait_seconds": wait_seconds},
             )
@@ -218,7 +220,7 @@ class Workspace:
             if page.done:
                 return
 
-    async def exec_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[results.Event]:
+    async def exec_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Event]:
         """Starts a command as a realtime exec and yields its events until it has ended.
 
         Takes what `realtime_exec_start` takes (`command` first).
@@ -392,14 +394,14 @@ _describe(
     Workspace.exec_stream,
     operation("workspace_realtime_exec_start"),
     _GENERATED["workspace_realtime_exec_start"],
-    returns=AsyncIterator[results.Event],
+    returns=AsyncIterator[Event],
     returns_doc="Yields the exec's events until its final one (the cursor loop of `follow`).",
 )
 _describe(
     Workspace.exec,
     operation("workspace_exec"),
     _GENERATED["workspace_exec"],
-    returns=results.ExecResult,
+    returns=ExecResult,
 )
 
 for _op in OPERATIONS:

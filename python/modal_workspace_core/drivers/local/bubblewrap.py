@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...policy import WORKSPACE_ROOT
 from . import bubblewrap_etc
 
 # What commands see. The workspace is their root and cwd, as on every driver.
-WORKSPACE_ROOT = "/workspace"
 # A home of the workspace's own, so nothing of the host user's home (dotfiles, credentials,
 # caches) is visible and tools that write to `~` still work and keep their files.
 SANDBOX_HOME = "/home/workspace"

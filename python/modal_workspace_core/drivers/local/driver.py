@@ -18,25 +18,24 @@ import sys
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ... import policy
 from ...channel.client import AgentClient, AgentError
-from ...config import HOST_PORTS_ENV, parse_host_ports
+from ...config import DEFAULT_DISK_MB, ISOLATION_ENV, IsolationMode
 from ...errors import (
     ConflictError,
     InvalidArgumentError,
     NotFoundError,
     UpstreamError,
 )
+from ...policy import WORKSPACE_ROOT
 from ..base import WorkspaceRecord, WorkspaceSpec
 from . import bubblewrap, bubblewrap_launch, daemon, disk, uids
 from .disk import DiskError, WorkspaceDisk
 from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
 from .store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
 
-IsolationMode = Literal["auto", "bwrap", "none"]
-ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
 TURNED_OFF = "isolation turned off"
 # What a machine without working bubblewrap needs (the README's Isolation section says more).
 INSTALL_HINT = (
@@ -44,8 +43,6 @@ INSTALL_HINT = (
     "user namespaces"
 )
 
-DISK_MB_ENV = "MODAL_WORKSPACE_DISK_MB"
-DEFAULT_DISK_MB = 10_240
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -63,22 +60,24 @@ class LocalDriver:
         self,
         data_root: str | os.PathLike[str] | None = None,
         *,
-        isolation: IsolationMode | None = None,
+        isolation: IsolationMode = "auto",
         agent_argv: list[str] | None = None,
         start_timeout: float = 60.0,
-        host_ports: tuple[int, ...] | None = None,
+        host_ports: tuple[int, ...] = (),
         limits: dict[str, int] | None = None,
-        disk_mb: int | None = None,
+        disk_mb: int = DEFAULT_DISK_MB,
     ) -> None:
         """`data_root` defaults to `$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory.
-        `isolation` (default `$MODAL_WORKSPACE_ISOLATION`, else `auto`): `auto` uses bubblewrap
-        when it works here and warns once when it does not; `bwrap` requires it; `none` never
-        isolates. `agent_argv` is the command that runs `mwc-agent` (its subcommand follows)."""
+        `isolation` (`Settings.isolation`): `auto` uses bubblewrap when it works here and warns
+        once when it does not; `bwrap` requires it; `none` never isolates. `host_ports` are the
+        host's loopback ports workspaces may reach, `disk_mb` each workspace's own disk (where
+        one can be mounted). `agent_argv` is the command that runs `mwc-agent` (its subcommand
+        follows)."""
         self.data_root = Path(data_root) if data_root is not None else default_data_root()
         self.data_root = self.data_root.expanduser().resolve()
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         remove_leftovers(self.data_root)
-        mode = isolation or os.environ.get(ISOLATION_ENV) or "auto"
+        mode = isolation
         if mode not in ("auto", "bwrap", "none"):
             raise InvalidArgumentError(
                 "invalid_argument",
@@ -113,18 +112,14 @@ class LocalDriver:
         self.start_timeout = start_timeout
         # The host's loopback ports workspaces may reach (`MODAL_WORKSPACE_HOST_PORTS`): none
         # unless the operator lists them, so the gateway and local services stay out of reach.
-        self.host_ports = (
-            host_ports
-            if host_ports is not None
-            else parse_host_ports(os.environ.get(HOST_PORTS_ENV))
-        )
+        self.host_ports = host_ports
         self.limits = dict(DEFAULT_LIMITS if limits is None else limits)
         # A disk of its own per workspace (MODAL_WORKSPACE_DISK_MB), where the gateway can
         # mount one: isolated, as root.
         self.disk_mb: int | None = None
         self.disk_reason = disk.available() if self.isolation.enabled else "unisolated"
         if self.disk_reason is None:
-            self.disk_mb = disk_mb if disk_mb is not None else _disk_mb(os.environ.get(DISK_MB_ENV))
+            self.disk_mb = disk_mb
         # Secret values live only in memory and in the daemon's environment, never on disk: a
         # daemon restarted by a later server process starts without them.
         self._secret_env: dict[str, dict[str, str]] = {}
@@ -200,7 +195,7 @@ class LocalDriver:
         meta: dict[str, Any] = {
             "workspace_id": workspace_id,
             "driver": self.name,
-            "root": bubblewrap.WORKSPACE_ROOT if isolated else str(ws.workspace),
+            "root": WORKSPACE_ROOT if isolated else str(ws.workspace),
             "created_at": datetime.now(UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"),
@@ -415,18 +410,6 @@ class LocalDriver:
         if meta is None:
             raise self._not_found(ws)
         return meta
-
-
-def _disk_mb(text: str | None) -> int:
-    if not text:
-        return DEFAULT_DISK_MB
-    if not text.strip().isdigit() or not 64 <= int(text) <= 16 << 20:
-        raise InvalidArgumentError(
-            "invalid_argument",
-            f"{DISK_MB_ENV} must be a size in MiB from 64 to 16777216, not {text.strip()[:16]!r}",
-            field="disk_mb",
-        )
-    return int(text)
 
 
 def _record(meta: dict[str, Any], state: str) -> WorkspaceRecord:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UpstreamError
+from ...policy import WORKSPACE_ROOT
 from . import bubblewrap, bubblewrap_etc, bubblewrap_launch, daemon, uids
 from .disk import DiskError, WorkspaceDisk
 from .store import WorkspaceDir
@@ -129,7 +130,7 @@ class AgentLauncher:
         host_env: dict[str, str],
     ) -> daemon.Spawn:
         daemon = self.daemon_argv(
-            bubblewrap.WORKSPACE_ROOT,
+            WORKSPACE_ROOT,
             bubblewrap.AGENT_STATE_DIR,
             f"{bubblewrap.AGENT_SOCKET_DIR}/{ws.socket.name}",
             secret_names,

@@ -12,7 +12,14 @@ from typing import Any, TypeVar
 
 from ..._core import PolicyError
 from ...errors import InvalidArgumentError, PermissionDeniedError
-from ...policy import allowed, env_name, name_allowlist, secret_allowlist, workspace_path
+from ...policy import (
+    WORKSPACE_ROOT,
+    allowed,
+    env_name,
+    name_allowlist,
+    secret_allowlist,
+    workspace_path,
+)
 from ..base import ExecSecret, WorkspaceSecrets
 
 __all__ = [
@@ -23,7 +30,6 @@ __all__ = [
     "sandbox_options",
 ]
 
-WORKSPACE_ROOT = "/workspace"
 SECRETS_SETTING = "MODAL_WORKSPACE_ALLOWED_SECRETS"
 VOLUMES_SETTING = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
 # The agent withholds the variables named here from every exec (see docs/protocol.md).

@@ -27,13 +27,12 @@ from ...errors import (
     UpstreamError,
     WorkspaceError,
 )
-from ...policy import WORKSPACE_TAGS, check_id, stored_tag
+from ...policy import WORKSPACE_ROOT, WORKSPACE_TAGS, check_id, stored_tag
 from ..base import WorkspaceRecord, WorkspaceSpec
 from .channel import ChannelClient, ExecChannel
 from .channel_key import channel_key, launch_config, resolve_channel_secret
 from .config import (
     SECRETS_SETTING,
-    WORKSPACE_ROOT,
     ModalSecrets,
     ModalSettings,
     SandboxOptions,
@@ -149,7 +148,7 @@ class ModalDriver:
     def __init__(
         self, settings: ModalSettings | None = None, *, channel_secret: bytes | None = None
     ) -> None:
-        self.settings = settings or ModalSettings.from_env()
+        self.settings = settings or ModalSettings()
         # Resolved at first use, so that building a driver makes no Modal lookups.
         self._configured_channel_secret = channel_secret
         self._channel_secret: bytes | None = None

@@ -24,7 +24,7 @@ from ...errors import (
     WorkspaceError,
     invalid_from_details,
 )
-from ...results import ErrorResponse
+from ...operations.fields import ErrorResponse
 from ...service import Service
 from ..mcp import McpEndpoint
 from .body_limit import BodyLimit

@@ -16,8 +16,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ... import results as r
 from ...errors import UpstreamError
+from ...operations.execs import ExecListResult, ExecResult
+from ...operations.files import FileContent, FileListResult, FileSearchResult
+from ...operations.repo import RepoDiff, RepoStatus
+from ...operations.watches import WatchListResult
+from ...operations.workspaces import WorkspaceListResult
 
 __all__ = ["fit_json"]
 
@@ -70,7 +74,7 @@ def _room(result: BaseModel, most: int, **emptied: Any) -> int:
     return most - len(result.model_copy(update=emptied).model_dump_json())
 
 
-def _file(result: r.FileContent, most: int) -> r.FileContent:
+def _file(result: FileContent, most: int) -> FileContent:
     room = _room(result, most, content="", next_offset=result.size, eof=False)
     if result.encoding == "base64":
         # Whole groups of four characters (three bytes), so the rest starts on a byte boundary.
@@ -95,7 +99,7 @@ def _head_and_tail(text: str, room: int) -> str:
     return head + _OMITTED.format(omitted) + tail
 
 
-def _exec(result: r.ExecResult, most: int) -> r.ExecResult:
+def _exec(result: ExecResult, most: int) -> ExecResult:
     room = _room(result, most, stdout="", stderr="")
     out, err = _escaped(result.stdout), _escaped(result.stderr)
     # The smaller stream keeps what it has when it fits in half; the other gets the rest.
@@ -110,7 +114,7 @@ def _exec(result: r.ExecResult, most: int) -> r.ExecResult:
     return result.model_copy(update=update)
 
 
-def _diff(result: r.RepoDiff, most: int) -> r.RepoDiff:
+def _diff(result: RepoDiff, most: int) -> RepoDiff:
     room = _room(result, most, diff="", truncated=True)
     return result.model_copy(update={"diff": _prefix_within(result.diff, room), "truncated": True})
 
@@ -134,13 +138,13 @@ def _entries(name: str) -> Callable[[M, int], M]:
 
 
 _FITTERS: dict[type[BaseModel], Callable[[Any, int], BaseModel]] = {
-    r.FileContent: _file,
-    r.ExecResult: _exec,
-    r.RepoDiff: _diff,
-    r.FileListResult: _entries("entries"),
-    r.RepoStatus: _entries("entries"),
-    r.FileSearchResult: _entries("hits"),
-    r.WorkspaceListResult: _entries("workspaces"),
-    r.ExecListResult: _entries("execs"),
-    r.WatchListResult: _entries("watches"),
+    FileContent: _file,
+    ExecResult: _exec,
+    RepoDiff: _diff,
+    FileListResult: _entries("entries"),
+    RepoStatus: _entries("entries"),
+    FileSearchResult: _entries("hits"),
+    WorkspaceListResult: _entries("workspaces"),
+    ExecListResult: _entries("execs"),
+    WatchListResult: _entries("watches"),
 }

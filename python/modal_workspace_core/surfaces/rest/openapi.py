@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ...service import OPERATIONS
+from ...operations import OPERATIONS
 
 __all__ = [
     "ERROR_STATUSES",

@@ -2,9 +2,9 @@
 OpenAPI signature), and the middleware that serves those routes.
 
 A request is read and validated once, by the operation's own model. `OperationDispatch` serves
-the operation routes ahead of FastAPI's exception middleware, router and request objects, which
-cost a woken long-poll ~13 µs on its way out (bench/README.md); FastAPI still answers everything
-else (schema, health, MCP, and the 404/405/400 of paths that match no operation).
+the operation routes ahead of FastAPI's exception middleware, router and request objects (what
+that saves a woken long-poll: bench/README.md); FastAPI still answers everything else (schema,
+health, MCP, and the 404/405/400 of paths that match no operation).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Annotated, Any, cast
 
@@ -23,8 +24,12 @@ from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...errors import InvalidArgumentError, WorkspaceError
-from ...models import Input
-from ...service import OPERATIONS, Operation, Service, call_json, parse_request
+from ...operations import OPERATIONS, Operation, parse_request, run
+from ...operations.fields import Input
+from ...operations.pages import PageResult
+from ...service import ANSWER_BY, Service
+from ..limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
+from .fit import fit_json
 
 ID_PATTERNS = {
     "workspace_id": "^ws-[0-9a-f]{32}$",
@@ -78,6 +83,27 @@ class OperationServer:
         data.update(path_params)
         inp = await parse_request(self.service, self.op, data, "actions")
         return await call_json(self.service, self.op, inp)
+
+
+# What a GPT Actions response may take, with room to spare under its limit.
+ACTIONS_RESPONSE_CHARS = ACTIONS_MAX_CHARS - 5_000
+# And the time it may take, with room for the network and the client under its limit.
+ACTIONS_MARGIN_SECONDS = 5.0
+
+
+async def call_json(service: Service, op: Operation, inp: Input) -> str:
+    """The operation's answer as the JSON of its output (REST's body, for GPT Actions), fitted
+    to `ACTIONS_RESPONSE_CHARS`. A page of events is written around the agent's own JSON of the
+    events, without a model of each; its `max_bytes` bound already keeps it within."""
+    # Agent requests end in time for the answer to reach GPT Actions before it gives up.
+    token = ANSWER_BY.set(time.monotonic() + ACTIONS_SECONDS - ACTIONS_MARGIN_SECONDS)
+    try:
+        result = await run(service, op, inp)
+    finally:
+        ANSWER_BY.reset(token)
+    if isinstance(result, PageResult):
+        return result.to_json()
+    return fit_json(result, ACTIONS_RESPONSE_CHARS)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

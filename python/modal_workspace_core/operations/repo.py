@@ -1,41 +1,142 @@
-"""Handlers of git: clone, fetch and checkout as realtime execs of real git (progress in the
-events), status and diff run to completion; repo tags recorded only after success.
-
-A clone or fetch is one exec of two steps (`gitcmd`): the network step runs as the agent, with
-a fixed environment and configuration the workspace does not control, fetching the canonical
-URL on the configured GitHub base into a mirror in the agent's own directory; only this step
-may hold the GitHub token, which reaches git through the package's askpass program, for the
-base's host alone. The workspace step then clones or fetches from the mirror, with no token.
-"""
+"""Repositories: clone, fetch and checkout as realtime execs the client follows; status and
+diff answered from git run by the gateway. Git's commands are built in `git.commands`; the
+repository tags are recorded when a clone's stream ends (`git.pending`)."""
 
 from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from . import policy
-from .errors import InvalidArgumentError, NotFoundError, UpstreamError, WorkspaceError
-from .git import commands as gitcmd
-from .git.pending import pending_note, settle
-from .models import (
-    WORKSPACE_ROOT,
-    RepoCheckout,
-    RepoClone,
-    RepoDiffInput,
-    RepoFetch,
-    RepoStatusInput,
+from pydantic import Field
+
+from .. import policy
+from ..errors import InvalidArgumentError, NotFoundError, UpstreamError, WorkspaceError
+from ..git import commands as gitcmd
+from ..git.pending import pending_note, settle
+from ..policy import WORKSPACE_ROOT
+from ..surfaces.limits import Bound
+from .execs import exec_args, run_to_end
+from .fields import (
+    MAX_OUTPUT_BYTES,
+    GitRef,
+    Input,
+    Output,
+    Repository,
+    WorkspaceId,
+    WorkspacePath,
 )
-from .models import relative as rel
-from .ops_execs import exec_args, run_to_end
-from .results import RepoDiff, RepoOperation, RepoStatus
+from .fields import relative as rel
+from .table import DESTROY, NETWORK, READ, WS, Declarations
 
 if TYPE_CHECKING:
-    from .drivers.base import WorkspaceRecord
-    from .service_core import Service
+    from ..drivers.base import WorkspaceRecord
+    from ..service import Service
+
+declare = Declarations()
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+class RepoClone(Input):
+    workspace_id: WorkspaceId
+    repository: Repository
+    ref: GitRef | None = Field(
+        None, description="A branch, tag or commit (default: the remote's default branch)."
+    )
+    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow clone depth.")
+    destination: WorkspacePath | None = Field(None, description="Where to clone (default: REPO).")
+    use_github_token: bool = Field(False, description="Authenticate with the configured token.")
+
+
+_DESTINATION = "The repository's directory (default: the one cloned, its repo-path tag)."
+
+
+class RepoFetch(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    ref: GitRef | None = Field(
+        None, description="A branch, tag or commit (default: the remote's default branch)."
+    )
+    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow fetch depth.")
+    use_github_token: bool = Field(
+        default=False, description="Authenticate with the configured token."
+    )
+
+
+class RepoCheckout(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    ref: GitRef
+    create_branch: bool = Field(False, description="Create ref as a new branch at HEAD.")
+
+
+class RepoStatusInput(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+
+
+class RepoDiffInput(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    cached: bool = Field(False, description="Staged changes instead of the working tree.")
+    stat: bool = Field(False, description="A diffstat instead of the patch.")
+    max_bytes: int = Field(48_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap on the output.")
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+class RepoOperation(Output):
+    exec_id: str = Field(description="Follow it with workspace_realtime_exec_events.")
+    operation: Literal["clone", "fetch", "checkout"] = Field(
+        description="clone, fetch or checkout."
+    )
+    repository: str | None = Field(default=None, description="The canonical repository URL.")
+    destination: str = Field(description="The repository's directory.")
+    ref: str | None = Field(default=None, description="The branch, tag or commit asked for.")
+    state: str = Field(description="The exec's state when it was started.")
+
+
+class RepoStatusEntry(Output):
+    path: str = Field(description="The path, relative to the repository.")
+    index: str = Field(description="Staged status letter (. = unchanged, ? = untracked).")
+    worktree: str = Field(description="Working-tree status letter.")
+    orig_path: str | None = Field(
+        default=None, description="The path it was renamed or copied from."
+    )
+
+
+class RepoStatus(Output):
+    destination: str = Field(description="The repository's directory.")
+    branch: str | None = Field(description="The current branch (null when detached).")
+    head: str | None = Field(description="The commit HEAD points at.")
+    upstream: str | None = Field(default=None, description="The upstream branch, if one is set.")
+    ahead: int = Field(default=0, description="Commits ahead of upstream.")
+    behind: int = Field(default=0, description="Commits behind upstream.")
+    clean: bool = Field(description="Nothing is changed or untracked.")
+    entries: list[RepoStatusEntry] = Field(description="Changed and untracked paths.")
+    truncated: bool = Field(default=False, description="More paths changed than were returned.")
+
+
+class RepoDiff(Output):
+    destination: str = Field(description="The repository's directory.")
+    cached: bool = Field(description="Staged changes rather than the working tree.")
+    stat: bool = Field(description="A diffstat rather than the patch.")
+    diff: str = Field(description="The diff text (its start when truncated).")
+    truncated: bool = Field(description="The diff was cut to fit.")
+    bytes: int = Field(description="Size of the whole diff.")
+
+
+# --- operations ----------------------------------------------------------------------------------
 
 log = logging.getLogger("modal_workspace_core.repo")
+
+
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
+
+
 # The name the token is fetched under for the network step's credential (never an env name).
 CREDENTIAL_ENV = "MWC_GIT_TOKEN"
 
@@ -122,6 +223,15 @@ def _operation(exec_id: str, operation: str, dest: str, **extra: Any) -> RepoOpe
     )
 
 
+@declare(
+    method="POST",
+    path=WS + "/repo/clone",
+    hints=NETWORK,
+    summary="Clone a GitHub repository into the workspace as a realtime exec (git progress in its "
+    "events).",
+    limits="Follow exec_id with workspace_realtime_exec_events; repo tags are recorded after "
+    "success.",
+)
 async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
     repo = policy.github_repo(inp.repository)
     dest = inp.destination or f"{WORKSPACE_ROOT}/{repo.name}"
@@ -182,9 +292,15 @@ async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
         ) from None
 
 
+@declare(
+    method="POST",
+    path=WS + "/repo/fetch",
+    hints=NETWORK,
+    summary="Fetch from origin in a cloned repository as a realtime exec.",
+)
 async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
-    dest = inp.destination
+    dest = _destination(record, inp.destination)
     agent_dir, askpass = await _agent_paths(svc, record.workspace_id)
     url = await _fetch_url(svc, record, dest)
     mirror = gitcmd.mirror_path(agent_dir, dest)
@@ -202,16 +318,38 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
         use_token=inp.use_github_token,
         tags=tags,
     )
-    return _operation(exec_id, "fetch", inp.destination, ref=inp.ref)
+    return _operation(exec_id, "fetch", dest, ref=inp.ref)
 
 
+@declare(
+    method="POST",
+    path=WS + "/repo/checkout",
+    hints=DESTROY,
+    summary="Check out a branch, tag or commit in a cloned repository as a realtime exec.",
+)
 async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
-    argv = gitcmd.checkout_argv(rel(inp.destination), inp.ref, inp.create_branch)
-    tags = {"repo-ref": inp.ref} if record.tags.get("repo-path") == inp.destination else {}
+    dest = _destination(record, inp.destination)
+    argv = gitcmd.checkout_argv(rel(dest), inp.ref, inp.create_branch)
+    tags = {"repo-ref": inp.ref} if record.tags.get("repo-path") == dest else {}
     args = exec_args(record, policy.new_id("ex"), argv=argv, env=dict(gitcmd.WORKSPACE_STEP_ENV))
     exec_id = await _start(svc, record, args, tags)
-    return _operation(exec_id, "checkout", inp.destination, ref=inp.ref)
+    return _operation(exec_id, "checkout", dest, ref=inp.ref)
+
+
+def _destination(record: WorkspaceRecord, given: str | None) -> str:
+    """The repository an operation acts on: the one named, else the one this workspace cloned
+    (its `repo-path` tag, checked like a client's path)."""
+    if given is not None:
+        return given
+    recorded = record.tags.get("repo-path")
+    if recorded is None:
+        raise InvalidArgumentError(
+            "destination: this workspace has no cloned repository on record; clone one, or "
+            "name the repository's directory",
+            field="destination",
+        )
+    return policy.workspace_path(WORKSPACE_ROOT, recorded)
 
 
 def _git_failure(stderr: str, dest: str) -> WorkspaceError:
@@ -220,41 +358,59 @@ def _git_failure(stderr: str, dest: str) -> WorkspaceError:
     return UpstreamError(f"git failed: {stderr.strip()[-500:]}")
 
 
+@declare(
+    method="GET",
+    path=WS + "/repo/status",
+    hints=READ,
+    summary="Show a repository's branch, upstream, ahead/behind and changed files.",
+)
 async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
     record = await svc.record(inp.workspace_id)
+    dest = _destination(record, inp.destination)
     done = await run_to_end(
         svc,
         record,
-        argv=gitcmd.status_argv(rel(inp.destination)),
+        argv=gitcmd.status_argv(rel(dest)),
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=120,
         cap=4 * 1024 * 1024,
         head_only=True,
     )
     if done.status.get("returncode") != 0:
-        raise _git_failure(done.stderr.text(), inp.destination)
+        raise _git_failure(done.stderr.text(), dest)
     parsed = gitcmd.parse_status(done.stdout.head.decode(errors="replace"))
     if done.stdout.truncated:
         parsed["truncated"] = True
         parsed["clean"] = False
-    return RepoStatus.model_validate({"destination": inp.destination, **parsed})
+    return RepoStatus.model_validate({"destination": dest, **parsed})
 
 
+@declare(
+    method="GET",
+    path=WS + "/repo/diff",
+    hints=READ,
+    summary=(
+        "Show a repository's diff: working tree (untracked files as new) or staged with cached."
+    ),
+    limits="Output capped by max_bytes (truncated flag).",
+    bounds={"actions": {"max_bytes": Bound(90_000)}},
+)
 async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:
     record = await svc.record(inp.workspace_id)
+    dest = _destination(record, inp.destination)
     done = await run_to_end(
         svc,
         record,
-        argv=gitcmd.diff_argv(rel(inp.destination), inp.stat, inp.cached),
+        argv=gitcmd.diff_argv(rel(dest), inp.stat, inp.cached),
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=300,
         cap=inp.max_bytes,
         head_only=True,
     )
     if done.status.get("returncode") != 0:
-        raise _git_failure(done.stderr.text(), inp.destination)
+        raise _git_failure(done.stderr.text(), dest)
     return RepoDiff(
-        destination=inp.destination,
+        destination=dest,
         cached=inp.cached,
         stat=inp.stat,
         diff=done.stdout.head.decode(errors="replace"),

@@ -1,4 +1,5 @@
-"""Handlers of commands: run to completion, and realtime execs followed by cursor pages.
+"""Commands: run to completion, and realtime execs followed by cursor pages, with stdin and
+cancel.
 
 Every exec is the agent's; the gateway picks exec ids (random, or derived from an idempotency
 key) so that a repeated start answers the exec that already exists.
@@ -6,43 +7,188 @@ key) so that a repeated start answers the exec that already exists.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import binascii
 import contextlib
 import hashlib
 import hmac
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from . import policy
-from .drivers.base import WorkspaceRecord
-from .errors import ConflictError, InvalidArgumentError
-from .models import (
+from pydantic import Field
+
+from .. import policy
+from ..drivers.base import WorkspaceRecord
+from ..errors import ConflictError
+from ..service import FINAL_STATES, PROGRESS, host_path
+from ..surfaces.limits import Bound
+from .fields import (
+    MAX_COMMAND_CHARS,
+    MAX_FILE_BYTES,
+    MAX_OUTPUT_BYTES,
     MAX_WAIT_SECONDS,
-    ExecCancel,
-    ExecEvents,
-    ExecInput,
-    ExecListInput,
-    ExecRef,
-    ExecRun,
-    RealtimeExecStart,
-    WatchEvents,
+    Env,
+    ExecId,
+    IdempotencyKey,
+    Input,
+    Open,
+    Output,
+    Timestamp,
+    WorkspaceId,
+    WorkspacePath,
+    decode_input,
 )
-from .operations.pages import PageResult, page_done, state_shown
-from .results import ExecListResult, ExecResult, ExecStatus, InputResult
-from .service_core import PROGRESS, host_path
+from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, page_done, stream_page
+from .table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
-    from .service_core import Service
+    from ..service import Service
 
-FINAL_STATES = frozenset({"finished", "cancelled", "failed", "timed_out", "lost"})
+declare = Declarations()
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+class _Command(Input):
+    """What every command takes: the shell text, where it runs and its extra environment."""
+
+    workspace_id: WorkspaceId
+    command: str = Field(
+        min_length=1, max_length=MAX_COMMAND_CHARS, description="Shell command run with bash -lc."
+    )
+    workdir: WorkspacePath | None = Field(
+        None, description="Directory to run in (default /workspace)."
+    )
+    env: Env = Field(default_factory=dict, description="Extra environment for this command.")
+
+
+class ExecRun(_Command):
+    stdin: str | None = Field(None, max_length=MAX_FILE_BYTES, description="Text sent to stdin.")
+    timeout_seconds: float = Field(60, gt=0, le=3600, description="Kill the command after this.")
+    wait_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="How long to wait for the command to end. A command still running then is "
+        "answered with state running and its exec_id (it keeps running until timeout_seconds): "
+        "follow it with workspace_realtime_exec_events. Default: until it ends.",
+    )
+    max_output_bytes: int = Field(
+        32_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap per stream; head and tail kept."
+    )
+
+
+class RealtimeExecStart(_Command):
+    timeout_seconds: float | None = Field(None, gt=0, le=86_400, description="Kill after this.")
+    pty: bool = Field(False, description="Run in a pseudo-terminal (stdout and stderr merged).")
+    idempotency_key: IdempotencyKey | None = Field(
+        None, description="The same key returns the exec it started instead of a second one."
+    )
+
+
+class ExecRef(Input):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+
+
+class ExecEvents(EventsRead):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+
+
+class ExecInput(Input):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+    data: str = Field("", max_length=MAX_FILE_BYTES, description="Bytes for stdin (see encoding).")
+    encoding: Literal["utf-8", "base64"] = Field(
+        default="utf-8", description="How data is written: utf-8 text or base64 bytes."
+    )
+    eof: bool = Field(False, description="Close stdin after this data.")
+
+
+class ExecCancel(Input):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+    grace_seconds: float = Field(5, ge=0, le=60, description="SIGTERM, then SIGKILL after this.")
+
+
+class ExecListInput(Input):
+    workspace_id: WorkspaceId
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+class ExecStatus(Open):
+    exec_id: str = Field(description="The exec's id.")
+    state: str = Field(
+        description="starting, running, finished, cancelled, failed, timed_out, lost"
+    )
+    pid: int | None = Field(
+        default=None, description="Its process id in the workspace, while known."
+    )
+    returncode: int | None = Field(default=None, description="The exit code once it has ended.")
+    signal: int | str | None = Field(
+        default=None, description="The signal that ended it, if one did."
+    )
+    error: str | None = Field(
+        default=None, description="Why it did not start or run, if it did not."
+    )
+    created_at: Timestamp = Field(
+        default=None, description="When it was asked for (RFC 3339, UTC)."
+    )
+    started_at: Timestamp = Field(default=None, description="When its process started.")
+    ended_at: Timestamp = Field(default=None, description="When it ended.")
+    last_seq: int | None = Field(default=None, description="The seq of its newest event.")
+    pty: bool | dict[str, Any] | None = Field(
+        default=None, description="Its pseudo-terminal (rows, cols), if it runs on one."
+    )
+
+
+class ExecListResult(Output):
+    execs: list[ExecStatus] = Field(description="The workspace's execs, newest first.")
+    truncated: bool = Field(
+        default=False, description="Only the first entries fitted the response."
+    )
+
+
+class ExecResult(Output):
+    exec_id: str = Field(description="Follow it with workspace_realtime_exec_events if running.")
+    state: str = Field(
+        description="finished, failed, cancelled, timed_out; running (or starting) when the "
+        "wait ended first: the command goes on, follow exec_id for the rest."
+    )
+    returncode: int | None = Field(
+        description="The exit code; null until it ends, or if it never started (see error)."
+    )
+    error: str | None = Field(None, description="Why the command did not start or run.")
+    stdout: str = Field(description="Standard output (UTF-8; head and tail when truncated).")
+    stderr: str = Field(description="Standard error (UTF-8; head and tail when truncated).")
+    stdout_truncated: bool = Field(description="Output was cut: head and tail are kept.")
+    stderr_truncated: bool = Field(description="Standard error was cut: head and tail are kept.")
+    stdout_bytes: int = Field(description="Bytes the command wrote to stdout in total.")
+    stderr_bytes: int = Field(description="Bytes the command wrote to stderr in total.")
+    timed_out: bool = Field(description="The command was killed at timeout_seconds.")
+
+
+class InputResult(Output):
+    exec_id: str = Field(description="The exec the input went to.")
+    accepted: int = Field(description="Bytes accepted for its stdin.")
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
 # The agent holds an event to 16 KiB, so a page of this budget always holds one.
 _DRAIN_PAGE_BYTES = 1_048_576
+
+
 # How long a cancel waits for the exec to end: its grace period (at most this much) and slack
 # for the SIGKILL and the exit to be recorded.
 _CANCEL_WAIT_MAX = 20.0
+
+
 _CANCEL_SLACK = 2.0
 
 
@@ -84,41 +230,6 @@ def exec_args(
 
 def status_out(exec_id: str, result: dict[str, Any]) -> ExecStatus:
     return ExecStatus.model_validate({**result, "exec_id": result.get("exec_id") or exec_id})
-
-
-def decode_input(text: str, encoding: str, field: str) -> bytes:
-    """A client's text as bytes: base64 when `encoding` says so (refused unless valid), else
-    UTF-8. A refusal names `field`."""
-    if encoding != "base64":
-        return text.encode()
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None
-
-
-async def stream_page(
-    svc: Service,
-    inp: ExecEvents | WatchEvents,
-    stream: str,
-    status_op: str,
-    id_arg: str,
-    live_state: str,
-) -> PageResult:
-    """One page of an exec's or a watch's events as `inp` asks, with the stream's state as of
-    that page (`live_state` while the page holds only output or file events)."""
-    page = await svc.read_events(
-        inp.workspace_id,
-        stream,
-        inp.cursor,
-        max_events=inp.max_events,
-        max_bytes=inp.max_bytes,
-        wait_seconds=inp.wait_seconds,
-    )
-    shown = state_shown(page, live_state)
-    if shown is None:
-        shown, _ = await svc.request(inp.workspace_id, status_op, {id_arg: stream})
-    return PageResult(page, shown.get("state"), shown.get("returncode"))
 
 
 def event_bytes(event: dict[str, Any]) -> bytes:
@@ -224,6 +335,19 @@ async def run_to_end(
     return Finished(exec_id, status, out, err)
 
 
+@declare(
+    method="POST",
+    path=WS + "/exec",
+    hints=RUN,
+    summary="Run a shell command to completion and return its exit code and output.",
+    limits="Waits at most wait_seconds (30 s here), then answers state running with exec_id: "
+    "the command goes on, follow its events. Output capped (head and tail, flagged); "
+    "error says why a command did not start.",
+    bounds={
+        "actions": {"wait_seconds": Bound(30, 30), "max_output_bytes": Bound(40_000)},
+        "mcp": {"wait_seconds": Bound(45, 45)},
+    },
+)
 async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
     record = await svc.record(inp.workspace_id)
     done = await run_to_end(
@@ -254,6 +378,14 @@ async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
     )
 
 
+@declare(
+    method="POST",
+    path=WS + "/realtime-execs",
+    hints=RUN,
+    summary="Start a command in the background; follow its output with "
+    "workspace_realtime_exec_events.",
+    limits="The same idempotency_key returns the exec it started.",
+)
 async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) -> ExecStatus:
     record = await svc.record(inp.workspace_id)
     if inp.idempotency_key is not None:
@@ -275,15 +407,37 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
     return status_out(exec_id, result)
 
 
+@declare(
+    method="GET",
+    path=EX + "/events",
+    hints=READ,
+    summary="Read a realtime exec's output events after a cursor (long-poll).",
+    limits=PAGE_LOOP,
+    bounds=PAGE_BOUNDS,
+)
 async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> PageResult:
-    return await stream_page(svc, inp, inp.exec_id, "exec.status", "exec_id", live_state="running")
+    return await stream_page(
+        svc, inp.workspace_id, inp, inp.exec_id, "exec.status", "exec_id", live_state="running"
+    )
 
 
+@declare(
+    method="GET",
+    path=EX,
+    hints=READ,
+    summary="Get a realtime exec's state and exit code.",
+)
 async def workspace_realtime_exec_status(svc: Service, inp: ExecRef) -> ExecStatus:
     result, _ = await svc.request(inp.workspace_id, "exec.status", {"exec_id": inp.exec_id})
     return status_out(inp.exec_id, result)
 
 
+@declare(
+    method="POST",
+    path=EX + "/input",
+    hints=WRITE,
+    summary="Send stdin to a realtime exec; eof closes it.",
+)
 async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputResult:
     payload = decode_input(inp.data, inp.encoding, "data")
     args = {"exec_id": inp.exec_id, "eof": inp.eof}
@@ -291,6 +445,14 @@ async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputRe
     return InputResult(exec_id=inp.exec_id, accepted=int(result.get("accepted", len(payload))))
 
 
+@declare(
+    method="POST",
+    path=EX + "/cancel",
+    hints=REWRITE,
+    summary="Cancel a realtime exec: SIGTERM to its process group, SIGKILL after grace_seconds.",
+    limits="Answers once the exec has ended (state cancelled), waiting at most grace_seconds "
+    "(up to 20) plus 2 s; after that its exit event tells how it ended.",
+)
 async def workspace_realtime_exec_cancel(svc: Service, inp: ExecCancel) -> ExecStatus:
     args = {"exec_id": inp.exec_id, "grace_seconds": inp.grace_seconds}
     result, _ = await svc.request(inp.workspace_id, "exec.cancel", args)
@@ -299,46 +461,16 @@ async def workspace_realtime_exec_cancel(svc: Service, inp: ExecCancel) -> ExecS
         # once, one that ignores it at the grace period's SIGKILL. Past the bound the reply says
         # what the agent says then, and the exec's `exit` event tells the rest.
         bound = min(inp.grace_seconds, _CANCEL_WAIT_MAX) + _CANCEL_SLACK
-        result = await wait_ended(svc, inp.workspace_id, inp.exec_id, result, bound)
+        result = await svc.exec_ended(inp.workspace_id, inp.exec_id, within=bound)
     return status_out(inp.exec_id, result)
 
 
-async def wait_ended(
-    svc: Service, workspace_id: str, exec_id: str, status: dict[str, Any], seconds: float
-) -> dict[str, Any]:
-    """Follows an exec's stream from `status` until its `exit` event (or `seconds` pass), then
-    answers its status. Woken by the event itself, so it costs no polling."""
-    cursor = int(status.get("last_seq") or 0)
-    deadline = time.monotonic() + seconds
-    while (remaining := deadline - time.monotonic()) > 0:
-        page = await svc.read_events(
-            workspace_id,
-            exec_id,
-            cursor,
-            max_events=1000,
-            max_bytes=_DRAIN_PAGE_BYTES,
-            wait_seconds=min(remaining, MAX_WAIT_SECONDS),
-        )
-        if page.closed or any(e.get("type") == "exit" for e in page.events):
-            break
-        cursor = page.next_cursor
-    result, _ = await svc.request(workspace_id, "exec.status", {"exec_id": exec_id})
-    return result
-
-
+@declare(
+    method="GET",
+    path=WS + "/realtime-execs",
+    hints=READ,
+    summary="List the workspace's execs, newest first.",
+)
 async def workspace_realtime_exec_list(svc: Service, inp: ExecListInput) -> ExecListResult:
     result, _ = await svc.request(inp.workspace_id, "exec.list", {})
     return ExecListResult(execs=[status_out("", s) for s in result.get("execs") or []])
-
-
-async def wait_final(svc: Service, workspace_id: str, exec_id: str) -> dict[str, Any]:
-    """Polls an exec's status until it ends (for background bookkeeping, not for clients),
-    with what it ran (`command`, `argv`, `steps`)."""
-    delay = 0.2
-    args = {"exec_id": exec_id, "command": True}
-    while True:
-        status, _ = await svc.request(workspace_id, "exec.status", args)
-        if status.get("state") in FINAL_STATES:
-            return status
-        await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 2.0)

@@ -1,0 +1,185 @@
+"""What every operation's inputs and outputs are made of.
+
+Inputs refuse unknown fields and check each client value with the Rust policies, so a model that
+validates carries canonical values only (ids checked, repository rebuilt to its URL, paths
+normalised under `/workspace`) and nothing downstream re-parses client text. Outputs keep what
+the agent adds (`Open`), so a newer agent's fields reach clients without a gateway release.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
+
+from .. import policy
+from ..errors import InvalidArgumentError
+from ..policy import WORKSPACE_ROOT
+
+MAX_WAIT_SECONDS = 25
+DEFAULT_PAGE_BYTES = 48_000  # one page stays well under GPT Actions' 100 000 characters
+MAX_PAGE_BYTES = 1_048_576
+MAX_COMMAND_CHARS = 65_536
+MAX_ENV_VALUE_CHARS = 32_768
+MAX_OUTPUT_BYTES = 1_048_576
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+class Input(BaseModel):
+    """Unknown fields are refused: a misspelt option must not be silently ignored. Defaults
+    pass the same validators as client values, so a default path is canonical too."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def _id(kind: Literal["ws", "ex", "fw"]) -> AfterValidator:
+    return AfterValidator(lambda text: policy.check_id(kind, text))
+
+
+def _path(text: str, info: ValidationInfo) -> str:
+    # A workspace whose commands run in another directory (an unisolated local one) reports that
+    # directory as its root: a path under it names the same file as under /workspace. The Rust
+    # policy then checks the result like any other path (`..` cannot climb out of either).
+    root = str((info.context or {}).get("root") or WORKSPACE_ROOT).rstrip("/")
+    if root != WORKSPACE_ROOT and (text == root or text.startswith(root + "/")):
+        text = WORKSPACE_ROOT + text[len(root) :]
+    return policy.workspace_path(WORKSPACE_ROOT, text)
+
+
+def _repository(text: str) -> str:
+    return policy.github_repo(text).url
+
+
+def _env(env: dict[str, str]) -> dict[str, str]:
+    for key, value in env.items():
+        policy.env_name(key)
+        if "\x00" in value or len(value) > MAX_ENV_VALUE_CHARS:
+            raise ValueError(
+                f"env {key}: a value must be at most 32 768 characters and hold no NUL"
+            )
+    if len(env) > 256:
+        raise ValueError("at most 256 environment variables")
+    return env
+
+
+WorkspaceId = Annotated[
+    str, _id("ws"), Field(description="Workspace id: 'ws-' and 32 lowercase hex digits.")
+]
+ExecId = Annotated[str, _id("ex"), Field(description="Exec id: 'ex-' and 32 lowercase hex digits.")]
+WatchId = Annotated[
+    str, _id("fw"), Field(description="File watch id: 'fw-' and 32 lowercase hex digits.")
+]
+WorkspacePath = Annotated[
+    str,
+    AfterValidator(_path),
+    Field(
+        description="A path inside the workspace: relative to its root (/workspace), or absolute "
+        "under it."
+    ),
+]
+Repository = Annotated[
+    str,
+    AfterValidator(_repository),
+    Field(description="GitHub repository: OWNER/REPO or https://github.com/OWNER/REPO."),
+]
+GitRef = Annotated[
+    str,
+    AfterValidator(policy.git_ref),
+    Field(description="A branch, tag or commit (no leading '-', no revision expressions)."),
+]
+# Managed keys (`policy.MANAGED_TAGS`, `policy.MANAGED_TAG_PREFIXES`) are refused: a caller
+# setting one could forge a workspace's identity, its root, or the record of what was cloned.
+Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]
+Env = Annotated[dict[str, str], AfterValidator(_env)]
+IdempotencyKey = Annotated[str, AfterValidator(policy.idempotency_key)]
+Cursor = Annotated[
+    int,
+    Field(
+        ge=0,
+        description="The last seq you have seen (next_cursor of the previous page); 0 = start.",
+    ),
+]
+WaitSeconds = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description="Long-poll: wait up to this long (0-25 s) for events.",
+    ),
+]
+MaxEvents = Annotated[int, Field(ge=1, le=10_000, description="Most events in one page.")]
+MaxBytes = Annotated[
+    int,
+    Field(
+        ge=1024,
+        le=MAX_PAGE_BYTES,
+        description="Budget of the page's JSON in bytes (48 000 default).",
+    ),
+]
+
+
+def _timestamp(value: Any) -> Any:
+    # The agent may report epoch seconds; clients get one format, RFC 3339 in UTC.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC).isoformat().replace("+00:00", "Z")
+    return value
+
+
+Timestamp = Annotated[str | None, BeforeValidator(_timestamp)]
+
+
+class Output(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="invalid_argument, not_found, conflict, permission, ...")
+    message: str = Field(description="What went wrong and, where it helps, what to do.")
+    field: str | None = Field(default=None, description="The input field at fault, when one is.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody = Field(description="The error.")
+
+
+def path_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The names of the model's `WorkspacePath` fields."""
+
+    def is_path(metadata: Iterable[object], annotation: object) -> bool:
+        if any(getattr(meta, "func", None) is _path for meta in metadata):
+            return True
+        return any(is_path(getattr(arg, "__metadata__", ()), arg) for arg in get_args(annotation))
+
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if is_path(field.metadata, field.annotation)
+    )
+
+
+def relative(path: str) -> str:
+    """A validated `/workspace/...` path as the agent takes it: relative to its root."""
+    if path == WORKSPACE_ROOT:
+        return "."
+    if not path.startswith(WORKSPACE_ROOT + "/"):
+        raise ValueError(f"not a validated workspace path: {path[:64]!r}")
+    return path[len(WORKSPACE_ROOT) + 1 :]
+
+
+def decode_input(text: str, encoding: str, field: str) -> bytes:
+    """A client's text as bytes: base64 when `encoding` says so (refused unless valid), else
+    UTF-8. A refusal names `field`."""
+    if encoding != "base64":
+        return text.encode()
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None

@@ -1,0 +1,75 @@
+"""Running an operation for a surface: its arguments parsed into the input model (as that
+surface bounds it), the handler called, and the result shown as the workspace's commands see
+its paths; any failure is a `WorkspaceError`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InvalidArgumentError, WorkspaceError, validation_error
+from ..path_view import shown
+from ..policy import WORKSPACE_ROOT
+from ..service import translate_error
+from ..surfaces.limits import Surface
+from .fields import Input, path_fields
+from .pages import PageResult
+
+if TYPE_CHECKING:
+    from ..service import Service
+    from .table import Operation
+
+
+def parse_input(
+    op: Operation,
+    args: Mapping[str, Any],
+    surface: Surface = "python",
+    root: str = WORKSPACE_ROOT,
+) -> Input:
+    """A client's arguments as the operation's input; paths may also name the workspace's
+    `root` (see `path_view`)."""
+    try:
+        return op.input_for(surface).model_validate(dict(args), context={"root": root})
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+async def parse_request(
+    service: Service, op: Operation, args: Mapping[str, Any], surface: Surface = "python"
+) -> Input:
+    """`parse_input`, knowing the root of the workspace the arguments name. Only a path that
+    `/workspace` does not take, on a driver whose roots vary, costs a look at the workspace's
+    record (by its id; the path never reaches the driver): every other refusal comes before the
+    driver is asked anything."""
+    try:
+        return parse_input(op, args, surface)
+    except InvalidArgumentError as err:
+        if (err.field or "").partition(".")[0] not in path_fields(op.input):
+            raise
+        root = await service.root(args.get("workspace_id"))
+        if root == WORKSPACE_ROOT:
+            raise
+    return parse_input(op, args, surface, root)
+
+
+async def call(service: Service, op: Operation, inp: Input) -> BaseModel:
+    """Runs a validated input through its handler; any failure becomes a `WorkspaceError`."""
+    result = await run(service, op, inp)
+    return result.model() if isinstance(result, PageResult) else result
+
+
+async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageResult:
+    """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
+    try:
+        result = await op.handler(service, inp)
+    except WorkspaceError:
+        raise
+    except Exception as exc:
+        raise translate_error(exc) from None
+    if isinstance(result, PageResult):
+        return result
+    if not isinstance(result, op.output):
+        result = op.output.model_validate(result)
+    return shown(result, await service.root(getattr(inp, "workspace_id", None)))

@@ -1,0 +1,139 @@
+"""How an operation is declared: at its handler, with `@declare(...)` giving its route, hints,
+summary and limits; the input and output models are read from the handler's annotations.
+
+REST routes, MCP tools and the Python API's methods are generated from the declarations
+(`operations.OPERATIONS`); none of them is written by hand per operation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from ..surfaces.limits import Bounds, Surface, surface_model
+from .fields import Input
+from .pages import EventPage, PageResult
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+Method = Literal["GET", "POST", "PUT", "DELETE"]
+# A handler answers its output model, or a page whose JSON REST sends as it is (`PageResult`).
+Handler = Callable[["Service", Any], Awaitable[BaseModel | PageResult]]
+H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
+
+
+@dataclass(frozen=True)
+class Hints:
+    """MCP tool annotations; every tool sets all four."""
+
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    open_world: bool
+
+
+READ = Hints(read_only=True, destructive=False, idempotent=True, open_world=False)
+WRITE = Hints(read_only=False, destructive=False, idempotent=False, open_world=False)
+REWRITE = Hints(read_only=False, destructive=True, idempotent=True, open_world=False)
+DESTROY = Hints(read_only=False, destructive=True, idempotent=False, open_world=False)
+RUN = Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
+NETWORK = Hints(read_only=False, destructive=False, idempotent=False, open_world=True)
+
+# The REST paths of one workspace, one of its execs and one of its file watches (under /api).
+WS = "/workspaces/{workspace_id}"
+EX = WS + "/realtime-execs/{exec_id}"
+FW = WS + "/file-watches/{watch_id}"
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    summary: str  # one sentence, also the MCP tool's description and the REST summary
+    method: Method
+    path: str  # under /api
+    input: type[Input]
+    output: type[BaseModel]
+    hints: Hints
+    handler: Handler
+    limits: str = ""  # appended to the description: the bounds a caller must know
+    in_actions: bool = True
+    # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
+    bounds: Bounds = field(default_factory=dict)
+
+    def input_for(self, surface: Surface) -> type[Input]:
+        """The input model as `surface` validates it: the operation's, with its bounds there."""
+        return surface_model(self.input, self.input.__name__, self.bounds.get(surface, {}))
+
+    @property
+    def path_params(self) -> tuple[str, ...]:
+        return tuple(re.findall(r"{(\w+)}", self.path))
+
+    @property
+    def description(self) -> str:
+        return f"{self.summary} {self.limits}".strip()
+
+
+class Declarations:
+    """One domain's operations, in the order they are declared. Use an instance as the
+    decorator: `@declare(method="GET", path=WS, hints=READ, summary="...")` over
+    `async def workspace_get(svc: Service, inp: WorkspaceRef) -> Workspace`."""
+
+    def __init__(self) -> None:
+        self.operations: list[Operation] = []
+
+    def __call__(
+        self,
+        *,
+        method: Method,
+        path: str,
+        hints: Hints,
+        summary: str,
+        limits: str = "",
+        in_actions: bool = True,
+        bounds: Bounds | None = None,
+    ) -> Callable[[H], H]:
+        def declare(handler: H) -> H:
+            inp, output = _models_of(handler)
+            self.operations.append(
+                Operation(
+                    name=handler.__name__,
+                    summary=summary,
+                    method=method,
+                    path=path,
+                    input=inp,
+                    output=output,
+                    hints=hints,
+                    handler=handler,
+                    limits=limits,
+                    in_actions=in_actions,
+                    bounds=bounds or {},
+                )
+            )
+            return handler
+
+        return declare
+
+
+def _models_of(handler: Callable[..., Any]) -> tuple[type[Input], type[BaseModel]]:
+    """The input model (the handler's `inp`) and the output model (its return; a page is an
+    `EventPage`), from its annotations in its own module's names."""
+    annotations = handler.__annotations__
+    scope = handler.__globals__
+
+    def resolve(name: str) -> Any:
+        value = annotations[name]
+        return eval(value, scope) if isinstance(value, str) else value
+
+    inp, output = resolve("inp"), resolve("return")
+    if output is PageResult:
+        output = EventPage
+    if not (isinstance(inp, type) and issubclass(inp, Input)):
+        raise TypeError(f"{handler.__name__}: `inp` must be annotated with an Input model")
+    if not (isinstance(output, type) and issubclass(output, BaseModel)):
+        raise TypeError(f"{handler.__name__}: the return must be annotated with an output model")
+    return inp, output

@@ -1,0 +1,144 @@
+"""File watches: start one on a directory, follow its events with a cursor, list and stop."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from .. import policy
+from ..service import client_path
+from .fields import Input, Open, Output, Timestamp, WatchId, WorkspaceId, WorkspacePath
+from .fields import relative as rel
+from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
+from .table import FW, READ, REWRITE, WRITE, WS, Declarations
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+declare = Declarations()
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+class WatchStart(Input):
+    workspace_id: WorkspaceId
+    path: WorkspacePath = "."
+    kinds: list[Literal["create", "modify", "remove", "rename"]] | None = Field(
+        default=None,
+        description="The changes to report (default all): create, modify, remove, rename.",
+    )
+    timeout_seconds: float | None = Field(
+        None, gt=0, le=86_400, description="End the watch after this."
+    )
+
+
+class WatchRef(Input):
+    workspace_id: WorkspaceId
+    watch_id: WatchId
+
+
+class WatchEvents(EventsRead):
+    workspace_id: WorkspaceId
+    watch_id: WatchId
+
+
+class WatchListInput(Input):
+    workspace_id: WorkspaceId
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+class WatchStatus(Open):
+    watch_id: str = Field(description="The watch's id.")
+    state: str | None = Field(default=None, description="watching, cancelled, timed_out or failed.")
+    path: str | None = Field(default=None, description="The directory watched.")
+    created_at: Timestamp = Field(default=None, description="When it started.")
+    ended_at: Timestamp = Field(default=None, description="When it ended.")
+    last_seq: int | None = Field(default=None, description="The seq of its newest event.")
+
+
+class WatchListResult(Output):
+    watches: list[WatchStatus] = Field(description="The workspace's file watches.")
+    truncated: bool = Field(
+        default=False, description="Only the first entries fitted the response."
+    )
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
+def _watch_out(watch_id: str, status: dict[str, Any]) -> WatchStatus:
+    data = {**status, "watch_id": status.get("watch_id") or watch_id}
+    if isinstance(data.get("path"), str):
+        data["path"] = client_path(data["path"])
+    return WatchStatus.model_validate(data)
+
+
+@declare(
+    method="POST",
+    path=WS + "/file-watches",
+    hints=WRITE,
+    summary="Watch a directory tree for created, modified, removed and renamed files.",
+    limits="Read its events with workspace_file_watch_events.",
+)
+async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStatus:
+    watch_id = policy.new_id("fw")
+    args: dict[str, Any] = {"watch_id": watch_id, "path": rel(inp.path)}
+    if inp.kinds is not None:
+        args["kinds"] = inp.kinds
+    if inp.timeout_seconds is not None:
+        args["timeout_seconds"] = inp.timeout_seconds
+    result, _ = await svc.request(inp.workspace_id, "watch.start", args)
+    return _watch_out(watch_id, result)
+
+
+@declare(
+    method="GET",
+    path=FW + "/events",
+    hints=READ,
+    summary="Read a file watch's events after a cursor (long-poll).",
+    limits=PAGE_LOOP,
+    bounds=PAGE_BOUNDS,
+)
+async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> PageResult:
+    result = await stream_page(
+        svc, inp.workspace_id, inp, inp.watch_id, "watch.status", "watch_id", live_state="watching"
+    )
+    result.returncode = None  # a watch has none, whatever its status says
+    return result
+
+
+@declare(
+    method="GET",
+    path=FW,
+    hints=READ,
+    summary="Get a file watch's state.",
+)
+async def workspace_file_watch_status(svc: Service, inp: WatchRef) -> WatchStatus:
+    result, _ = await svc.request(inp.workspace_id, "watch.status", {"watch_id": inp.watch_id})
+    return _watch_out(inp.watch_id, result)
+
+
+@declare(
+    method="GET",
+    path=WS + "/file-watches",
+    hints=READ,
+    summary="List the workspace's file watches.",
+)
+async def workspace_file_watch_list(svc: Service, inp: WatchListInput) -> WatchListResult:
+    result, _ = await svc.request(inp.workspace_id, "watch.list", {})
+    return WatchListResult(watches=[_watch_out("", w) for w in result.get("watches") or []])
+
+
+@declare(
+    method="DELETE",
+    path=FW,
+    hints=REWRITE,
+    summary="Stop a file watch.",
+)
+async def workspace_file_watch_cancel(svc: Service, inp: WatchRef) -> WatchStatus:
+    result, _ = await svc.request(inp.workspace_id, "watch.cancel", {"watch_id": inp.watch_id})
+    return _watch_out(inp.watch_id, result)
