@@ -200,15 +200,16 @@ def gateway() -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def baseline_rest(argv: list[str]) -> Iterator[int]:
-    """The FastAPI/uvicorn baseline server, piping `argv`'s stdout to long-polls."""
+def baseline_rest(argv: list[str], mode: str = "rest") -> Iterator[int]:
+    """A baseline server piping `argv`'s stdout to long-polls: FastAPI/uvicorn (`rest`), or
+    the standard library's `http.server` (`stdlib`)."""
     with temp_dir() as base:
-        port, log = free_port(), base / "baseline-rest.log"
-        cmd = [sys.executable, str(BENCH / "baseline_pipe.py"), "rest", str(port), "--", *argv]
+        port, log = free_port(), base / f"baseline-{mode}.log"
+        cmd = [sys.executable, str(BENCH / "baseline_pipe.py"), mode, str(port), "--", *argv]
         with log.open("wb") as out:
             process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         try:
-            wait_for_http(port, process, log, "/docs")
+            wait_for_http(port, process, log, "/docs" if mode == "rest" else "/healthz")
             yield port
         finally:
             stop(process, signal.SIGINT)
