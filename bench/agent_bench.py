@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -125,41 +126,78 @@ def baseline_rest_latency(port: int) -> list[float]:
         api.close()
 
 
-def latency_table(lines: int, rounds: int = 2) -> None:
-    """Ours and the baselines take turns (`rounds` times, `lines` each), so that a change in
-    the machine's load during the run falls on both sides alike."""
+LATENCY_ROWS = {
+    "channel": "agent daemon → channel → AgentClient.read_events (cursor)",
+    "unix": "baseline: asyncio server piping the child, unix socket",
+    "rest": "REST: gateway (FastAPI/uvicorn, local driver) → HTTP long-poll",
+    "one": "REST: the same gateway, one router (no operation fast path)",
+    "fastapi": "baseline: FastAPI/uvicorn server piping the child → long-poll",
+    "stdlib": "baseline: http.server (stdlib) piping the child → long-poll",
+}
 
-    def stats(samples: list[float]) -> tuple[float, float, int]:
-        kept = sorted(samples)
+
+def latency_table(lines: int, rounds: int) -> None:
+    """The product and the baselines take turns, `rounds` times `lines` each (in the reverse
+    order every other round), so that a change in the machine's load during the run falls on
+    all of them alike."""
+    argv = stamper(lines)
+
+    def channel() -> list[float]:
+        with daemon() as d:
+            return asyncio.run(agent_latency(d.socket, lines))
+
+    def asyncio_pipe() -> list[float]:
+        with baseline_unix(argv) as sock:
+            return asyncio.run(baseline_unix_latency(sock))
+
+    def rest(fast_path: bool) -> Callable[[], list[float]]:
+        def run() -> list[float]:
+            with gateway(fast_path) as port:
+                return gateway_latency(port, lines)
+
+        return run
+
+    def rest_pipe(mode: str) -> Callable[[], list[float]]:
+        def run() -> list[float]:
+            with baseline_rest(argv, mode) as port:
+                return baseline_rest_latency(port)
+
+        return run
+
+    # How one turn of each row runs, and the product row it is compared with.
+    runs: dict[str, tuple[Callable[[], list[float]], str | None]] = {
+        "channel": (channel, None),
+        "unix": (asyncio_pipe, "channel"),
+        "rest": (rest(fast_path=True), None),
+        "one": (rest(fast_path=False), "rest"),
+        "fastapi": (rest_pipe("rest"), "rest"),
+        "stdlib": (rest_pipe("stdlib"), "rest"),
+    }
+    samples: dict[str, list[float]] = {key: [] for key in runs}
+    for turn in range(rounds):
+        for key in runs if turn % 2 == 0 else reversed(runs):
+            samples[key] += runs[key][0]()[WARMUP:]
+
+    def stats(key: str) -> tuple[float, float, int]:
+        kept = sorted(samples[key])
         return statistics.median(kept), kept[min(len(kept) - 1, int(len(kept) * 0.99))], len(kept)
 
-    samples: dict[str, list[float]] = {"ours": [], "base": [], "rest": [], "rest_base": []}
-    for _ in range(rounds):
-        with daemon() as d:
-            samples["ours"] += asyncio.run(agent_latency(d.socket, lines))[WARMUP:]
-        with baseline_unix(stamper(lines)) as sock:
-            samples["base"] += asyncio.run(baseline_unix_latency(sock))[WARMUP:]
-        with gateway() as port:
-            samples["rest"] += gateway_latency(port, lines)[WARMUP:]
-        with baseline_rest(stamper(lines)) as port:
-            samples["rest_base"] += baseline_rest_latency(port)[WARMUP:]
-    ours, base, rest, rest_base = (stats(samples[k]) for k in ("ours", "base", "rest", "rest_base"))
-
-    name_width = 62
+    width = 62
     print(
-        f"| {'process writes a line → waiting client has it':<{name_width}} "
-        "| median µs |  p99 µs | lines | median vs baseline |"
+        f"| {'process writes a line → waiting client has it':<{width}} "
+        "| median µs |  p99 µs | lines | product ÷ this |"
     )
-    print(f"|{'-' * (name_width + 2)}|----------:|--------:|------:|-------------------:|")
-    rows = (
-        ("agent daemon → channel → AgentClient.read_events (cursor)", ours, base),
-        ("baseline: asyncio server piping the child, unix socket", base, None),
-        ("REST: gateway (FastAPI/uvicorn, local driver) → HTTP long-poll", rest, rest_base),
-        ("baseline: FastAPI/uvicorn server piping the child → long-poll", rest_base, None),
+    print(f"|{'-' * (width + 2)}|----------:|--------:|------:|---------------:|")
+    for key, (_, product) in runs.items():
+        median, p99, n = stats(key)
+        name = LATENCY_ROWS[key]
+        ratio = f"{stats(product)[0] / median:.2f}x" if product else "—"
+        print(f"| {name:<{width}} | {median:>9.0f} | {p99:>7.0f} | {n:>5} | {ratio:>14} |")
+    fast, one = stats("rest")[0], stats("one")[0]
+    print(
+        f"\nWithout the operation fast path the REST median is {one:.0f} µs against {fast:.0f}: "
+        f"{one - fast:+.0f} µs, {(one - fast) / fast:+.1%}."
     )
-    for name, (median, p99, n), against in rows:
-        ratio = f"{median / against[0]:.2f}x" if against else "—"
-        print(f"| {name:<{name_width}} | {median:>9.0f} | {p99:>7.0f} | {n:>5} | {ratio:>18} |")
 
 
 # --- (b) throughput -------------------------------------------------------------------------
@@ -335,7 +373,8 @@ def memory_table(count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1G", help="bytes of /dev/zero for (b), e.g. 256M")
-    parser.add_argument("--lines", type=int, default=500, help="lines written for (a)")
+    parser.add_argument("--lines", type=int, default=500, help="lines counted per row of (a)")
+    parser.add_argument("--rounds", type=int, default=2, help="turns each row of (a) takes")
     parser.add_argument("--execs", type=int, default=1000, help="execs for (c)")
     parser.add_argument("--only", choices=["latency", "throughput", "memory"])
     args = parser.parse_args()
@@ -344,7 +383,7 @@ def main() -> None:
         f"Python {platform.python_version()}\n"
     )
     if args.only in (None, "latency"):
-        latency_table(args.lines // 2 + WARMUP)
+        latency_table(args.lines // args.rounds + WARMUP, args.rounds)
         print()
     if args.only in (None, "throughput"):
         throughput_table(parse_size(args.size), args.size)

@@ -5,14 +5,22 @@ subprocess's stdout to a waiting reader, with no agent, no log on disk and no ch
 client of a unix socket, chunk by chunk, as asyncio reads it. `python bench/baseline_pipe.py rest
 PORT -- ARGV…` serves `GET /events?cursor=N&wait_seconds=S` (a cursor long-poll returning
 `{"events":[{"seq","data"}],"next_cursor","done"}`) with FastAPI on uvicorn at 127.0.0.1:PORT,
-the same HTTP stack as the gateway. Both start the child when the first reader arrives.
+the same HTTP stack as the gateway. `… stdlib PORT -- ARGV…` serves the same long-poll from the
+standard library alone (`http.server`, a thread per connection, a thread reading the pipe).
+Each starts the child when the first reader arrives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import subprocess
 import sys
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
@@ -55,9 +63,13 @@ class Stream:
             self.changed.notify_all()
 
     def page(self, cursor: int) -> dict[str, Any]:
-        events = [{"seq": i + 1, "data": d} for i, d in enumerate(self.chunks[cursor:], cursor)]
-        next_cursor = cursor + len(events)
-        return {"events": events, "next_cursor": next_cursor, "done": self.done}
+        return page(self.chunks, cursor, self.done)
+
+
+def page(chunks: list[str], cursor: int, done: bool) -> dict[str, Any]:
+    """The chunks after `cursor` (chunk `seq` N is `chunks[N - 1]`): what both REST modes send."""
+    events = [{"seq": i + 1, "data": d} for i, d in enumerate(chunks[cursor:], cursor)]
+    return {"events": events, "next_cursor": cursor + len(events), "done": done}
 
 
 def rest_app(argv: list[str]) -> Any:
@@ -80,16 +92,93 @@ def rest_app(argv: list[str]) -> Any:
     return app
 
 
+class ThreadStream:
+    """`Stream` for threads: a thread reads the child's pipe, long-polls wait on a condition."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.chunks: list[str] = []
+        self.done = False
+        self.changed = threading.Condition()
+        self.started = False
+
+    def start_once(self) -> None:
+        with self.changed:
+            if self.started:
+                return
+            self.started = True
+        threading.Thread(target=self.follow, daemon=True).start()
+
+    def follow(self) -> None:
+        child = subprocess.Popen(self.argv, stdout=subprocess.PIPE)
+        assert child.stdout is not None
+        fd = child.stdout.fileno()
+        while data := os.read(fd, 65536):
+            with self.changed:
+                self.chunks.append(data.decode(errors="replace"))
+                self.changed.notify_all()
+        child.wait()
+        with self.changed:
+            self.done = True
+            self.changed.notify_all()
+
+    def wait_page(self, cursor: int, wait_seconds: float) -> dict[str, Any]:
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.chunks) > cursor or self.done, wait_seconds)
+            return page(self.chunks, cursor, self.done)
+
+
+def stdlib_handler(stream: ThreadStream) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the client expects
+        disable_nagle_algorithm = True
+        wbufsize = 65536  # the head and the body leave in one write, when the handler returns
+
+        def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            if url.path == "/healthz":
+                self.answer({"ok": True})
+            elif url.path == "/events":
+                query = urllib.parse.parse_qs(url.query)
+                cursor = int(query.get("cursor", ["0"])[0])
+                wait_seconds = float(query.get("wait_seconds", ["0"])[0])
+                stream.start_once()
+                self.answer(stream.wait_page(cursor, wait_seconds))
+            else:
+                self.send_error(404)
+
+        def answer(self, body: Any) -> None:
+            encoded = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(encoded)))
+            self.end_headers()
+            self.wfile.write(encoded)
+
+        def log_message(self, *args: Any) -> None:
+            pass  # no access log: the bare floor of a Python HTTP long-poll
+
+    return Handler
+
+
+def serve_stdlib(port: int, argv: list[str]) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", port), stdlib_handler(ThreadStream(argv)))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+
+
 def main() -> None:
     mode, where, sep, *argv = sys.argv[1:]
     if sep != "--" or not argv:
-        raise SystemExit("usage: baseline_pipe.py unix SOCKET|rest PORT -- ARGV…")
+        raise SystemExit("usage: baseline_pipe.py unix SOCKET|rest PORT|stdlib PORT -- ARGV…")
     if mode == "unix":
         asyncio.run(serve_unix(where, argv))
     elif mode == "rest":
         import uvicorn
 
         uvicorn.run(rest_app(argv), host="127.0.0.1", port=int(where), log_level="info")
+    elif mode == "stdlib":
+        serve_stdlib(int(where), argv)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
