@@ -130,7 +130,6 @@ LATENCY_ROWS = {
     "channel": "agent daemon → channel → AgentClient.read_events (cursor)",
     "unix": "baseline: asyncio server piping the child, unix socket",
     "rest": "REST: gateway (FastAPI/uvicorn, local driver) → HTTP long-poll",
-    "one": "REST: the same gateway, one router (no operation fast path)",
     "fastapi": "baseline: FastAPI/uvicorn server piping the child → long-poll",
     "stdlib": "baseline: http.server (stdlib) piping the child → long-poll",
 }
@@ -150,12 +149,9 @@ def latency_table(lines: int, rounds: int) -> None:
         with baseline_unix(argv) as sock:
             return asyncio.run(baseline_unix_latency(sock))
 
-    def rest(fast_path: bool) -> Callable[[], list[float]]:
-        def run() -> list[float]:
-            with gateway(fast_path) as port:
-                return gateway_latency(port, lines)
-
-        return run
+    def rest() -> list[float]:
+        with gateway() as port:
+            return gateway_latency(port, lines)
 
     def rest_pipe(mode: str) -> Callable[[], list[float]]:
         def run() -> list[float]:
@@ -168,8 +164,7 @@ def latency_table(lines: int, rounds: int) -> None:
     runs: dict[str, tuple[Callable[[], list[float]], str | None]] = {
         "channel": (channel, None),
         "unix": (asyncio_pipe, "channel"),
-        "rest": (rest(fast_path=True), None),
-        "one": (rest(fast_path=False), "rest"),
+        "rest": (rest, None),
         "fastapi": (rest_pipe("rest"), "rest"),
         "stdlib": (rest_pipe("stdlib"), "rest"),
     }
@@ -193,11 +188,6 @@ def latency_table(lines: int, rounds: int) -> None:
         name = LATENCY_ROWS[key]
         ratio = f"{stats(product)[0] / median:.2f}x" if product else "—"
         print(f"| {name:<{width}} | {median:>9.0f} | {p99:>7.0f} | {n:>5} | {ratio:>14} |")
-    fast, one = stats("rest")[0], stats("one")[0]
-    print(
-        f"\nWithout the operation fast path the REST median is {one:.0f} µs against {fast:.0f}: "
-        f"{one - fast:+.0f} µs, {(one - fast) / fast:+.1%}."
-    )
 
 
 # --- (b) throughput -------------------------------------------------------------------------

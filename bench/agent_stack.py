@@ -26,7 +26,6 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 AGENT = [sys.executable, "-m", "modal_workspace_core.agent"]
 SERVE = Path(sys.executable).with_name("modal-workspace")
-ONE_ROUTER = "gateway_one_router.py"
 TOKEN = "bench-token-0123456789abcdef"
 STARTUP_SECONDS = 60.0
 
@@ -174,16 +173,14 @@ def wait_for_http(port: int, process: subprocess.Popen[bytes], log: Path, path: 
 
 
 @contextlib.contextmanager
-def gateway(fast_path: bool = True) -> Iterator[int]:
+def gateway() -> Iterator[int]:
     """`modal-workspace serve` on the local driver at 127.0.0.1 (unisolated: bubblewrap wraps
-    the daemon only, not the data path); ends its workspaces, then itself. Without `fast_path`,
-    the same app with FastAPI's router serving the operation routes (`gateway_one_router.py`)."""
+    the daemon only, not the data path); ends its workspaces, then itself."""
     with temp_dir() as base:
         port, log = free_port(), base / "gateway.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_WORKSPACE_")}
         env |= {"MODAL_WORKSPACE_MCP_TOKEN": TOKEN, "MODAL_WORKSPACE_ISOLATION": "none"}
-        command = [str(SERVE)] if fast_path else [sys.executable, str(BENCH / ONE_ROUTER)]
-        argv = [*command, "serve", "--host", "127.0.0.1", "--port", str(port)]
+        argv = [str(SERVE), "serve", "--host", "127.0.0.1", "--port", str(port)]
         argv += ["--driver", "local", "--data-root", str(base / "data")]
         with log.open("wb") as out:
             process = subprocess.Popen(

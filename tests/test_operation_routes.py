@@ -1,5 +1,7 @@
-"""`OperationDispatch` serves the operation table's routes itself and passes everything else on
-to the app behind it (FastAPI), which also gets operation paths whose ids do not match."""
+"""The operation table's REST routes, served by FastAPI's one router: an operation answers its
+JSON, a `WorkspaceError` the error shape, a body read in parts is validated by the operation's
+own model, and paths that match no operation get FastAPI's 404/405/307 (ids that do not match
+their pattern its 400) without the driver being asked anything."""
 
 from __future__ import annotations
 
@@ -8,24 +10,13 @@ from typing import Any
 
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.service import Service
-from modal_workspace_core.surfaces.rest.routes import OperationDispatch, OperationServer
+from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import RecordingDriver
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Message
 
 WS = "ws-" + "0" * 32
 EX = "ex-" + "1" * 32
-
-
-class Behind:
-    """The app behind the dispatcher: records what reached it and answers 299."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.paths.append(scope["path"])
-        await send({"type": "http.response.start", "status": 299, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
+TOKEN = "a-test-token-of-some-length"
 
 
 async def request(
@@ -33,10 +24,16 @@ async def request(
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     scope = {
         "type": "http",
+        "http_version": "1.1",
         "method": method,
+        "scheme": "http",
         "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
         "query_string": query,
-        "headers": [],
+        "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {TOKEN}".encode())],
+        "client": ("127.0.0.1", 1234),
+        "server": ("127.0.0.1", 80),
     }
     chunks = [body[: len(body) // 2], body[len(body) // 2 :]]  # a body in two messages
 
@@ -52,30 +49,27 @@ async def request(
         sent.append(message)
 
     await app(scope, receive, send)
-    start, *bodies = sent
-    return start["status"], dict(start["headers"]), b"".join(m["body"] for m in bodies)
+    start, *bodies = [m for m in sent if m["type"].startswith("http.response")]
+    return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in bodies)
 
 
-def dispatch() -> tuple[OperationDispatch, Behind, RecordingDriver]:
+def app_on_a_recording_driver() -> tuple[Any, RecordingDriver]:
     driver = RecordingDriver()
-    behind = Behind()
-    service = Service(driver, load_settings({}))
-    return OperationDispatch(behind, OperationServer.every(service)), behind, driver
+    return create_app(Service(driver, load_settings({})), [TOKEN]), driver
 
 
-async def test_an_operation_route_is_answered_without_the_app_behind() -> None:
-    app, behind, driver = dispatch()
+async def test_an_operation_route_answers_its_json() -> None:
+    app, driver = app_on_a_recording_driver()
     status, headers, body = await request(app, "GET", "/api/workspaces")
     assert status == 200
     assert headers[b"content-type"] == b"application/json"
     assert int(headers[b"content-length"]) == len(body)
     assert json.loads(body) == {"workspaces": [], "truncated": False}
-    assert behind.paths == []
     assert [name for name, _ in driver.calls] == ["list"]
 
 
 async def test_a_workspace_error_is_answered_in_the_error_shape() -> None:
-    app, behind, _ = dispatch()
+    app, _ = app_on_a_recording_driver()
     status, _, body = await request(app, "GET", f"/api/workspaces/{WS}/realtime-execs/{EX}")
     assert status == 404
     assert json.loads(body)["error"]["code"] == "not_found"
@@ -84,30 +78,27 @@ async def test_a_workspace_error_is_answered_in_the_error_shape() -> None:
     )
     assert status == 400
     assert json.loads(body)["error"]["field"] == "cursor"
-    assert behind.paths == []
 
 
 async def test_a_body_read_in_parts_is_validated_by_the_operation() -> None:
-    app, behind, _ = dispatch()
+    app, driver = app_on_a_recording_driver()
     status, _, body = await request(
         app, "POST", f"/api/workspaces/{WS}/realtime-execs", body=b'{"command": "true", "x": 1}'
     )
     assert status == 400
     assert json.loads(body)["error"]["field"] == "x"
-    assert behind.paths == []
+    assert driver.calls == []
 
 
-async def test_everything_else_goes_on_to_the_app_behind() -> None:
-    app, behind, driver = dispatch()
-    for method, path in [
-        ("GET", "/healthz"),
-        ("GET", "/api/nowhere"),
-        ("PUT", "/api/workspaces"),  # a method no operation has on this path
-        ("HEAD", "/api/workspaces"),
-        ("GET", "/api/workspaces/ws-NOT-AN-ID"),  # FastAPI answers it with its 400
-        ("GET", "/api/workspaces/"),
+async def test_paths_that_match_no_operation_are_refused_without_the_driver() -> None:
+    app, driver = app_on_a_recording_driver()
+    for method, path, expected in [
+        ("GET", "/api/nowhere", 404),
+        ("PUT", "/api/workspaces", 405),  # a method no operation has on this path
+        ("GET", "/api/workspaces/ws-NOT-AN-ID", 400),
+        ("GET", "/api/workspaces/", 307),  # FastAPI's redirect to the path without the slash
     ]:
-        status, _, _ = await request(app, method, path)
-        assert status == 299, (method, path)
-    assert len(behind.paths) == 6
+        status, _, body = await request(app, method, path)
+        assert status == expected, (method, path, body)
+        assert status == 307 or "error" in json.loads(body), body
     assert driver.calls == []

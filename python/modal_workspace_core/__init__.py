@@ -24,8 +24,8 @@ if _typing.TYPE_CHECKING:
     from .surfaces.python_client import Workspace, WorkspaceCreation, Workspaces
 
 # Imported on first use: the agent (`python -m modal_workspace_core.agent`, in every workspace)
-# needs only the compiled core, not the service's FastAPI, pydantic and MCP (~30 MiB and half a
-# second of start-up, paid by the daemon and by every `connect`), nor asyncio for `EventRing`.
+# needs only the compiled core, not the service's FastAPI, pydantic and MCP (their memory and
+# start-up would be paid by the daemon and by every `connect`), nor asyncio for `EventRing`.
 _LAZY = {
     "EventRing": ".ring",
     "Workspace": ".surfaces.python_client",

@@ -3,8 +3,8 @@ its access-log line is written after it, not before.
 
 uvicorn writes a response's head as soon as the app starts the response, and its body in a
 second write; and it logs the request before writing either. A woken long-poll therefore paid
-for a log line and two sends (and its client for two wake-ups) before the client had its page:
-~80 µs of the ~300 µs from a process's write to a REST client (bench/README.md). Here the head
+for a log line and two sends (and its client for two wake-ups) before the client had its page,
+a large share of a line's way from a process to a REST client (bench/README.md). Here the head
 waits for the body (or for the end of the loop's turn, for a streamed response), and the line
 is logged a moment after the response is out, in uvicorn's own format and on its
 `uvicorn.access` logger.
@@ -110,8 +110,8 @@ class AccessLog:
     """ASGI middleware: one `uvicorn.access` line per HTTP request, in uvicorn's format, written
     a moment after its response has gone, not on its way.
 
-    A log line costs ~10 µs warm and ~75 µs on the cold cache of a woken long-poll; written
-    at once, it held up the client (which then often waits for this CPU). Lines are kept for
+    A log line is costly on the cold cache of a woken long-poll; written at once, it held up
+    the client (which then often waits for this CPU). Lines are kept for
     `delay` seconds and written together, which lands them in the gap before the next event
     of a stream; under a steady load the same work is only batched. Nothing is dropped: what
     is kept is written at the end of the app's lifespan too.

@@ -30,7 +30,7 @@ from ..mcp import McpEndpoint
 from .body_limit import BodyLimit
 from .forwarded import TrustedProxyHeaders
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
-from .routes import OperationDispatch, OperationRoute, OperationServer, endpoint
+from .routes import OperationRoute, OperationServer, endpoint
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 
@@ -177,8 +177,7 @@ def create_app(
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
-    # Outermost last: the bearer check, then the body bound, then the operation routes.
-    app.add_middleware(OperationDispatch, servers=servers)
+    # Outermost last: the bearer check, then the body bound.
     app.add_middleware(BodyLimit)
     app.add_middleware(BearerAuth, tokens=tokens)
     # Outermost: no part of the app sees a proxy header that no trusted proxy sent.

@@ -1,29 +1,26 @@
 """The REST routes of the operation table: each operation's route as FastAPI documents it (its
 OpenAPI signature), and the middleware that serves those routes.
 
-A request is read and validated once, by the operation's own model. `OperationDispatch` serves
-the operation routes ahead of FastAPI's exception middleware, router and request objects (what
-that saves a woken long-poll: bench/README.md); FastAPI still answers everything else (schema,
-health, MCP, and the 404/405/400 of paths that match no operation).
+A request is read and validated once, by the operation's own model: FastAPI's router finds the
+route, and `OperationRoute` hands the request's parts to the operation's server (its endpoint
+signature only documents the operation to OpenAPI).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Annotated, Any, cast
 
 from fastapi import Body, Path, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, create_model
 from starlette.datastructures import QueryParams
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ...errors import InvalidArgumentError, WorkspaceError
+from ...errors import InvalidArgumentError
 from ...operations import OPERATIONS, Operation, parse_request, run
 from ...operations.fields import Input
 from ...operations.pages import PageResult
@@ -36,8 +33,6 @@ ID_PATTERNS = {
     "exec_id": "^ex-[0-9a-f]{32}$",
     "watch_id": "^fw-[0-9a-f]{32}$",
 }
-
-_JSON = [(b"content-type", b"application/json")]
 
 
 def rest_model(op: Operation) -> type[BaseModel] | None:
@@ -167,8 +162,8 @@ def endpoint(server: OperationServer) -> Callable[..., Awaitable[Any]]:
 
 
 class OperationRoute(APIRoute):
-    """A route whose endpoint signature describes the operation to OpenAPI, while requests that
-    reach it (`OperationDispatch` serves most before they do) go to the operation's server."""
+    """A route whose endpoint signature describes the operation to OpenAPI, while the requests
+    that reach it go to the operation's server."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         server: OperationServer = cast(Any, self.endpoint).server
@@ -179,73 +174,3 @@ class OperationRoute(APIRoute):
             return Response(text, media_type="application/json")
 
         return serve
-
-
-class OperationDispatch:
-    """ASGI middleware: requests for an operation's route (method, and a path whose ids match
-    their patterns) are served here; the rest go on to `app`. A `WorkspaceError` is answered
-    as FastAPI's handler answers it; anything else propagates, to become a 500."""
-
-    def __init__(
-        self, app: ASGIApp, servers: Sequence[OperationServer], prefix: str = "/api"
-    ) -> None:
-        self.app = app
-        self.routes: dict[str, list[tuple[re.Pattern[str], OperationServer]]] = {}
-        for server in servers:
-            self.routes.setdefault(server.op.method, []).append(
-                (_path_pattern(prefix + server.op.path), server)
-            )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = scope["path"]
-            for pattern, server in self.routes.get(scope["method"], ()):
-                match = pattern.match(path)
-                if match is not None:
-                    await self._serve(server, match.groupdict(), scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
-
-    async def _serve(
-        self,
-        server: OperationServer,
-        path_params: dict[str, str],
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-    ) -> None:
-        try:
-            body = b"" if server.in_query else await _read_body(receive)
-            text = await server(QueryParams(scope["query_string"]), body, path_params)
-            status, encoded = 200, text.encode()
-        except WorkspaceError as err:
-            # As FastAPI's handler for it answers (`api.create_app`).
-            await JSONResponse(err.to_dict(), status_code=err.status)(scope, receive, send)
-            return
-        length = (b"content-length", str(len(encoded)).encode())
-        await send({"type": "http.response.start", "status": status, "headers": [*_JSON, length]})
-        await send({"type": "http.response.body", "body": encoded})
-
-
-def _path_pattern(template: str) -> re.Pattern[str]:
-    """`/workspaces/{workspace_id}/…` as a regex whose groups take exactly the ids' patterns."""
-    parts = re.split(r"{(\w+)}", template)
-    pattern = ""
-    for i, part in enumerate(parts):
-        if i % 2:
-            pattern += f"(?P<{part}>{ID_PATTERNS[part].strip('^$')})"
-        else:
-            pattern += re.escape(part)
-    return re.compile(f"^{pattern}$")
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
