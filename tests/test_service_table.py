@@ -4,6 +4,8 @@ generated from it and match it exactly, name for name."""
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 
 import mcp_types as types
 import modal_workspace_core as mwc
@@ -163,3 +165,22 @@ def test_each_surface_validates_with_its_own_bounds() -> None:
             parse_input(exec_op, {**args, "wait_seconds": most + 1}, surface)  # type: ignore[arg-type]
         assert refused.value.field == "wait_seconds"
     assert parse_input(exec_op, {**args, "wait_seconds": 600}).wait_seconds == 600  # type: ignore[attr-defined]
+
+
+def test_the_readmes_table_lists_exactly_the_operations_of_this_table() -> None:
+    """README's operations table (a name, then `_suffix` for its siblings) against `EXPECTED`:
+    this test's table is the one overview of names and routes the docs are held to."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("\n| operation | REST |", 1)[1].split("\n\n", 1)[0]
+    listed: list[str] = []
+    for line in table.splitlines():
+        cells = line.split("|")
+        if len(cells) < 3 or not cells[1].strip().startswith("`"):
+            continue
+        names = re.findall(r"`([a-z_]+)`", cells[1])
+        if not names or names[0] not in EXPECTED:
+            continue
+        first = names[0]
+        for name in names:
+            listed.append(first.rsplit("_", 1)[0] + name if name.startswith("_") else name)
+    assert sorted(listed) == sorted(EXPECTED)

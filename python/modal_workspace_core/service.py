@@ -1,7 +1,7 @@
 """The runtime every operation shares: the driver, one agent channel per workspace, background
 tasks, and the translation of every failure into the gateway's error model.
 
-Handlers (the `ops_*` modules) call `request`/`read_events` here and never see a driver's type.
+Handlers (the `operations` modules) call `request`/`read_events` here and never see a driver's type.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceEr
 class Service:
     """The state behind the operation table: one per server (or per `Workspaces` client)."""
 
-    # Work owed to a workspace whenever this process first reaches its agent (set by the table
-    # in `service.py`): e.g. repo bookkeeping a restarted gateway left unfinished.
+    # Work owed to a workspace whenever this process first reaches its agent (set by
+    # `operations`): e.g. repo bookkeeping a restarted gateway left unfinished.
     on_first_connect: ClassVar[tuple[Callable[[Service, str], Coroutine[Any, Any, None]], ...]] = ()
 
     def __init__(self, driver: Driver, settings: Settings) -> None:

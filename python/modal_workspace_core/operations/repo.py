@@ -157,7 +157,7 @@ async def _start(
     svc: Service, record: WorkspaceRecord, args: dict[str, Any], tags: dict[str, str]
 ) -> str:
     """Starts the exec of `args` and records `tags` in the background once it succeeds
-    (`repo_pending`: a restarted gateway finishes what this one could not)."""
+    (`git.pending`: a restarted gateway finishes what this one could not)."""
     ws = record.workspace_id
     exec_id = str(args["exec_id"])
     if tags:

@@ -53,14 +53,14 @@ class SandboxLayout:
     # Host paths that must stay invisible even if a read-only mount would cover them (the data
     # root with every other workspace, the host user's home).
     hidden: tuple[Path, ...] = ()
-    # Root only: the user namespace's ids are mapped by the launcher (`sandbox_launch`), so that
+    # Root only: the user namespace's ids are mapped by the launcher (`bubblewrap_launch`), so that
     # the agent and the workspace's commands run as different host uids.
     mapped_ids: bool = False
 
 
 @dataclass(frozen=True)
 class LaunchFds:
-    """The descriptors bwrap synchronises its start with (`sandbox_launch` holds the other
+    """The descriptors bwrap synchronises its start with (`bubblewrap_launch` holds the other
     ends): it reports its child's pid, then waits for the user namespace's id maps and for the
     network to be attached before it runs the command."""
 
