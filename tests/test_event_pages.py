@@ -1,6 +1,6 @@
 """The page a client gets (`event_pages`): the JSON REST sends, composed around the agent's own
 event JSON, says exactly what the `EventPage` model says; `done` and the state shown follow
-ARCHITECTURE.md §4.2. The pages are real ones, read from the core's `EventRing`."""
+docs/architecture.md §5.2. The pages are real ones, read from the core's `EventRing`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The one error model of the gateway (ARCHITECTURE.md §4.3): a code, a message, an HTTP status.
+"""The one error model of the gateway (docs/architecture.md §5.3): a code, a message, an HTTP
+status.
 
 REST renders these as `{"error": {"code", "message", "field"?}}`, MCP as `isError` results with
 the same text; policy rejections and the agent's error codes are translated here, in one place.

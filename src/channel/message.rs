@@ -57,7 +57,7 @@ fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Map<String, V
     Ok(Option::<Map<String, Value>>::deserialize(d)?.unwrap_or_default())
 }
 
-/// The error codes of docs/protocol.md (ARCHITECTURE.md §4.3).
+/// The error codes of docs/protocol.md (docs/architecture.md §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

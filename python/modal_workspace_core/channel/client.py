@@ -265,7 +265,7 @@ class AgentClient:
         max_bytes: int = 65536,
         wait_seconds: float = 0.0,
     ) -> Page:
-        """The events of an exec or watch after `cursor` (ARCHITECTURE.md §4.2), served from
+        """The events of an exec or watch after `cursor` (docs/architecture.md §5.2), served from
         the cache; subscribes on first use. With `wait_seconds`, waits until an event exists or
         the stream ends. Cursors older than the cache are read from the agent's log, and so is
         an exec whose stream the cache has no room for (every cached stream has a reader)."""

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::channel::message::ErrorCode;
 
-/// What went wrong, in the terms of the product's error model (ARCHITECTURE.md §4.3).
+/// What went wrong, in the terms of the product's error model (docs/architecture.md §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileErrorKind {

@@ -4,8 +4,8 @@
 //! # The guarantee
 //!
 //! The gateway has already decided, lexically, that the client may name a path
-//! (ARCHITECTURE.md §5). This module decides what that name *is*, canonically, at the moment of
-//! use, and never reads or writes anything outside the root:
+//! (docs/architecture.md §5.4). This module decides what that name *is*, canonically, at the
+//! moment of use, and never reads or writes anything outside the root:
 //!
 //! - The root is opened once as an `O_PATH | O_DIRECTORY` fd. Every path is resolved relative
 //!   to that fd with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`: the kernel itself
