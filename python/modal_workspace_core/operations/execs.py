@@ -421,12 +421,7 @@ async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> PageR
     )
 
 
-@declare(
-    method="GET",
-    path=EX,
-    hints=READ,
-    summary="Get a realtime exec's state and exit code.",
-)
+@declare(method="GET", path=EX, hints=READ, summary="Get a realtime exec's state and exit code.")
 async def workspace_realtime_exec_status(svc: Service, inp: ExecRef) -> ExecStatus:
     result, _ = await svc.request(inp.workspace_id, "exec.status", {"exec_id": inp.exec_id})
     return status_out(inp.exec_id, result)

@@ -111,12 +111,7 @@ async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> PageRes
     return result
 
 
-@declare(
-    method="GET",
-    path=FW,
-    hints=READ,
-    summary="Get a file watch's state.",
-)
+@declare(method="GET", path=FW, hints=READ, summary="Get a file watch's state.")
 async def workspace_file_watch_status(svc: Service, inp: WatchRef) -> WatchStatus:
     result, _ = await svc.request(inp.workspace_id, "watch.status", {"watch_id": inp.watch_id})
     return _watch_out(inp.watch_id, result)
@@ -133,12 +128,7 @@ async def workspace_file_watch_list(svc: Service, inp: WatchListInput) -> WatchL
     return WatchListResult(watches=[_watch_out("", w) for w in result.get("watches") or []])
 
 
-@declare(
-    method="DELETE",
-    path=FW,
-    hints=REWRITE,
-    summary="Stop a file watch.",
-)
+@declare(method="DELETE", path=FW, hints=REWRITE, summary="Stop a file watch.")
 async def workspace_file_watch_cancel(svc: Service, inp: WatchRef) -> WatchStatus:
     result, _ = await svc.request(inp.workspace_id, "watch.cancel", {"watch_id": inp.watch_id})
     return _watch_out(inp.watch_id, result)

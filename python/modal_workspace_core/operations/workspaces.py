@@ -146,12 +146,7 @@ async def _create(
     return await svc.driver.create(policy.new_id("ws"), spec)
 
 
-@declare(
-    method="GET",
-    path="/workspaces",
-    hints=READ,
-    summary="List the workspaces.",
-)
+@declare(method="GET", path="/workspaces", hints=READ, summary="List the workspaces.")
 async def workspace_list(svc: Service, inp: WorkspaceList) -> WorkspaceListResult:
     records = await svc.driver.list()
     return WorkspaceListResult(workspaces=[_out(r) for r in records if r.state != "terminated"])
