@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import pytest
 from modal_workspace_core import models as m
 from modal_workspace_core import policy
+from modal_workspace_core._core import AGENT_OPS, REPEATABLE_AGENT_OPS
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import (
     NotFoundError,
@@ -18,7 +18,7 @@ from modal_workspace_core.errors import (
 )
 from modal_workspace_core.ops_execs import Capture, derived_exec_id
 from modal_workspace_core.ops_files import decode_text
-from modal_workspace_core.service_core import client_path, translate_error
+from modal_workspace_core.service_core import REPEATABLE_OPS, translate_error
 
 WS = "ws-" + "a" * 32
 
@@ -27,16 +27,16 @@ def test_default_paths_are_canonical_like_client_paths() -> None:
     assert m.FileList(workspace_id=WS).path == "/workspace"
     assert m.FileSearch(workspace_id=WS, pattern="x").path == "/workspace"
     assert m.WatchStart(workspace_id=WS).path == "/workspace"
-    assert m.relative("/workspace") == "."
-    assert m.relative("/workspace/a/b") == "a/b"
-    with pytest.raises(ValueError):
-        m.relative(".")
 
 
-def test_agent_paths_come_back_under_workspace() -> None:
-    assert client_path("") == "/workspace"
-    assert client_path("a/b") == "/workspace/a/b"
-    assert client_path("/workspace/a") == "/workspace/a"
+def test_the_repeatable_agent_ops_come_from_the_cores_table() -> None:
+    assert REPEATABLE_OPS is REPEATABLE_AGENT_OPS
+    assert set(AGENT_OPS) > REPEATABLE_OPS
+    never_twice = {"exec.input", "exec.resize", "file.edit", "file.remove", "watch.start"}
+    assert set(AGENT_OPS) - REPEATABLE_OPS == never_twice
+    protocol = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
+    for op in AGENT_OPS:
+        assert f"`{op}`" in protocol, op
 
 
 def test_capture_keeps_head_and_tail_and_counts_everything() -> None:

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
 from . import policy
-from ._core import Page, PolicyError
+from ._core import REPEATABLE_AGENT_OPS, Page, PolicyError
 from .agent_client import AgentClient, AgentError
 from .config import Settings
 from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
@@ -39,29 +39,9 @@ log = logging.getLogger("modal_workspace_core.service")
 # long-running handlers report (bytes of output so far, the latest line) through it.
 Reporter = Callable[[float, str], Awaitable[None]]
 T = TypeVar("T")
-# Agent requests that may be sent again after a lost channel without doing anything twice.
-REPEATABLE_OPS = frozenset(
-    {
-        "ping",
-        "exec.start",
-        "exec.status",
-        "exec.list",
-        "exec.notes",
-        "exec.settle",
-        "exec.cancel",
-        "exec.read",
-        "file.stat",
-        "file.read",
-        "file.list",
-        "file.glob",
-        "file.grep",
-        "file.write",
-        "file.mkdir",
-        "watch.status",
-        "watch.list",
-        "watch.cancel",
-    }
-)
+# Agent requests that may be sent again after a lost channel without doing anything twice: the
+# core's table of agent ops says which.
+REPEATABLE_OPS = REPEATABLE_AGENT_OPS
 PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 # The monotonic time by which the current call's surface must answer (GPT Actions gives up at
 # 45 s): every agent request of the call ends by then, whatever its own deadline.

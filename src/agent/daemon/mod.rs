@@ -2,7 +2,6 @@
 //! exec registry with its durable logs, and serves the channel protocol on a unix socket.
 
 mod agent_env;
-mod args;
 mod askpass;
 mod exec_io;
 mod exec_steps;
