@@ -391,15 +391,6 @@ def path_fields(model: type[BaseModel]) -> frozenset[str]:
     )
 
 
-def relative(path: str) -> str:
-    """A validated `/workspace/...` path as the agent takes it: relative to its root."""
-    if path == WORKSPACE_ROOT:
-        return "."
-    if not path.startswith(WORKSPACE_ROOT + "/"):
-        raise ValueError(f"not a validated workspace path: {path[:64]!r}")
-    return path[len(WORKSPACE_ROOT) + 1 :]
-
-
 __all__ = sorted(
     name
     for name, value in list(globals().items())

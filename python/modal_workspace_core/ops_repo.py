@@ -24,7 +24,6 @@ from .models import (
     RepoFetch,
     RepoStatusInput,
 )
-from .models import relative as rel
 from .ops_execs import exec_args, run_to_end
 from .repo_pending import pending_note, settle
 from .results import RepoDiff, RepoOperation, RepoStatus
@@ -145,7 +144,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
         askpass=askpass,
         ref=inp.ref,
         depth=inp.depth,
-        workspace_argv=gitcmd.clone_from_mirror_argv(mirror, rel(dest), inp.ref, inp.depth, url),
+        workspace_argv=gitcmd.clone_from_mirror_argv(mirror, dest, inp.ref, inp.depth, url),
         use_token=inp.use_github_token,
         tags=tags,
     )
@@ -162,7 +161,7 @@ async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
     done = await run_to_end(
         svc,
         record,
-        argv=["git", "-C", f"./{rel(dest)}", "config", "--get", "remote.origin.url"],
+        argv=["git", "-C", gitcmd.repo_dir(dest), "config", "--get", "remote.origin.url"],
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=60,
         cap=4096,
@@ -197,7 +196,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
         askpass=askpass,
         ref=inp.ref,
         depth=inp.depth,
-        workspace_argv=gitcmd.fetch_from_mirror_argv(mirror, rel(dest), inp.ref, inp.depth),
+        workspace_argv=gitcmd.fetch_from_mirror_argv(mirror, dest, inp.ref, inp.depth),
         use_token=inp.use_github_token,
         tags=tags,
     )
@@ -206,7 +205,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
 
 async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
-    argv = gitcmd.checkout_argv(rel(inp.destination), inp.ref, inp.create_branch)
+    argv = gitcmd.checkout_argv(inp.destination, inp.ref, inp.create_branch)
     tags = {"repo-ref": inp.ref} if record.tags.get("repo-path") == inp.destination else {}
     args = exec_args(record, policy.new_id("ex"), argv=argv, env=dict(gitcmd.WORKSPACE_STEP_ENV))
     exec_id = await _start(svc, record, args, tags)
@@ -224,7 +223,7 @@ async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
     done = await run_to_end(
         svc,
         record,
-        argv=gitcmd.status_argv(rel(inp.destination)),
+        argv=gitcmd.status_argv(inp.destination),
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=120,
         cap=4 * 1024 * 1024,
@@ -244,7 +243,7 @@ async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:
     done = await run_to_end(
         svc,
         record,
-        argv=gitcmd.diff_argv(rel(inp.destination), inp.stat, inp.cached),
+        argv=gitcmd.diff_argv(inp.destination, inp.stat, inp.cached),
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=300,
         cap=inp.max_bytes,

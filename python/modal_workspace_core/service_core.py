@@ -369,11 +369,3 @@ def host_path(record: WorkspaceRecord, path: str) -> str:
         if path != WORKSPACE_ROOT
         else record.root
     )
-
-
-def client_path(path: str) -> str:
-    """A path from the agent (relative to the root) as clients see it: under `/workspace`."""
-    if path.startswith(WORKSPACE_ROOT + "/") or path == WORKSPACE_ROOT:
-        return path
-    path = path.lstrip("/")
-    return WORKSPACE_ROOT if path in ("", ".") else f"{WORKSPACE_ROOT}/{path.removeprefix('./')}"

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::askpass::{Credential, Credentials};
 use super::meta::StepMeta;
-use crate::agent::ops::policy as policy_error;
+use crate::agent::ops::{policy as policy_error, under_root};
 use crate::agent::ops::{StepCredential, StepProgram, StepRequest};
 use crate::agent::process::{ExecSpec, Identity, PidSlot, Redactor};
 use crate::channel::message::ErrorBody;
@@ -66,7 +66,7 @@ impl StepRules {
         }
         let workdir = match &step.workdir {
             Some(dir) => Some(
-                policy::workspace_path(&self.root, dir)
+                policy::workspace_path(&self.root, &under_root(dir))
                     .map_err(|e| policy_error(&step.field("workdir"), e))?,
             ),
             None => None,

@@ -1,12 +1,13 @@
 //! The `file.*` requests: the path put under the daemon's root and checked lexically by the
-//! policy, and the contained `files` operation run (on a blocking thread).
+//! policy, the contained `files` operation run (on a blocking thread), and the result's paths
+//! said under `/workspace`.
 
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use crate::agent::files::{GlobQuery, GrepQuery, Workspace};
-use crate::agent::ops::{file_error, internal, policy};
+use crate::agent::ops::{file_error, internal, policy, shown_path, under_root};
 use crate::agent::ops::{FileOp, FileRequest};
 use crate::channel::message::ErrorBody;
 use crate::channel::server::Reply;
@@ -33,20 +34,25 @@ fn run_inner(
     request: FileRequest,
 ) -> Result<(Value, Vec<u8>), ErrorBody> {
     let FileRequest { path, op } = request;
-    let path = rules::workspace_path(root, &path).map_err(|e| policy("path", e))?;
+    let path = rules::workspace_path(root, &under_root(&path)).map_err(|e| policy("path", e))?;
     let result = match op {
         FileOp::Stat => {
-            let stat = ws.stat(&path).map_err(file_error)?;
+            let mut stat = ws.stat(&path).map_err(file_error)?;
+            stat.path = shown_path(&stat.path);
             to_value(stat)?
         }
         FileOp::List(options) => {
-            let listing = ws.list(&path, options).map_err(file_error)?;
+            let mut listing = ws.list(&path, options).map_err(file_error)?;
+            listing.path = shown_path(&listing.path);
+            for entry in &mut listing.entries {
+                entry.path = shown_path(&entry.path);
+            }
             to_value(listing)?
         }
         FileOp::Read(options) => {
             let chunk = ws.read(&path, options).map_err(file_error)?;
             let meta = json!({
-                "path": chunk.path,
+                "path": shown_path(&chunk.path),
                 "offset": chunk.offset,
                 "length": chunk.data.len(),
                 "total_size": chunk.total_size,
@@ -56,26 +62,30 @@ fn run_inner(
             return Ok((meta, chunk.data));
         }
         FileOp::Write { options, content } => {
-            let outcome = ws.write(&path, &content, options).map_err(file_error)?;
+            let mut outcome = ws.write(&path, &content, options).map_err(file_error)?;
+            outcome.path = shown_path(&outcome.path);
             to_value(outcome)?
         }
         FileOp::Edit(edit) => {
-            let outcome = ws.edit(&path, &edit).map_err(file_error)?;
+            let mut outcome = ws.edit(&path, &edit).map_err(file_error)?;
+            outcome.path = shown_path(&outcome.path);
             to_value(outcome)?
         }
         FileOp::Remove { recursive } => {
-            let outcome = ws.remove(&path, recursive).map_err(file_error)?;
+            let mut outcome = ws.remove(&path, recursive).map_err(file_error)?;
+            outcome.path = shown_path(&outcome.path);
             to_value(outcome)?
         }
         FileOp::Mkdir { parents } => {
-            let outcome = ws.mkdir(&path, parents).map_err(file_error)?;
+            let mut outcome = ws.mkdir(&path, parents).map_err(file_error)?;
+            outcome.path = shown_path(&outcome.path);
             to_value(outcome)?
         }
         FileOp::Glob(options) => {
             let mut q = GlobQuery::new(path, options.pattern);
             q.max_results = options.max_results.unwrap_or(q.max_results);
             q.max_files = options.max_files.unwrap_or(q.max_files);
-            to_value(ws.glob(&q).map_err(file_error)?)?
+            shown_hits(ws.glob(&q).map_err(file_error)?)?
         }
         FileOp::Grep(options) => {
             let mut q = GrepQuery::new(path, options.pattern);
@@ -85,8 +95,15 @@ fn run_inner(
             q.max_files = options.max_files.unwrap_or(q.max_files);
             q.max_file_size = options.max_file_size.unwrap_or(q.max_file_size);
             q.max_line_chars = options.max_line_chars.unwrap_or(q.max_line_chars);
-            to_value(ws.grep(&q).map_err(file_error)?)?
+            shown_hits(ws.grep(&q).map_err(file_error)?)?
         }
     };
     Ok((result, Vec::new()))
+}
+
+fn shown_hits(mut result: crate::agent::files::SearchResult) -> Result<Value, ErrorBody> {
+    for hit in &mut result.hits {
+        hit.path = shown_path(&hit.path);
+    }
+    to_value(result)
 }

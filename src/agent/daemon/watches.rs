@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::agent::files::Workspace;
-use crate::agent::ops::{file_error, internal, policy as policy_error};
+use crate::agent::ops::{file_error, internal, policy as policy_error, shown_path, under_root};
 use crate::agent::ops::{WatchRef, WatchStartRequest};
 use crate::agent::watch::{EventKind, WatchEnd, WatchMessage, WatchRegistry, WatchRequest};
 use crate::channel::message::{ErrorBody, ErrorCode};
@@ -93,8 +93,8 @@ impl WatchStreams {
             Some(id) => id,
             None => policy::new_id("fw").map_err(|e| internal("cannot make a watch id", e))?,
         };
-        let path =
-            policy::workspace_path(&self.root, &start.path).map_err(|e| policy_error("path", e))?;
+        let path = policy::workspace_path(&self.root, &under_root(&start.path))
+            .map_err(|e| policy_error("path", e))?;
         let mut request = WatchRequest::new(id.clone(), path.clone());
         request.kinds = start.kinds;
         request.timeout = start.timeout;
@@ -102,18 +102,11 @@ impl WatchStreams {
             EventRing::new(WATCH_RING_BYTES, None)
                 .map_err(|e| internal("cannot make a ring", e))?,
         );
-        let rel = path
-            .strip_prefix(&self.root)
-            .unwrap_or("")
-            .trim_start_matches('/');
+        let rel = path.strip_prefix(&self.root).unwrap_or("");
         let entry = Arc::new(WatchEntry {
             ring: Arc::clone(&ring),
             id: id.clone(),
-            path: if rel.is_empty() {
-                ".".into()
-            } else {
-                rel.into()
-            },
+            path: shown_path(rel),
             created_ms: timestamp::now_millis(),
             state: Mutex::new(("watching".into(), None)),
         });

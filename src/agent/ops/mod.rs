@@ -10,6 +10,7 @@
 mod args;
 mod exec;
 mod file;
+mod paths;
 mod watch;
 
 use serde_json::{Map, Value};
@@ -23,6 +24,8 @@ pub(crate) use exec::{
     StepCredential, StepProgram, StepRequest,
 };
 pub(crate) use file::{FileOp, FileRequest};
+pub(crate) use paths::under_root;
+pub use paths::{shown_path, CLIENT_ROOT};
 pub(crate) use watch::{WatchRef, WatchStartRequest};
 
 /// Every op the daemon serves.

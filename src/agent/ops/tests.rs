@@ -171,3 +171,42 @@ fn a_start_reads_its_steps_in_order_with_their_fields() {
     assert_eq!(start.steps[1].program, StepProgram::Shell("echo hi".into()));
     assert_eq!(start.steps[1].field("workdir"), "steps[1].workdir");
 }
+
+#[test]
+fn client_paths_under_workspace_are_taken_relative_to_the_root() {
+    for (given, taken) in [
+        ("/workspace", "."),
+        ("/workspace/", "."),
+        ("/workspace/a/b", "a/b"),
+        ("/workspace//a", "a"),
+        ("/workspace/../etc", "../etc"),
+        ("a/b", "a/b"),
+        (".", "."),
+        ("/workspaces/a", "/workspaces/a"),
+        ("/srv/ws/a", "/srv/ws/a"),
+    ] {
+        assert_eq!(under_root(given), taken, "{given}");
+    }
+}
+
+#[test]
+fn an_escape_named_under_workspace_is_still_refused() {
+    for path in ["/workspace/../etc/passwd", "/workspace/a/../../x"] {
+        let e = crate::policy::workspace_path("/srv/ws", &under_root(path)).unwrap_err();
+        assert_eq!(e.rule, "path.escapes-root", "{path}");
+    }
+}
+
+#[test]
+fn results_name_paths_under_workspace() {
+    for (relative, shown) in [
+        ("", "/workspace"),
+        (".", "/workspace"),
+        ("a", "/workspace/a"),
+        ("a/b", "/workspace/a/b"),
+        ("./a", "/workspace/a"),
+        ("/a/", "/workspace/a"),
+    ] {
+        assert_eq!(shown_path(relative), shown, "{relative}");
+    }
+}
