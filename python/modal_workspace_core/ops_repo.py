@@ -166,6 +166,7 @@ async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
         timeout_seconds=60,
         cap=4096,
         head_only=True,
+        internal=True,
     )
     if done.status.get("returncode") != 0:
         raise _git_failure(done.stderr.text() or "no remote 'origin'", dest)
@@ -228,6 +229,7 @@ async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
         timeout_seconds=120,
         cap=4 * 1024 * 1024,
         head_only=True,
+        internal=True,
     )
     if done.status.get("returncode") != 0:
         raise _git_failure(done.stderr.text(), inp.destination)
@@ -248,6 +250,7 @@ async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:
         timeout_seconds=300,
         cap=inp.max_bytes,
         head_only=True,
+        internal=True,
     )
     if done.status.get("returncode") != 0:
         raise _git_failure(done.stderr.text(), inp.destination)

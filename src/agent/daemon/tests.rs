@@ -338,3 +338,32 @@ async fn a_note_is_kept_with_its_exec_until_settled_across_a_restart() {
         Some("note")
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_internal_exec_is_left_out_of_the_list_also_after_a_restart() {
+    let dir = TempDir::new();
+    let reg = registry(&dir.0);
+    let user = reg.start_json(&args(json!({"argv": ["true"]}))).unwrap();
+    let internal = reg
+        .start_json(&args(json!({"argv": ["true"], "internal": true})))
+        .unwrap();
+    let internal_id = internal["exec_id"].as_str().unwrap().to_owned();
+    wait_final(&dir.0, &internal_id).await;
+    let listed = |reg: &ExecRegistry| -> Vec<Value> {
+        let list = reg.list();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["exec_id"].clone())
+            .collect()
+    };
+    assert_eq!(listed(&reg), [user["exec_id"].clone()]);
+    // Its status is still there for the gateway that follows it.
+    assert_eq!(
+        reg.record(&internal_id).unwrap().status()["state"],
+        "finished"
+    );
+    drop(reg);
+    let reg = registry(&dir.0);
+    assert_eq!(listed(&reg), [user["exec_id"].clone()]);
+}
