@@ -1,72 +1,27 @@
-//! Per-exec I/O requests: stdin jobs written in request order by one task per exec, terminal
-//! resize, and `exec.read` pages (long-polled, read on a blocking thread).
+//! Per-exec I/O: stdin jobs written in request order by one task per exec, and `exec.read`
+//! pages (long-polled, read on a blocking thread).
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::execs::ExecRegistry;
 use super::record::ExecRecord;
-use crate::agent::ops::{internal, log_error, InputRequest, ReadRequest, ResizeRequest};
+use crate::agent::ops::{internal, log_error, ReadRequest};
 use crate::agent::process::{Exec, StdinError};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::ring::Page;
 
 /// One `exec.input` request, queued in arrival order.
 pub(super) struct InputJob {
-    data: Vec<u8>,
-    eof: bool,
-    reply: oneshot::Sender<Result<usize, ErrorBody>>,
-}
-
-impl ExecRegistry {
-    /// Queues stdin for the exec in request order; the future resolves once it is written.
-    pub(crate) fn input(
-        &self,
-        input: InputRequest,
-    ) -> Result<oneshot::Receiver<Result<usize, ErrorBody>>, ErrorBody> {
-        let InputRequest { exec_id, data, eof } = input;
-        let entries = self.entries.lock();
-        let entry = entries
-            .get(&exec_id)
-            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("no exec '{exec_id}'")))?;
-        let closed = || {
-            ErrorBody::new(
-                ErrorCode::Conflict,
-                "this exec does not take input: it has ended or was run by an earlier agent",
-            )
-        };
-        let tx = entry.input.as_ref().ok_or_else(closed)?;
-        let (reply, rx) = oneshot::channel();
-        tx.send(InputJob { data, eof, reply })
-            .map_err(|_| closed())?;
-        Ok(rx)
-    }
-
-    pub(crate) fn resize(&self, resize: ResizeRequest) -> Result<Value, ErrorBody> {
-        let record = self.record(&resize.exec_id)?;
-        let exec = record
-            .exec
-            .get()
-            .ok_or_else(|| ErrorBody::new(ErrorCode::Conflict, "this exec is not running here"))?;
-        exec.resize(resize.size.rows, resize.size.cols)
-            .map_err(|e| ErrorBody::new(ErrorCode::Conflict, e.to_string()))?;
-        Ok(record.status())
-    }
-
-    pub(crate) fn read(&self, read: ReadRequest) -> Result<PageRead, ErrorBody> {
-        Ok(PageRead {
-            record: self.record(&read.exec_id)?,
-            request: read,
-        })
-    }
+    pub(super) data: Vec<u8>,
+    pub(super) eof: bool,
+    pub(super) reply: oneshot::Sender<Result<usize, ErrorBody>>,
 }
 
 /// An `exec.read` of an exec this daemon knows.
 pub(crate) struct PageRead {
-    record: Arc<ExecRecord>,
-    request: ReadRequest,
+    pub(super) record: Arc<ExecRecord>,
+    pub(super) request: ReadRequest,
 }
 
 impl PageRead {

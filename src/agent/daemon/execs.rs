@@ -1,5 +1,5 @@
 //! The exec registry: starting execs from validated requests, stdin in request order, cancel
-//! (also before start), resize, status, listing, and the records of earlier daemons.
+//! (also before start), resize, reads, status, listing, and the records of earlier daemons.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -8,16 +8,17 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::askpass::Credentials;
-use super::exec_io::InputJob;
+use super::exec_io::{InputJob, PageRead};
 use super::exec_steps::StepRules;
 use super::meta::{ExecMeta, PtyMeta};
 use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::ops::{internal, policy as policy_error, CancelRequest, StartRequest};
+use crate::agent::ops::{InputRequest, ReadRequest, ResizeRequest};
 use crate::agent::process::{Redactor, Supervisor};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy;
@@ -272,6 +273,47 @@ impl ExecRegistry {
         drop(entries);
         self.pruner().prune();
         Ok(status)
+    }
+
+    /// Queues stdin for the exec in request order; the future resolves once it is written.
+    pub(crate) fn input(
+        &self,
+        input: InputRequest,
+    ) -> Result<oneshot::Receiver<Result<usize, ErrorBody>>, ErrorBody> {
+        let InputRequest { exec_id, data, eof } = input;
+        let entries = self.entries.lock();
+        let entry = entries
+            .get(&exec_id)
+            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("no exec '{exec_id}'")))?;
+        let closed = || {
+            ErrorBody::new(
+                ErrorCode::Conflict,
+                "this exec does not take input: it has ended or was run by an earlier agent",
+            )
+        };
+        let tx = entry.input.as_ref().ok_or_else(closed)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(InputJob { data, eof, reply })
+            .map_err(|_| closed())?;
+        Ok(rx)
+    }
+
+    pub(crate) fn resize(&self, resize: ResizeRequest) -> Result<Value, ErrorBody> {
+        let record = self.record(&resize.exec_id)?;
+        let exec = record
+            .exec
+            .get()
+            .ok_or_else(|| ErrorBody::new(ErrorCode::Conflict, "this exec is not running here"))?;
+        exec.resize(resize.size.rows, resize.size.cols)
+            .map_err(|e| ErrorBody::new(ErrorCode::Conflict, e.to_string()))?;
+        Ok(record.status())
+    }
+
+    pub(crate) fn read(&self, read: ReadRequest) -> Result<PageRead, ErrorBody> {
+        Ok(PageRead {
+            record: self.record(&read.exec_id)?,
+            request: read,
+        })
     }
 
     /// Every exec's record, oldest first.

@@ -88,9 +88,6 @@ impl DaemonConfig {
             config_stdin: false,
         }
     }
-}
-
-impl DaemonConfig {
     /// Where git's askpass asks the daemon for a step's token: beside the channel's socket.
     pub fn askpass_socket(&self) -> PathBuf {
         let mut path = self.socket.as_os_str().to_owned();
