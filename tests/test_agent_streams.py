@@ -222,7 +222,48 @@ def test_files_are_contained_and_edited_over_the_wire(base: Path) -> None:
             assert err.value.code == code, path
             assert str(d.root.resolve()) not in err.value.message
         hits = w.call("file.grep", {"path": ".", "pattern": "three"})["hits"]
-        assert [h["path"] for h in hits] == ["src/a.txt"]
+        assert [h["path"] for h in hits] == ["/workspace/src/a.txt"]
+    finally:
+        d.stop()
+
+
+def test_an_agent_in_a_host_directory_speaks_paths_under_workspace(base: Path) -> None:
+    d = start_daemon(base)
+    try:
+        w = d.wire()
+        assert not str(d.root).startswith("/workspace")
+        a_txt = {"path": "/workspace/src/a.txt", "create_parents": True}
+        wrote = w.call("file.write", a_txt, b"hi")
+        assert wrote["path"] == "/workspace/src/a.txt"
+        assert (d.root / "src" / "a.txt").read_bytes() == b"hi"
+        meta, data = w.response(w.submit("file.read", {"path": "/workspace/src/a.txt"}))
+        assert (meta["path"], data) == ("/workspace/src/a.txt", b"hi")
+        assert w.call("file.stat", {"path": "/workspace"})["path"] == "/workspace"
+        listed = w.call("file.list", {"path": "/workspace", "depth": 1})
+        assert [e["path"] for e in listed["entries"]] == ["/workspace/src", "/workspace/src/a.txt"]
+        hits = w.call("file.glob", {"path": "/workspace/src", "pattern": "*.txt"})["hits"]
+        assert [h["path"] for h in hits] == ["/workspace/src/a.txt"]
+        edit = w.call("file.edit", {"path": "src/a.txt", "old": "hi", "new": "ho"})
+        assert edit["path"] == "/workspace/src/a.txt"
+        assert w.call("file.mkdir", {"path": "/workspace/d"})["path"] == "/workspace/d"
+        removed = w.call("file.remove", {"path": "/workspace/d", "recursive": True})
+        assert removed["path"] == "/workspace/d"
+        watch = w.call("watch.start", {"path": "/workspace/src"})
+        assert watch["path"] == "/workspace/src"
+        w.call("watch.cancel", {"watch_id": watch["watch_id"]})
+        # Named under /workspace, an escape is as refused as ever, and the host root unsaid.
+        os.symlink("/etc", d.root / "etc-link")
+        for path, code in [
+            ("/workspace/../outside", "invalid_argument"),
+            ("/workspace/etc-link/passwd", "permission"),
+        ]:
+            with pytest.raises(AgentError) as err:
+                w.call("file.read", {"path": path})
+            assert err.value.code == code, path
+            assert str(d.root.resolve()) not in err.value.message
+        with pytest.raises(AgentError) as err:
+            w.call("file.write", {"path": "/workspace/etc-link/x"}, b"x")
+        assert err.value.code == "permission"
     finally:
         d.stop()
 

@@ -251,6 +251,20 @@ async def test_generated_methods_take_required_fields_positionally(wss: mwc.Work
     assert (info.value.code, info.value.field) == ("invalid_argument", "path")
 
 
+async def test_the_gateways_own_git_runs_are_not_in_the_exec_list(wss: mwc.Workspaces) -> None:
+    ws = await wss.create()
+    setup = "git init -q repo && cd repo && echo x > a && git add a && echo y > b"
+    user_run = await ws.exec(setup)
+    assert user_run.returncode == 0, user_run.stderr
+    user_realtime = await ws.realtime_exec_start("true")
+    status = await ws.repo_status("repo")
+    assert [e.path for e in status.entries] == ["a", "b"]
+    diff = await ws.repo_diff("repo")
+    assert "+y" in diff.diff
+    listed = await ws.realtime_exec_list()
+    assert {e.exec_id for e in listed.execs} == {user_run.exec_id, user_realtime.exec_id}
+
+
 async def test_a_workspace_whose_agent_died_answers_again(wss: mwc.Workspaces) -> None:
     ws = await wss.create()
     first = await ws.exec("echo before")

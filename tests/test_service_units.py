@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import pytest
 from modal_workspace_core import policy
+from modal_workspace_core._core import AGENT_OPS, REPEATABLE_AGENT_OPS
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import (
     NotFoundError,
@@ -16,10 +16,9 @@ from modal_workspace_core.errors import (
     from_agent_error,
 )
 from modal_workspace_core.operations.execs import Capture, derived_exec_id
-from modal_workspace_core.operations.fields import relative
 from modal_workspace_core.operations.files import FileList, FileSearch, decode_text
 from modal_workspace_core.operations.watches import WatchStart
-from modal_workspace_core.service import client_path, translate_error
+from modal_workspace_core.service import REPEATABLE_OPS, translate_error
 
 WS = "ws-" + "a" * 32
 
@@ -28,16 +27,16 @@ def test_default_paths_are_canonical_like_client_paths() -> None:
     assert FileList(workspace_id=WS).path == "/workspace"
     assert FileSearch(workspace_id=WS, pattern="x").path == "/workspace"
     assert WatchStart(workspace_id=WS).path == "/workspace"
-    assert relative("/workspace") == "."
-    assert relative("/workspace/a/b") == "a/b"
-    with pytest.raises(ValueError):
-        relative(".")
 
 
-def test_agent_paths_come_back_under_workspace() -> None:
-    assert client_path("") == "/workspace"
-    assert client_path("a/b") == "/workspace/a/b"
-    assert client_path("/workspace/a") == "/workspace/a"
+def test_the_repeatable_agent_ops_come_from_the_cores_table() -> None:
+    assert REPEATABLE_OPS is REPEATABLE_AGENT_OPS
+    assert set(AGENT_OPS) > REPEATABLE_OPS
+    never_twice = {"exec.input", "exec.resize", "file.edit", "file.remove", "watch.start"}
+    assert set(AGENT_OPS) - REPEATABLE_OPS == never_twice
+    protocol = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
+    for op in AGENT_OPS:
+        assert f"`{op}`" in protocol, op
 
 
 def test_capture_keeps_head_and_tail_and_counts_everything() -> None:

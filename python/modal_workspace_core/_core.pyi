@@ -6,10 +6,12 @@ from typing import Any, Literal, Self, final
 from typing_extensions import disjoint_base
 
 __all__ = [
+    "AGENT_OPS",
     "IDEMPOTENCY_TAG",
     "MANAGED_TAGS",
     "MANAGED_TAG_PREFIXES",
     "MAX_TAGS",
+    "REPEATABLE_AGENT_OPS",
     "WORKSPACE_TAGS",
     "AgentChannel",
     "EventRing",
@@ -292,6 +294,15 @@ class _RingWatch:
         """Takes the wait back (a ring already under way on another thread may still land)."""
 
 # --- agent --------------------------------------------------------------------------------------
+
+AGENT_OPS: tuple[str, ...]
+"""The name of every op the agent serves (docs/protocol.md), in the protocol's order; the
+channel's own `subscribe` and `unsubscribe` are not among them."""
+
+REPEATABLE_AGENT_OPS: frozenset[str]
+"""The ops that may be sent again after a lost channel without doing anything twice (a start
+with the gateway's `exec_id` answers the first start); `exec.input`, `exec.resize`,
+`file.edit`, `file.remove` and `watch.start` are not."""
 
 def agent_main(argv: list[str]) -> int:
     """Run the workspace agent's command line (`mwc-agent`) and return its exit code.

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
 from . import policy
-from ._core import Page, PolicyError
+from ._core import REPEATABLE_AGENT_OPS, Page, PolicyError
 from .channel.client import AgentClient, AgentError
 from .config import Settings
 from .drivers import create_driver
@@ -40,29 +40,9 @@ log = logging.getLogger("modal_workspace_core.service")
 # long-running handlers report (bytes of output so far, the latest line) through it.
 Reporter = Callable[[float, str], Awaitable[None]]
 T = TypeVar("T")
-# Agent requests that may be sent again after a lost channel without doing anything twice.
-REPEATABLE_OPS = frozenset(
-    {
-        "ping",
-        "exec.start",
-        "exec.status",
-        "exec.list",
-        "exec.notes",
-        "exec.settle",
-        "exec.cancel",
-        "exec.read",
-        "file.stat",
-        "file.read",
-        "file.list",
-        "file.glob",
-        "file.grep",
-        "file.write",
-        "file.mkdir",
-        "watch.status",
-        "watch.list",
-        "watch.cancel",
-    }
-)
+# Agent requests that may be sent again after a lost channel without doing anything twice: the
+# core's table of agent ops says which.
+REPEATABLE_OPS = REPEATABLE_AGENT_OPS
 # An exec's states once it has ended.
 FINAL_STATES = frozenset({"finished", "cancelled", "failed", "timed_out", "lost"})
 # How `exec_ended` follows a stream: one long-poll at a time, a page as large as the agent sends.
@@ -441,11 +421,3 @@ def host_path(record: WorkspaceRecord, path: str) -> str:
         if path != WORKSPACE_ROOT
         else record.root
     )
-
-
-def client_path(path: str) -> str:
-    """A path from the agent (relative to the root) as clients see it: under `/workspace`."""
-    if path.startswith(WORKSPACE_ROOT + "/") or path == WORKSPACE_ROOT:
-        return path
-    path = path.lstrip("/")
-    return WORKSPACE_ROOT if path in ("", ".") else f"{WORKSPACE_ROOT}/{path.removeprefix('./')}"

@@ -6,6 +6,7 @@ pub mod connect;
 pub mod daemon;
 pub mod exec_log;
 pub mod files;
+pub mod ops;
 pub mod process;
 pub mod socket;
 pub mod watch;

@@ -14,6 +14,8 @@ import hashlib
 import posixpath
 import re
 
+from ..policy import WORKSPACE_ROOT
+
 __all__ = [
     "checkout_argv",
     "clone_from_mirror_argv",
@@ -23,6 +25,7 @@ __all__ = [
     "mirror_env",
     "mirror_path",
     "parse_status",
+    "repo_dir",
     "status_argv",
 ]
 
@@ -120,9 +123,16 @@ GIT_INDEX_FILE=$tmp git diff --no-color --no-ext-diff "$fmt"
 """
 
 
-def _dir(rel: str) -> str:
-    # A relative path that starts with "-" must never look like an option.
-    return "." if rel == "." else f"./{rel}"
+def repo_dir(path: str) -> str:
+    """A repository's directory as a workspace step's git names it: relative to the root the
+    step runs in (`./...`, so a name that starts with "-" never looks like an option). `path`
+    is a validated `/workspace/...` path, or one already relative to the root."""
+    if path == WORKSPACE_ROOT or path.startswith(WORKSPACE_ROOT + "/"):
+        path = path[len(WORKSPACE_ROOT) + 1 :]
+    return "." if path in ("", ".") else f"./{path}"
+
+
+_dir = repo_dir
 
 
 def is_commit(ref: str) -> bool:
@@ -187,13 +197,13 @@ def mirror_env(askpass: str | None) -> dict[str, str]:
 
 
 def clone_from_mirror_argv(
-    mirror: str, dest_rel: str, ref: str | None, depth: int | None, origin_url: str
+    mirror: str, dest: str, ref: str | None, depth: int | None, origin_url: str
 ) -> list[str]:
     """The workspace step of a clone: from the mirror, no token, `origin` set canonical."""
     branch, commit = _split_ref(ref)
     src = f"file://{mirror}"
     depth_text = str(depth or "")
-    dest = _dir(dest_rel)
+    dest = _dir(dest)
     return [
         "sh",
         "-c",
@@ -209,9 +219,7 @@ def clone_from_mirror_argv(
     ]
 
 
-def fetch_from_mirror_argv(
-    mirror: str, dest_rel: str, ref: str | None, depth: int | None
-) -> list[str]:
+def fetch_from_mirror_argv(mirror: str, dest: str, ref: str | None, depth: int | None) -> list[str]:
     """The workspace step of a fetch: from the mirror into `origin/*` (and FETCH_HEAD)."""
     branch, commit = _split_ref(ref)
     src = f"file://{mirror}"
@@ -221,7 +229,7 @@ def fetch_from_mirror_argv(
         _FETCH_FROM_MIRROR,
         "sh",
         src,
-        _dir(dest_rel),
+        _dir(dest),
         branch,
         commit,
         str(depth or ""),
@@ -233,18 +241,18 @@ def fetch_from_mirror_argv(
 WORKSPACE_STEP_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
 
 
-def checkout_argv(dest_rel: str, ref: str, create_branch: bool) -> list[str]:
+def checkout_argv(dest: str, ref: str, create_branch: bool) -> list[str]:
     # The trailing "--" makes git read `ref` as a revision, never as a file to overwrite.
     if create_branch:
-        return ["git", "-C", _dir(dest_rel), "checkout", "--progress", "-b", ref, "--"]
-    return ["git", "-C", _dir(dest_rel), "checkout", "--progress", ref, "--"]
+        return ["git", "-C", _dir(dest), "checkout", "--progress", "-b", ref, "--"]
+    return ["git", "-C", _dir(dest), "checkout", "--progress", ref, "--"]
 
 
-def status_argv(dest_rel: str) -> list[str]:
+def status_argv(dest: str) -> list[str]:
     return [
         "git",
         "-C",
-        _dir(dest_rel),
+        _dir(dest),
         "status",
         "--porcelain=v2",
         "--branch",
@@ -253,9 +261,9 @@ def status_argv(dest_rel: str) -> list[str]:
     ]
 
 
-def diff_argv(dest_rel: str, stat: bool, cached: bool) -> list[str]:
+def diff_argv(dest: str, stat: bool, cached: bool) -> list[str]:
     mode = "cached" if cached else "worktree"
-    return ["sh", "-c", _DIFF, "sh", _dir(dest_rel), "stat" if stat else "patch", mode]
+    return ["sh", "-c", _DIFF, "sh", _dir(dest), "stat" if stat else "patch", mode]
 
 
 def parse_status(text: str, limit: int = 1000) -> dict[str, object]:

@@ -212,7 +212,10 @@ def exec_args(
     timeout_seconds: float | None = None,
     pty: bool = False,
     secrets: list[str] | None = None,
+    internal: bool = False,
 ) -> dict[str, Any]:
+    """`exec.start`'s arguments. `internal` marks the gateway's own exec (git for a repo's
+    status), which the agent leaves out of `exec.list`: no client input ever sets it."""
     args: dict[str, Any] = {"exec_id": exec_id, "env": dict(env or {})}
     if argv is not None:
         args["argv"] = argv
@@ -225,6 +228,8 @@ def exec_args(
         args["pty"] = {"rows": 24, "cols": 80}
     if secrets:
         args["secrets"] = secrets  # values to redact; they travel only in this request's header
+    if internal:
+        args["internal"] = True
     return args
 
 

@@ -165,15 +165,6 @@ def path_fields(model: type[BaseModel]) -> frozenset[str]:
     )
 
 
-def relative(path: str) -> str:
-    """A validated `/workspace/...` path as the agent takes it: relative to its root."""
-    if path == WORKSPACE_ROOT:
-        return "."
-    if not path.startswith(WORKSPACE_ROOT + "/"):
-        raise ValueError(f"not a validated workspace path: {path[:64]!r}")
-    return path[len(WORKSPACE_ROOT) + 1 :]
-
-
 def decode_input(text: str, encoding: str, field: str) -> bytes:
     """A client's text as bytes: base64 when `encoding` says so (refused unless valid), else
     UTF-8. A refusal names `field`."""

@@ -1,9 +1,9 @@
 """Files: read, write, edit, list, remove and search, on the agent's contained file
 operations.
 
-Paths arrive validated and normalised under `/workspace`; the agent gets them relative to its
-root (which resolves them race-free, refusing escapes through symlinks) and results go back
-under `/workspace` again (shown under the workspace's own root by `path_view`).
+Paths arrive validated and normalised under `/workspace` and go to the agent as they are (it
+resolves them beneath its root race-free, refusing escapes through symlinks); its results name
+paths under `/workspace` too (shown under the workspace's own root by `path_view`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pydantic import Field
 
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
-from ..service import client_path
 from ..surfaces.limits import Bound
 from .fields import (
     MAX_FILE_BYTES,
@@ -26,7 +25,6 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
-from .fields import relative as rel
 from .table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
@@ -172,11 +170,6 @@ class FileSearchResult(Output):
 # --- operations ----------------------------------------------------------------------------------
 
 
-def _with_path(result: dict[str, Any], fallback: str) -> dict[str, Any]:
-    path = result.get("path")
-    return {**result, "path": client_path(path) if isinstance(path, str) else fallback}
-
-
 def decode_text(data: bytes, complete: bool) -> tuple[str, str, int]:
     """(content, encoding, bytes used): UTF-8 when it is, else base64. A read that stopped in
     the middle of a character returns the whole characters and lets the next read continue."""
@@ -198,7 +191,7 @@ def decode_text(data: bytes, complete: bool) -> tuple[str, str, int]:
     bounds={"actions": {"max_bytes": Bound(90_000)}},
 )
 async def file_read(svc: Service, inp: FileRead) -> FileContent:
-    args = {"path": rel(inp.path), "offset": inp.offset, "max_len": inp.max_bytes}
+    args = {"path": inp.path, "offset": inp.offset, "max_len": inp.max_bytes}
     meta, data = await svc.request(inp.workspace_id, "file.read", args)
     size = int(meta.get("total_size", meta.get("size", inp.offset + len(data))))
     eof = bool(meta.get("eof", inp.offset + len(data) >= size))
@@ -224,10 +217,10 @@ async def file_write(svc: Service, inp: FileWrite) -> FileWriteResult:
     if inp.path == WORKSPACE_ROOT:
         raise InvalidArgumentError("path: name a file, not the workspace root", field="path")
     payload = decode_input(inp.content, inp.encoding, "content")
-    args = {"path": rel(inp.path), "create_parents": inp.create_parents}
+    args = {"path": inp.path, "create_parents": inp.create_parents}
     result, _ = await svc.request(inp.workspace_id, "file.write", args, payload)
     return FileWriteResult.model_validate(
-        {"size": len(payload), "created": False, **_with_path(result, inp.path)}
+        {"size": len(payload), "created": False, "path": inp.path, **result}
     )
 
 
@@ -238,11 +231,11 @@ async def file_write(svc: Service, inp: FileWrite) -> FileWriteResult:
     summary="Replace exact text in a file (one match unless expected_replacements says otherwise).",
 )
 async def file_edit(svc: Service, inp: FileEdit) -> FileEditResult:
-    args: dict[str, Any] = {"path": rel(inp.path), "old": inp.old, "new": inp.new}
+    args: dict[str, Any] = {"path": inp.path, "old": inp.old, "new": inp.new}
     if inp.expected_replacements is not None:
         args["expected"] = inp.expected_replacements
     result, _ = await svc.request(inp.workspace_id, "file.edit", args)
-    return FileEditResult.model_validate({"replacements": 0, **_with_path(result, inp.path)})
+    return FileEditResult.model_validate({"replacements": 0, "path": inp.path, **result})
 
 
 @declare(
@@ -253,9 +246,9 @@ async def file_edit(svc: Service, inp: FileEdit) -> FileEditResult:
 )
 async def file_list(svc: Service, inp: FileList) -> FileListResult:
     # The agent counts levels below the directory (0 = its own entries); clients count levels.
-    args = {"path": rel(inp.path), "depth": inp.depth - 1, "max_entries": inp.max_entries}
+    args = {"path": inp.path, "depth": inp.depth - 1, "max_entries": inp.max_entries}
     result, _ = await svc.request(inp.workspace_id, "file.list", args)
-    entries = [_with_path(e, inp.path) for e in result.get("entries") or []]
+    entries = result.get("entries") or []
     return FileListResult.model_validate(
         {"path": inp.path, "entries": entries, "truncated": bool(result.get("truncated"))}
     )
@@ -272,7 +265,7 @@ async def file_remove(svc: Service, inp: FileRemove) -> FileRemoveResult:
         raise InvalidArgumentError(
             "path: the workspace root itself cannot be removed", field="path"
         )
-    args = {"path": rel(inp.path), "recursive": inp.recursive}
+    args = {"path": inp.path, "recursive": inp.recursive}
     result, _ = await svc.request(inp.workspace_id, "file.remove", args)
     return FileRemoveResult(path=inp.path, removed=int(result.get("removed", 1)))
 
@@ -285,7 +278,7 @@ async def file_remove(svc: Service, inp: FileRemove) -> FileRemoveResult:
 )
 async def file_search(svc: Service, inp: FileSearch) -> FileSearchResult:
     args: dict[str, Any] = {
-        "path": rel(inp.path),
+        "path": inp.path,
         "pattern": inp.pattern,
         "max_results": inp.max_results,
     }
@@ -297,5 +290,4 @@ async def file_search(svc: Service, inp: FileSearch) -> FileSearchResult:
         if inp.glob is not None:
             args["glob"] = inp.glob
     result, _ = await svc.request(inp.workspace_id, op, args)
-    hits = [_with_path(h, inp.path) for h in result.get("hits") or []]
-    return FileSearchResult.model_validate({**result, "hits": hits})
+    return FileSearchResult.model_validate(result)

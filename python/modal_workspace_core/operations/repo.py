@@ -26,7 +26,6 @@ from .fields import (
     WorkspaceId,
     WorkspacePath,
 )
-from .fields import relative as rel
 from .table import DESTROY, NETWORK, READ, WS, Declarations
 
 if TYPE_CHECKING:
@@ -256,7 +255,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
         askpass=askpass,
         ref=inp.ref,
         depth=inp.depth,
-        workspace_argv=gitcmd.clone_from_mirror_argv(mirror, rel(dest), inp.ref, inp.depth, url),
+        workspace_argv=gitcmd.clone_from_mirror_argv(mirror, dest, inp.ref, inp.depth, url),
         use_token=inp.use_github_token,
         tags=tags,
     )
@@ -273,11 +272,12 @@ async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
     done = await run_to_end(
         svc,
         record,
-        argv=["git", "-C", f"./{rel(dest)}", "config", "--get", "remote.origin.url"],
+        argv=["git", "-C", gitcmd.repo_dir(dest), "config", "--get", "remote.origin.url"],
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=60,
         cap=4096,
         head_only=True,
+        internal=True,
     )
     if done.status.get("returncode") != 0:
         raise _git_failure(done.stderr.text() or "no remote 'origin'", dest)
@@ -314,7 +314,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
         askpass=askpass,
         ref=inp.ref,
         depth=inp.depth,
-        workspace_argv=gitcmd.fetch_from_mirror_argv(mirror, rel(dest), inp.ref, inp.depth),
+        workspace_argv=gitcmd.fetch_from_mirror_argv(mirror, dest, inp.ref, inp.depth),
         use_token=inp.use_github_token,
         tags=tags,
     )
@@ -330,7 +330,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
 async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
     dest = _destination(record, inp.destination)
-    argv = gitcmd.checkout_argv(rel(dest), inp.ref, inp.create_branch)
+    argv = gitcmd.checkout_argv(dest, inp.ref, inp.create_branch)
     tags = {"repo-ref": inp.ref} if record.tags.get("repo-path") == dest else {}
     args = exec_args(record, policy.new_id("ex"), argv=argv, env=dict(gitcmd.WORKSPACE_STEP_ENV))
     exec_id = await _start(svc, record, args, tags)
@@ -370,11 +370,12 @@ async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
     done = await run_to_end(
         svc,
         record,
-        argv=gitcmd.status_argv(rel(dest)),
+        argv=gitcmd.status_argv(dest),
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=120,
         cap=4 * 1024 * 1024,
         head_only=True,
+        internal=True,
     )
     if done.status.get("returncode") != 0:
         raise _git_failure(done.stderr.text(), dest)
@@ -401,11 +402,12 @@ async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:
     done = await run_to_end(
         svc,
         record,
-        argv=gitcmd.diff_argv(rel(dest), inp.stat, inp.cached),
+        argv=gitcmd.diff_argv(dest, inp.stat, inp.cached),
         env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
         timeout_seconds=300,
         cap=inp.max_bytes,
         head_only=True,
+        internal=True,
     )
     if done.status.get("returncode") != 0:
         raise _git_failure(done.stderr.text(), dest)

@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from .. import policy
-from ..service import client_path
 from .fields import Input, Open, Output, Timestamp, WatchId, WorkspaceId, WorkspacePath
-from .fields import relative as rel
 from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
 from .table import FW, READ, REWRITE, WRITE, WS, Declarations
 
@@ -71,10 +69,7 @@ class WatchListResult(Output):
 
 
 def _watch_out(watch_id: str, status: dict[str, Any]) -> WatchStatus:
-    data = {**status, "watch_id": status.get("watch_id") or watch_id}
-    if isinstance(data.get("path"), str):
-        data["path"] = client_path(data["path"])
-    return WatchStatus.model_validate(data)
+    return WatchStatus.model_validate({**status, "watch_id": status.get("watch_id") or watch_id})
 
 
 @declare(
@@ -86,7 +81,7 @@ def _watch_out(watch_id: str, status: dict[str, Any]) -> WatchStatus:
 )
 async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStatus:
     watch_id = policy.new_id("fw")
-    args: dict[str, Any] = {"watch_id": watch_id, "path": rel(inp.path)}
+    args: dict[str, Any] = {"watch_id": watch_id, "path": inp.path}
     if inp.kinds is not None:
         args["kinds"] = inp.kinds
     if inp.timeout_seconds is not None:

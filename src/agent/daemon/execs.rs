@@ -1,5 +1,5 @@
 //! The exec registry: starting execs from validated requests, stdin in request order, cancel
-//! (also before start), resize, status, listing, and the records of earlier daemons.
+//! (also before start), resize, reads, status, listing, and the records of earlier daemons.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -7,18 +7,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 
-use super::args::{internal, policy, Args};
 use super::askpass::Credentials;
-use super::exec_io::InputJob;
+use super::exec_io::{InputJob, PageRead};
 use super::exec_steps::StepRules;
 use super::meta::{ExecMeta, PtyMeta};
 use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
-use crate::agent::process::{Redactor, Supervisor, DEFAULT_KILL_GRACE};
+use crate::agent::ops::{internal, policy as policy_error, CancelRequest, StartRequest};
+use crate::agent::ops::{InputRequest, ReadRequest, ResizeRequest};
+use crate::agent::process::{Redactor, Supervisor};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy;
 
@@ -27,11 +28,6 @@ pub(super) struct Entry {
     /// Stdin jobs of this exec, written by one task in order; `None` when it never ran here.
     pub(super) input: Option<mpsc::UnboundedSender<InputJob>>,
 }
-
-/// The most steps one exec may have.
-const MAX_STEPS: usize = 8;
-/// The largest note the gateway may keep with an exec.
-const MAX_NOTE_BYTES: usize = 16 * 1024;
 
 pub(crate) struct ExecRegistry {
     dir: PathBuf,
@@ -144,7 +140,7 @@ impl ExecRegistry {
     }
 
     pub(crate) fn record(&self, id: &str) -> Result<Arc<ExecRecord>, ErrorBody> {
-        let id = policy::check_id("ex", id).map_err(|e| policy("exec_id", e))?;
+        let id = policy::check_id("ex", id).map_err(|e| policy_error("exec_id", e))?;
         self.entries
             .lock()
             .get(&id)
@@ -154,91 +150,24 @@ impl ExecRegistry {
 
     /// Starts an exec, or answers the existing one when `exec_id` names it already.
     ///
-    /// Either one command (`command` or `argv`, `env`, `workdir`) or `steps`: a list of step
-    /// objects, each with `command` or `argv`, `env`, `identity` (`"workspace"`, the default, or
-    /// `"agent"`) and, for a workspace step, `workdir`; each step runs only after the previous
-    /// one exited 0, in the one event stream. `secrets`, `pty`, `timeout_seconds` and
-    /// `kill_grace_seconds` are the exec's.
-    pub(crate) fn start(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
-        let a = Args(args);
-        let id = match a.str("exec_id")? {
-            Some(id) => policy::check_id("ex", id).map_err(|e| policy("exec_id", e))?,
+    /// Either one command or steps (see [`StartRequest`]): each step runs only after the
+    /// previous one exited 0, in the one event stream.
+    pub(crate) fn start(&self, start: StartRequest) -> Result<Value, ErrorBody> {
+        let id = match &start.exec_id {
+            Some(id) => id.clone(),
             None => policy::new_id("ex").map_err(|e| internal("cannot make an exec id", e))?,
         };
         if let Some(existing) = self.entries.lock().get(&id) {
             return Ok(existing.record.status());
         }
-        if a.object("secret_env")?.is_some() {
-            return Err(ErrorBody::invalid(
-                "secret_env",
-                "'secret_env' is no longer served: the agent holds no secrets; send the value \
-                 in the 'env' of the one step that needs it (with its value in 'secrets')",
-            ));
-        }
-        let secrets = a.strings("secrets")?.unwrap_or_default();
-        let redactor = Redactor::new(secrets.iter().chain(&self.inherited_secrets));
-        let steps: Vec<(&Map<String, Value>, String)> = match a.get_array("steps")? {
-            None => vec![(args, String::new())],
-            Some(list) if !list.is_empty() && list.len() <= MAX_STEPS => list
-                .iter()
-                .enumerate()
-                .map(|(i, step)| match step {
-                    Value::Object(step) => Ok((step, format!("steps[{i}]."))),
-                    _ => Err(ErrorBody::invalid("steps", "every step must be an object")),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => {
-                return Err(ErrorBody::invalid(
-                    "steps",
-                    format!("'steps' must list 1 to {MAX_STEPS} steps"),
-                ))
-            }
-        };
-        if steps.len() > 1 || a.get_array("steps")?.is_some() {
-            for name in ["command", "argv", "env", "workdir", "identity"] {
-                if args.get(name).is_some_and(|v| !v.is_null()) {
-                    return Err(ErrorBody::invalid(
-                        name,
-                        format!("give '{name}' inside each step when 'steps' is given"),
-                    ));
-                }
-            }
-        }
+        let redactor = Redactor::new(start.secrets.iter().chain(&self.inherited_secrets));
         let mut specs = Vec::new();
         let mut step_metas = Vec::new();
-        for (step, prefix) in &steps {
-            let (spec, meta) = self.steps.step(step, prefix, &redactor)?;
+        for step in &start.steps {
+            let (spec, meta) = self.steps.step(step, &redactor)?;
             specs.push(spec);
             step_metas.push(meta);
         }
-        let pty = match a.object("pty")? {
-            Some(p) => {
-                let size = |name: &str| -> Result<u16, ErrorBody> {
-                    Args(p)
-                        .u64(name)?
-                        .and_then(|n| u16::try_from(n).ok())
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| {
-                            ErrorBody::invalid("pty", format!("pty.{name} must be 1 to 65535"))
-                        })
-                };
-                Some(PtyMeta {
-                    rows: size("rows")?,
-                    cols: size("cols")?,
-                })
-            }
-            None => None,
-        };
-        if pty.is_some() && steps.len() > 1 {
-            return Err(ErrorBody::invalid(
-                "pty",
-                "a terminal is for one command: give 'pty' without 'steps'",
-            ));
-        }
-        let timeout = a.seconds("timeout_seconds")?.filter(|t| !t.is_zero());
-        let kill_grace = a
-            .seconds("kill_grace_seconds")?
-            .unwrap_or(DEFAULT_KILL_GRACE);
         let mut specs = specs.into_iter().rev();
         let Some(mut spec) = specs.next() else {
             return Err(ErrorBody::invalid("steps", "give at least one step"));
@@ -246,39 +175,26 @@ impl ExecRegistry {
         for earlier in specs {
             spec = earlier.then(spec);
         }
-        spec.pty = pty.map(|p| crate::agent::process::PtySize {
-            rows: p.rows,
-            cols: p.cols,
-        });
-        spec.timeout = timeout;
-        spec.kill_grace = kill_grace;
-        let single = a.get_array("steps")?.is_none();
+        spec.pty = start.pty;
+        spec.timeout = start.timeout;
+        spec.kill_grace = start.kill_grace;
+        let single = !start.as_steps;
         let first = step_metas.first().cloned().unwrap_or_default();
-
-        let note = match a.object("note")? {
-            Some(note) => {
-                let note = Value::Object(note.clone());
-                if note.to_string().len() > MAX_NOTE_BYTES {
-                    return Err(ErrorBody::invalid(
-                        "note",
-                        format!("'note' must be at most {MAX_NOTE_BYTES} bytes of JSON"),
-                    ));
-                }
-                Some(note)
-            }
-            None => None,
-        };
         let meta = ExecMeta {
-            note,
+            note: start.note,
+            internal: start.internal,
             command: if single { first.command } else { None },
             argv: if single { first.argv } else { None },
             env: if single { first.env } else { Vec::new() },
             workdir: if single { first.workdir } else { None },
             steps: if single { Vec::new() } else { step_metas },
-            pty,
+            pty: start.pty.map(|p| PtyMeta {
+                rows: p.rows,
+                cols: p.cols,
+            }),
             timeout_seconds: spec.timeout.map(|t| t.as_secs_f64()),
             kill_grace_seconds: spec.kill_grace.as_secs_f64(),
-            secrets: secrets.len(),
+            secrets: start.secrets.len(),
             ..ExecMeta::starting(&id)
         };
         // Checked again and created under the lock, so a racing start of the same id (from
@@ -328,13 +244,10 @@ impl ExecRegistry {
         Ok(Arc::new(ExecRecord::new(id.to_owned(), dir, log, meta)))
     }
 
-    /// Cancels `exec_id`. An id never started is recorded as cancelled, so a later `exec.start`
-    /// with it answers that record and never runs its command.
-    pub(crate) fn cancel(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
-        let a = Args(args);
-        let id =
-            policy::check_id("ex", a.required_str("exec_id")?).map_err(|e| policy("exec_id", e))?;
-        let grace = a.seconds("grace_seconds")?;
+    /// Cancels the exec. An id never started is recorded as cancelled, so a later
+    /// `exec.start` with it answers that record and never runs its command.
+    pub(crate) fn cancel(&self, cancel: CancelRequest) -> Result<Value, ErrorBody> {
+        let CancelRequest { exec_id: id, grace } = cancel;
         let mut entries = self.entries.lock();
         if let Some(entry) = entries.get(&id) {
             if let Some(exec) = entry.record.exec.get() {
@@ -362,6 +275,47 @@ impl ExecRegistry {
         Ok(status)
     }
 
+    /// Queues stdin for the exec in request order; the future resolves once it is written.
+    pub(crate) fn input(
+        &self,
+        input: InputRequest,
+    ) -> Result<oneshot::Receiver<Result<usize, ErrorBody>>, ErrorBody> {
+        let InputRequest { exec_id, data, eof } = input;
+        let entries = self.entries.lock();
+        let entry = entries
+            .get(&exec_id)
+            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("no exec '{exec_id}'")))?;
+        let closed = || {
+            ErrorBody::new(
+                ErrorCode::Conflict,
+                "this exec does not take input: it has ended or was run by an earlier agent",
+            )
+        };
+        let tx = entry.input.as_ref().ok_or_else(closed)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(InputJob { data, eof, reply })
+            .map_err(|_| closed())?;
+        Ok(rx)
+    }
+
+    pub(crate) fn resize(&self, resize: ResizeRequest) -> Result<Value, ErrorBody> {
+        let record = self.record(&resize.exec_id)?;
+        let exec = record
+            .exec
+            .get()
+            .ok_or_else(|| ErrorBody::new(ErrorCode::Conflict, "this exec is not running here"))?;
+        exec.resize(resize.size.rows, resize.size.cols)
+            .map_err(|e| ErrorBody::new(ErrorCode::Conflict, e.to_string()))?;
+        Ok(record.status())
+    }
+
+    pub(crate) fn read(&self, read: ReadRequest) -> Result<PageRead, ErrorBody> {
+        Ok(PageRead {
+            record: self.record(&read.exec_id)?,
+            request: read,
+        })
+    }
+
     /// Every exec's record, oldest first.
     fn records_by_age(&self) -> Vec<Arc<ExecRecord>> {
         let mut records: Vec<Arc<ExecRecord>> = self
@@ -374,11 +328,13 @@ impl ExecRegistry {
         records
     }
 
+    /// The execs newest first, without the gateway's internal ones.
     pub(crate) fn list(&self) -> Value {
         Value::Array(
             self.records_by_age()
                 .iter()
                 .rev()
+                .filter(|r| !r.meta.lock().internal)
                 .map(|r| r.status())
                 .collect(),
         )
@@ -395,13 +351,11 @@ impl ExecRegistry {
     }
 
     /// Marks `exec_id`'s note settled; an exec without one (or pruned) is no error.
-    pub(crate) fn settle_note(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
-        let id = policy::check_id("ex", Args(args).required_str("exec_id")?)
-            .map_err(|e| policy("exec_id", e))?;
-        if let Some(entry) = self.entries.lock().get(&id) {
+    pub(crate) fn settle_note(&self, id: &str) -> Value {
+        if let Some(entry) = self.entries.lock().get(id) {
             entry.record.settle_note();
         }
-        Ok(serde_json::json!({"exec_id": id, "settled": true}))
+        serde_json::json!({"exec_id": id, "settled": true})
     }
 
     /// Every running exec, for shutdown.

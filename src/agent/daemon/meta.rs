@@ -88,6 +88,9 @@ pub(crate) struct ExecMeta {
     pub(crate) note: Option<Value>,
     #[serde(default)]
     pub(crate) note_settled: bool,
+    /// The gateway's own exec (git for a repo status or diff), left out of `exec.list`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) internal: bool,
 }
 
 impl ExecMeta {
@@ -116,6 +119,7 @@ impl ExecMeta {
             ended_at: None,
             note: None,
             note_settled: false,
+            internal: false,
         }
     }
 

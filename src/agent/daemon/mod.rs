@@ -2,7 +2,6 @@
 //! exec registry with its durable logs, and serves the channel protocol on a unix socket.
 
 mod agent_env;
-mod args;
 mod askpass;
 mod exec_io;
 mod exec_steps;
@@ -89,9 +88,6 @@ impl DaemonConfig {
             config_stdin: false,
         }
     }
-}
-
-impl DaemonConfig {
     /// Where git's askpass asks the daemon for a step's token: beside the channel's socket.
     pub fn askpass_socket(&self) -> PathBuf {
         let mut path = self.socket.as_os_str().to_owned();

@@ -12,11 +12,11 @@ use super::fs_user::AsUser;
 use super::watches::WatchStreams;
 use crate::agent::exec_log::ExecLog;
 use crate::agent::files::Workspace;
+use crate::agent::ops::{internal, AgentRequest};
 use crate::agent::process::CommandUser;
 use crate::channel::message::{ErrorBody, ErrorCode, BUILD, PROTOCOL_VERSION};
 use crate::channel::server::{Reply, ReplyFuture, Request, Service};
 use crate::channel::subscription::{EventSource, RingSource, WaitFuture, WAIT_SLICE};
-use crate::policy;
 use crate::ring::{Page, MAX_PAGE_EVENTS};
 
 pub struct Daemon {
@@ -54,8 +54,12 @@ impl Service for Daemon {
             op, args, payload, ..
         } = request;
         tracing::debug!(op = %op, "request");
-        match op.as_str() {
-            "ping" => ready(Ok(json!({
+        let request = match AgentRequest::parse(&op, &args, payload) {
+            Ok(request) => request,
+            Err(e) => return ready(Err(e)),
+        };
+        match request {
+            AgentRequest::Ping => ready(Ok(json!({
                 "protocol": PROTOCOL_VERSION,
                 "build": BUILD,
                 "root": self.root,
@@ -63,21 +67,19 @@ impl Service for Daemon {
                 "askpass": self.askpass,
                 "uptime_seconds": self.started.elapsed().as_secs_f64(),
             }))),
-            "exec.start" => ready(self.execs.start(&args)),
-            "exec.cancel" => ready(self.execs.cancel(&args)),
-            "exec.resize" => ready(self.execs.resize(&args)),
-            "exec.status" => ready((|| {
-                let a = super::args::Args(&args);
-                let record = self.execs.record(a.required_str("exec_id")?)?;
-                Ok(match a.bool("command")? {
+            AgentRequest::ExecStart(start) => ready(self.execs.start(start)),
+            AgentRequest::ExecCancel(cancel) => ready(self.execs.cancel(cancel)),
+            AgentRequest::ExecResize(resize) => ready(self.execs.resize(resize)),
+            AgentRequest::ExecStatus(status) => ready(self.execs.record(&status.exec_id).map(
+                |record| match status.command {
                     true => record.status_with_command(),
                     false => record.status(),
-                })
-            })()),
-            "exec.list" => ready(Ok(json!({"execs": self.execs.list()}))),
-            "exec.notes" => ready(Ok(json!({"execs": self.execs.open_notes()}))),
-            "exec.settle" => ready(self.execs.settle_note(&args)),
-            "exec.input" => match self.execs.input(&args, payload) {
+                },
+            )),
+            AgentRequest::ExecList => ready(Ok(json!({"execs": self.execs.list()}))),
+            AgentRequest::ExecNotes => ready(Ok(json!({"execs": self.execs.open_notes()}))),
+            AgentRequest::ExecSettle(exec_id) => ready(Ok(self.execs.settle_note(&exec_id))),
+            AgentRequest::ExecInput(input) => match self.execs.input(input) {
                 Ok(rx) => Box::pin(async move {
                     match rx.await {
                         Ok(Ok(n)) => Reply::ok(json!({"accepted": n})),
@@ -90,7 +92,7 @@ impl Service for Daemon {
                 }),
                 Err(e) => ready(Err(e)),
             },
-            "exec.read" => match self.execs.read(&args) {
+            AgentRequest::ExecRead(read) => match self.execs.read(read) {
                 Ok(read) => Box::pin(async move {
                     match read.page().await {
                         Ok(page) => Reply {
@@ -102,30 +104,23 @@ impl Service for Daemon {
                 }),
                 Err(e) => ready(Err(e)),
             },
-            "watch.start" => ready(self.watches.start(&args)),
-            "watch.cancel" => ready(self.watches.cancel(&args)),
-            "watch.status" => ready(self.watches.status(&args)),
-            "watch.list" => ready(Ok(json!({"watches": self.watches.list()}))),
-            op if op.starts_with("file.") => {
+            AgentRequest::WatchStart(start) => ready(self.watches.start(start)),
+            AgentRequest::WatchCancel(watch) => ready(self.watches.cancel(&watch)),
+            AgentRequest::WatchStatus(watch) => ready(self.watches.status(&watch)),
+            AgentRequest::WatchList => ready(Ok(json!({"watches": self.watches.list()}))),
+            AgentRequest::File(file) => {
                 let ws = Arc::clone(&self.ws);
                 let root = self.root.clone();
-                let op = op.to_owned();
                 let user = self.workspace_user;
                 Box::pin(async move {
                     let done = tokio::task::spawn_blocking(move || {
                         let _as_user = AsUser::enter(user);
-                        file_ops::run(&ws, &root, &op, &args, payload)
+                        file_ops::run(&ws, &root, file)
                     })
                     .await;
-                    done.unwrap_or_else(|e| {
-                        Reply::err(super::args::internal("a file operation failed", e))
-                    })
+                    done.unwrap_or_else(|e| Reply::err(internal("a file operation failed", e)))
                 })
             }
-            other => ready(Err(ErrorBody::invalid(
-                "op",
-                format!("unknown op '{}'; see docs/protocol.md", policy::echo(other)),
-            ))),
         }
     }
 

@@ -9,8 +9,26 @@ use serde_json::{json, Map, Value};
 use super::execs::ExecRegistry;
 use super::meta::{is_final, ExecMeta};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
+use crate::agent::ops::{Args, CancelRequest, StartRequest};
 use crate::agent::process::{Supervisor, SupervisorConfig};
+use crate::channel::message::ErrorBody;
 use crate::event::EventType;
+
+/// The registry's requests as the channel brings them: parsed first, as `service` does.
+trait JsonRequests {
+    fn start_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody>;
+    fn cancel_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody>;
+}
+
+impl JsonRequests for ExecRegistry {
+    fn start_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
+        self.start(StartRequest::parse(args)?)
+    }
+
+    fn cancel_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
+        self.cancel(CancelRequest::parse(&Args(args))?)
+    }
+}
 
 struct TempDir(PathBuf);
 
@@ -84,7 +102,7 @@ async fn the_exit_event_is_on_disk_before_the_meta_says_the_exec_ended() {
     let registry = registry(&dir.0);
     for _ in 0..20 {
         let status = registry
-            .start(&args(json!({"argv": ["sh", "-c", "echo hi; exit 3"]})))
+            .start_json(&args(json!({"argv": ["sh", "-c", "echo hi; exit 3"]})))
             .unwrap();
         let id = status["exec_id"].as_str().unwrap().to_owned();
         let exec_dir = dir.0.join("execs").join(&id);
@@ -147,11 +165,11 @@ async fn cancel_before_start_records_a_cancelled_exec_that_never_runs() {
     let dir = TempDir::new();
     let registry = registry(&dir.0);
     let id = crate::policy::new_id("ex").unwrap();
-    let cancelled = registry.cancel(&args(json!({"exec_id": id}))).unwrap();
+    let cancelled = registry.cancel_json(&args(json!({"exec_id": id}))).unwrap();
     assert_eq!(cancelled["state"], "cancelled");
     let marker = dir.0.join("ws").join("ran");
     let start = json!({"exec_id": id, "argv": ["touch", marker.to_str().unwrap()]});
-    let again = registry.start(&args(start.clone())).unwrap();
+    let again = registry.start_json(&args(start.clone())).unwrap();
     assert_eq!(again["state"], "cancelled");
     assert_eq!(again["pid"], Value::Null);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -162,10 +180,10 @@ async fn cancel_before_start_records_a_cancelled_exec_that_never_runs() {
     let counter = dir.0.join("ws").join("count");
     let command = format!("echo x >> {}", counter.display());
     let first = registry
-        .start(&args(json!({"exec_id": id, "argv": ["sh", "-c", command]})))
+        .start_json(&args(json!({"exec_id": id, "argv": ["sh", "-c", command]})))
         .unwrap();
     let second = registry
-        .start(&args(json!({"exec_id": id, "argv": ["sh", "-c", command]})))
+        .start_json(&args(json!({"exec_id": id, "argv": ["sh", "-c", command]})))
         .unwrap();
     assert_eq!(first["exec_id"], second["exec_id"]);
     let record = registry.record(&id).unwrap();
@@ -193,7 +211,7 @@ async fn an_agent_step_gets_its_env_value_and_the_workspace_step_after_it_does_n
     let registry = registry(&dir.0).with_agent_home(dir.0.join("agent-home"));
     std::fs::create_dir_all(dir.0.join("agent-home")).unwrap();
     let status = registry
-        .start(&args(json!({
+        .start_json(&args(json!({
             "steps": [
                 {"argv": ["sh", "-c", "printf '%s:%s\\n' \"$TOKEN\" \"$PWD\""], "identity": "agent",
                  "env": {"TOKEN": "s3cr3t-value"}},
@@ -246,7 +264,7 @@ async fn steps_are_refused_when_malformed_with_the_field_named() {
         ),
     ];
     for (request, field) in cases {
-        let err = registry.start(&args(request.clone())).unwrap_err();
+        let err = registry.start_json(&args(request.clone())).unwrap_err();
         assert_eq!(err.field.as_deref(), Some(field), "{request}");
     }
 }
@@ -259,7 +277,7 @@ async fn secrets_inherited_from_the_daemon_are_redacted_from_every_exec() {
     // The value reaches the command through its text and its environment, split across two
     // writes; it must reach neither the log nor the record.
     let status = registry
-        .start(&args(json!({
+        .start_json(&args(json!({
             "command": format!("printf %s {secret}; printf 'inherited-' >&2; sleep 0.1; printf 'hunter2\\n' >&2"),
             "env": {"ALSO": secret},
         })))
@@ -297,10 +315,10 @@ async fn a_note_is_kept_with_its_exec_until_settled_across_a_restart() {
     let reg = registry(&dir.0);
     let note = json!({"repo_tags": {"repo-path": "/workspace/hello"}});
     let started = reg
-        .start(&args(json!({"argv": ["true"], "note": note})))
+        .start_json(&args(json!({"argv": ["true"], "note": note})))
         .unwrap();
     let id = started["exec_id"].as_str().unwrap().to_owned();
-    reg.start(&args(json!({"argv": ["true"]}))).unwrap(); // no note: not listed
+    reg.start_json(&args(json!({"argv": ["true"]}))).unwrap(); // no note: not listed
     wait_final(&dir.0, &id).await;
     let open = reg.open_notes();
     assert_eq!(open.as_array().unwrap().len(), 1, "{open}");
@@ -310,13 +328,42 @@ async fn a_note_is_kept_with_its_exec_until_settled_across_a_restart() {
     drop(reg);
     let reg = registry(&dir.0);
     assert_eq!(reg.open_notes()[0]["exec_id"], id.as_str());
-    reg.settle_note(&args(json!({"exec_id": id}))).unwrap();
+    reg.settle_note(&id);
     assert_eq!(reg.open_notes(), json!([]));
     let reg = registry(&dir.0);
     assert_eq!(reg.open_notes(), json!([]));
     let too_big = json!({"argv": ["true"], "note": {"x": "y".repeat(20_000)}});
     assert_eq!(
-        reg.start(&args(too_big)).unwrap_err().field.as_deref(),
+        reg.start_json(&args(too_big)).unwrap_err().field.as_deref(),
         Some("note")
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_internal_exec_is_left_out_of_the_list_also_after_a_restart() {
+    let dir = TempDir::new();
+    let reg = registry(&dir.0);
+    let user = reg.start_json(&args(json!({"argv": ["true"]}))).unwrap();
+    let internal = reg
+        .start_json(&args(json!({"argv": ["true"], "internal": true})))
+        .unwrap();
+    let internal_id = internal["exec_id"].as_str().unwrap().to_owned();
+    wait_final(&dir.0, &internal_id).await;
+    let listed = |reg: &ExecRegistry| -> Vec<Value> {
+        let list = reg.list();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["exec_id"].clone())
+            .collect()
+    };
+    assert_eq!(listed(&reg), [user["exec_id"].clone()]);
+    // Its status is still there for the gateway that follows it.
+    assert_eq!(
+        reg.record(&internal_id).unwrap().status()["state"],
+        "finished"
+    );
+    drop(reg);
+    let reg = registry(&dir.0);
+    assert_eq!(listed(&reg), [user["exec_id"].clone()]);
 }

@@ -5,13 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::args::{file_error, internal, policy, Args};
 use crate::agent::files::Workspace;
-use crate::agent::watch::{
-    EventKind, KindFilter, WatchEnd, WatchMessage, WatchRegistry, WatchRequest,
-};
+use crate::agent::ops::{file_error, internal, policy as policy_error, shown_path, under_root};
+use crate::agent::ops::{WatchRef, WatchStartRequest};
+use crate::agent::watch::{EventKind, WatchEnd, WatchMessage, WatchRegistry, WatchRequest};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::event::{timestamp, EventType};
 use crate::policy;
@@ -81,7 +80,7 @@ impl WatchStreams {
     }
 
     pub(crate) fn entry(&self, id: &str) -> Result<Arc<WatchEntry>, ErrorBody> {
-        let id = policy::check_id("fw", id).map_err(|e| policy("watch_id", e))?;
+        let id = policy::check_id("fw", id).map_err(|e| policy_error("watch_id", e))?;
         self.entries
             .lock()
             .get(&id)
@@ -89,54 +88,25 @@ impl WatchStreams {
             .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("no watch '{id}'")))
     }
 
-    pub(crate) fn start(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
-        let a = Args(args);
-        let id = match a.str("watch_id")? {
-            Some(id) => policy::check_id("fw", id).map_err(|e| policy("watch_id", e))?,
+    pub(crate) fn start(&self, start: WatchStartRequest) -> Result<Value, ErrorBody> {
+        let id = match start.watch_id {
+            Some(id) => id,
             None => policy::new_id("fw").map_err(|e| internal("cannot make a watch id", e))?,
         };
-        let path = policy::workspace_path(&self.root, a.str("path")?.unwrap_or("."))
-            .map_err(|e| policy("path", e))?;
-        let kinds = match a.strings("kinds")? {
-            None => KindFilter::all(),
-            Some(names) => {
-                let mut kinds = Vec::new();
-                for name in names {
-                    kinds.push(match name.as_str() {
-                        "create" => EventKind::Create,
-                        "modify" => EventKind::Modify,
-                        "remove" => EventKind::Remove,
-                        "rename" => EventKind::Rename,
-                        _ => {
-                            return Err(ErrorBody::invalid(
-                                "kinds",
-                                "kinds are create, modify, remove and rename",
-                            ))
-                        }
-                    });
-                }
-                KindFilter::only(&kinds)
-            }
-        };
+        let path = policy::workspace_path(&self.root, &under_root(&start.path))
+            .map_err(|e| policy_error("path", e))?;
         let mut request = WatchRequest::new(id.clone(), path.clone());
-        request.kinds = kinds;
-        request.timeout = a.seconds("timeout_seconds")?.filter(|t| !t.is_zero());
+        request.kinds = start.kinds;
+        request.timeout = start.timeout;
         let ring = Arc::new(
             EventRing::new(WATCH_RING_BYTES, None)
                 .map_err(|e| internal("cannot make a ring", e))?,
         );
-        let rel = path
-            .strip_prefix(&self.root)
-            .unwrap_or("")
-            .trim_start_matches('/');
+        let rel = path.strip_prefix(&self.root).unwrap_or("");
         let entry = Arc::new(WatchEntry {
             ring: Arc::clone(&ring),
             id: id.clone(),
-            path: if rel.is_empty() {
-                ".".into()
-            } else {
-                rel.into()
-            },
+            path: shown_path(rel),
             created_ms: timestamp::now_millis(),
             state: Mutex::new(("watching".into(), None)),
         });
@@ -176,14 +146,14 @@ impl WatchStreams {
         Ok(entry.status())
     }
 
-    pub(crate) fn cancel(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
-        let entry = self.entry(Args(args).required_str("watch_id")?)?;
+    pub(crate) fn cancel(&self, watch: &WatchRef) -> Result<Value, ErrorBody> {
+        let entry = self.entry(&watch.watch_id)?;
         self.registry.cancel(&entry.id);
         Ok(entry.status())
     }
 
-    pub(crate) fn status(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
-        Ok(self.entry(Args(args).required_str("watch_id")?)?.status())
+    pub(crate) fn status(&self, watch: &WatchRef) -> Result<Value, ErrorBody> {
+        Ok(self.entry(&watch.watch_id)?.status())
     }
 
     pub(crate) fn list(&self) -> Value {

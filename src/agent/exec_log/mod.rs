@@ -104,27 +104,28 @@ impl Default for LogConfig {
 
 #[derive(Debug)]
 pub enum LogError {
-    /// The request was wrong (a cursor past the end, an append after close, bad fields).
-    Invalid(PolicyError),
+    /// A read from a cursor past the stream's last event.
+    CursorAhead {
+        cursor: u64,
+        last: u64,
+    },
+    /// An append the log does not take (it is closed, or recovered and the event has data).
+    Refused(&'static str),
+    /// An event the event model refuses (its fields), with the model's message.
+    Event(String),
     Io(io::Error),
-}
-
-impl LogError {
-    fn cursor_ahead(cursor: u64, last: u64) -> Self {
-        Self::Invalid(PolicyError::without_echo(
-            "log.cursor-ahead",
-            format!(
-                "cursor {cursor} is past the last event of this stream ({last}); pass the \
-                 next_cursor of a previous page, or 0 to read from the start"
-            ),
-        ))
-    }
 }
 
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Invalid(e) => e.fmt(f),
+            Self::CursorAhead { cursor, last } => write!(
+                f,
+                "cursor {cursor} is past the last event of this stream ({last}); pass the \
+                 next_cursor of a previous page, or 0 to read from the start"
+            ),
+            Self::Refused(why) => f.write_str(why),
+            Self::Event(message) => f.write_str(message),
             Self::Io(e) => write!(f, "exec log I/O error: {e}"),
         }
     }
@@ -138,9 +139,10 @@ impl From<io::Error> for LogError {
     }
 }
 
+/// The ring and the event model refuse an event with a policy error; the log says why.
 impl From<PolicyError> for LogError {
     fn from(e: PolicyError) -> Self {
-        Self::Invalid(e)
+        Self::Event(e.message)
     }
 }
 
@@ -244,18 +246,16 @@ impl ExecLog {
         fields: &Map<String, Value>,
     ) -> Result<u64, LogError> {
         if kind.is_output() || data.is_some() {
-            return Err(LogError::Invalid(PolicyError::without_echo(
-                "log.recovered-append",
+            return Err(LogError::Refused(
                 "a recovered log accepts only events without data",
-            )));
+            ));
         }
         let fields = Fields::new(fields)?;
         let mut disk = self.disk.lock();
         if disk.is_closed() {
-            return Err(LogError::Invalid(PolicyError::without_echo(
-                "log.closed",
+            return Err(LogError::Refused(
                 "the log is closed: no more events can be appended",
-            )));
+            ));
         }
         let seq = disk.last_seq() + 1;
         let event = event::encode(seq, &event::timestamp::now(), kind, Payload::None, &fields);

@@ -36,16 +36,14 @@ mod read;
 mod remove;
 mod resolve;
 mod search;
-#[cfg(test)]
-mod search_tests;
 mod stat;
 pub(crate) mod sys;
 mod write;
 
 #[cfg(test)]
-mod containment_tests;
-#[cfg(test)]
 mod test_support;
+#[cfg(test)]
+mod tests;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};

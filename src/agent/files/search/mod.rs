@@ -359,3 +359,6 @@ fn lexical(rel: &str) -> String {
     }
     parts.join("/")
 }
+
+#[cfg(test)]
+mod tests;

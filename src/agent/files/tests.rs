@@ -1,5 +1,5 @@
-//! Containment, specified as tests: no path, symlink or race makes any operation read or write
-//! outside the workspace root, under both resolvers.
+//! The module's guarantee, containment, specified as tests: no path, symlink or race makes
+//! any operation read or write outside the workspace root, under both resolvers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -120,7 +120,10 @@ pub(crate) fn file_error(e: FileError) -> ErrorBody {
 
 pub(crate) fn log_error(e: LogError) -> ErrorBody {
     match e {
-        LogError::Invalid(e) => ErrorBody::invalid("cursor", e.message),
+        LogError::CursorAhead { .. } => ErrorBody::invalid("cursor", e.to_string()),
+        LogError::Refused(_) | LogError::Event(_) => {
+            ErrorBody::new(ErrorCode::InvalidArgument, e.to_string())
+        }
         LogError::Io(e) => {
             tracing::error!(error = %e, "exec log I/O error");
             ErrorBody::new(

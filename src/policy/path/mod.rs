@@ -118,5 +118,4 @@ fn join(root: &str, inside: &[&str]) -> String {
 }
 
 #[cfg(test)]
-#[path = "path_tests.rs"]
 mod tests;

@@ -1,7 +1,7 @@
 //! Search, specified as tests: `.gitignore` is honoured, every bound holds, binary files and
 //! symlinks out of the root are skipped.
 
-use super::test_support::Sandbox;
+use super::super::test_support::Sandbox;
 use super::{GlobQuery, GrepQuery, SearchResult};
 
 fn paths(result: &SearchResult) -> Vec<&str> {
@@ -131,5 +131,5 @@ fn search_never_follows_a_symlink_out_of_the_root() {
 fn a_bad_regex_is_an_invalid_argument() {
     let sb = Sandbox::new("search-regex");
     let err = sb.ws().grep(&GrepQuery::new("", "(")).unwrap_err();
-    assert_eq!(err.kind, super::FileErrorKind::InvalidArgument);
+    assert_eq!(err.kind, super::super::FileErrorKind::InvalidArgument);
 }

@@ -372,5 +372,4 @@ fn may_hold_secret(text: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "repo_tests.rs"]
 mod tests;

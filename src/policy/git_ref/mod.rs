@@ -127,5 +127,4 @@ fn is_special_head(text: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "git_ref_tests.rs"]
 mod tests;
