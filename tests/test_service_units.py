@@ -8,6 +8,7 @@ from pathlib import Path
 
 from modal_workspace_core import policy
 from modal_workspace_core._core import AGENT_OPS, REPEATABLE_AGENT_OPS
+from modal_workspace_core.channel.errors import AgentError
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import (
     NotFoundError,
@@ -104,3 +105,12 @@ def test_policy_errors_name_the_field_and_allowlists_are_403() -> None:
 def test_an_unexpected_failure_is_a_502_that_names_no_detail() -> None:
     err = translate_error(RuntimeError("secret-ish internal detail"))
     assert err.status == 502 and "secret-ish" not in err.message
+
+
+def test_an_agent_error_keeps_the_field_the_agent_named() -> None:
+    body = '{"code": "invalid_argument", "message": "kinds are create, …", "field": "kinds"}'
+    err = translate_error(AgentError.from_body(body))
+    assert (err.code, err.field, err.status) == ("invalid_argument", "kinds", 400)
+    assert translate_error(AgentError.from_body('{"code": "not_found"}')).field is None
+    # The caller's own name for the input wins over the agent's.
+    assert translate_error(AgentError.from_body(body), "path").field == "path"

@@ -54,21 +54,14 @@ PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
 
 
-def _agent_error_fields(exc: BaseException) -> tuple[str, str] | None:
-    if isinstance(exc, AgentError):
-        return exc.code, exc.message
-    return None
-
-
 def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
     """Any failure below the service, as the error a caller sees."""
     if isinstance(exc, WorkspaceError):
         return exc
     if isinstance(exc, PolicyError):
         return from_policy_error(exc, field or "input")
-    agent = _agent_error_fields(exc)
-    if agent is not None:
-        return from_agent_error(*agent, field=field)
+    if isinstance(exc, AgentError):
+        return from_agent_error(exc.code, exc.message, field=field or exc.field)
     if isinstance(exc, TimeoutError):
         return TimeoutError_("the workspace did not answer in time; try again")
     if isinstance(exc, ConnectionError | EOFError | OSError):
@@ -294,8 +287,7 @@ class Service:
             try:
                 return await use(client)
             except Exception as exc:
-                fields = _agent_error_fields(exc)
-                lost = fields is None or fields[0] == "unavailable"
+                lost = not isinstance(exc, AgentError) or exc.code == "unavailable"
                 if lost:
                     # The channel is gone (the agent restarted, the socket broke): the next
                     # use opens a new one.

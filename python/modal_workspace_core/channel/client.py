@@ -414,18 +414,14 @@ class AgentClient:
 
     def _resolve(self, request_id: int, ok: bool, body: str, payload: bytes) -> None:
         if request_id == 0:
-            error = json.loads(body)
-            raise AgentError(error.get("code", "internal"), error.get("message", ""))
+            raise AgentError.from_body(body)
         future = self._pending.pop(request_id, None)
         if future is None or future.done():
             return
         if ok:
             future.set_result((json.loads(body), payload))
         else:
-            error = json.loads(body)
-            future.set_exception(
-                AgentError(str(error.get("code", "internal")), str(error.get("message", "")))
-            )
+            future.set_exception(AgentError.from_body(body))
 
     # --- plumbing -----------------------------------------------------------------------------
 
