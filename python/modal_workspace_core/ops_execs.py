@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import policy
+from ._core import FINAL_STATES
 from .drivers.base import WorkspaceRecord
 from .errors import ConflictError, InvalidArgumentError
-from .event_pages import PageResult, page_done, state_shown
+from .event_pages import PageResult
 from .models import (
     MAX_WAIT_SECONDS,
     ExecCancel,
@@ -37,7 +38,6 @@ from .service_core import PROGRESS, host_path
 if TYPE_CHECKING:
     from .service_core import Service
 
-FINAL_STATES = frozenset({"finished", "cancelled", "failed", "timed_out", "lost"})
 # The agent holds an event to 16 KiB, so a page of this budget always holds one.
 _DRAIN_PAGE_BYTES = 1_048_576
 # How long a cancel waits for the exec to end: its grace period (at most this much) and slack
@@ -97,16 +97,9 @@ def decode_input(text: str, encoding: str, field: str) -> bytes:
         raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None
 
 
-async def stream_page(
-    svc: Service,
-    inp: ExecEvents | WatchEvents,
-    stream: str,
-    status_op: str,
-    id_arg: str,
-    live_state: str,
-) -> PageResult:
-    """One page of an exec's or a watch's events as `inp` asks, with the stream's state as of
-    that page (`live_state` while the page holds only output or file events)."""
+async def stream_page(svc: Service, inp: ExecEvents | WatchEvents, stream: str) -> PageResult:
+    """One page of an exec's or a watch's events as `inp` asks; the core's page carries the
+    stream's state as of that page."""
     page = await svc.read_events(
         inp.workspace_id,
         stream,
@@ -115,10 +108,7 @@ async def stream_page(
         max_bytes=inp.max_bytes,
         wait_seconds=inp.wait_seconds,
     )
-    shown = state_shown(page, live_state)
-    if shown is None:
-        shown, _ = await svc.request(inp.workspace_id, status_op, {id_arg: stream})
-    return PageResult(page, shown.get("state"), shown.get("returncode"))
+    return PageResult(page)
 
 
 def event_bytes(event: dict[str, Any]) -> bytes:
@@ -214,7 +204,7 @@ async def run_to_end(
         if report is not None and latest:
             line = latest.decode(errors="replace").replace("\r", "\n").strip().split("\n")[-1]
             await report(float(out.total + err.total), line[-200:])
-        if page_done(page):
+        if page.done:
             break
         if time.monotonic() >= answer_by and wait_seconds is not None:
             break
@@ -276,7 +266,7 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
 
 
 async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> PageResult:
-    return await stream_page(svc, inp, inp.exec_id, "exec.status", "exec_id", live_state="running")
+    return await stream_page(svc, inp, inp.exec_id)
 
 
 async def workspace_realtime_exec_status(svc: Service, inp: ExecRef) -> ExecStatus:

@@ -154,11 +154,7 @@ async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStat
 
 
 async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> PageResult:
-    result = await stream_page(
-        svc, inp, inp.watch_id, "watch.status", "watch_id", live_state="watching"
-    )
-    result.returncode = None  # a watch has none, whatever its status says
-    return result
+    return await stream_page(svc, inp, inp.watch_id)
 
 
 async def workspace_file_watch_status(svc: Service, inp: WatchRef) -> WatchStatus:

@@ -4,6 +4,7 @@
 mod canonical;
 mod decode;
 pub mod json;
+pub mod stream;
 pub mod timestamp;
 pub mod utf8;
 
@@ -13,6 +14,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::policy::PolicyError;
+pub use stream::{StreamKind, StreamState, StreamStatus};
 pub use timestamp::Timestamp;
 pub use utf8::{Segment, StreamDecoder};
 

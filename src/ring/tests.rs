@@ -264,10 +264,10 @@ fn close_flushes_a_held_back_partial_character() {
     assert!(page.closed);
     assert!(ring.is_closed());
     let err = out_result(&ring, b"late");
-    assert_eq!(err.unwrap_err().rule, "ring.closed");
+    assert_eq!(err.unwrap_err().rule(), "ring.closed");
 }
 
-fn out_result(ring: &EventRing, data: &[u8]) -> Result<u64, PolicyError> {
+fn out_result(ring: &EventRing, data: &[u8]) -> Result<u64, RingError> {
     ring.append(EventType::Stdout, Some(data), &no_fields())
 }
 
@@ -286,26 +286,29 @@ fn exit_comes_after_everything_the_streams_held_back() {
 
 #[test]
 fn bad_arguments_are_refused_with_a_rule() {
-    assert_eq!(EventRing::new(0, None).unwrap_err().rule, "ring.max-bytes");
     assert_eq!(
-        EventRing::new(10, Some(0)).unwrap_err().rule,
+        EventRing::new(0, None).unwrap_err().rule(),
+        "ring.max-bytes"
+    );
+    assert_eq!(
+        EventRing::new(10, Some(0)).unwrap_err().rule(),
         "ring.max-events"
     );
     let ring = EventRing::new(1000, None).unwrap();
     out(&ring, b"x");
     assert_eq!(
-        ring.read(2, 10, 0, false).unwrap_err().rule,
+        ring.read(2, 10, 0, false).unwrap_err().rule(),
         "ring.cursor-ahead"
     );
     assert_eq!(
-        ring.read(0, 0, 0, false).unwrap_err().rule,
+        ring.read(0, 0, 0, false).unwrap_err().rule(),
         "ring.max-events"
     );
     let fields = json!({"pid": 1}).as_object().unwrap().clone();
     let err = ring
         .append(EventType::Stdout, Some(b"x"), &fields)
         .unwrap_err();
-    assert_eq!(err.rule, "event.output-fields");
+    assert_eq!(err.rule(), "event.output-fields");
 }
 
 #[test]

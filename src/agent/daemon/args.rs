@@ -120,7 +120,7 @@ pub(crate) fn file_error(e: FileError) -> ErrorBody {
 
 pub(crate) fn log_error(e: LogError) -> ErrorBody {
     match e {
-        LogError::Invalid(e) => ErrorBody::invalid("cursor", e.message),
+        LogError::Invalid(e) => ErrorBody::invalid("cursor", e.message()),
         LogError::Io(e) => {
             tracing::error!(error = %e, "exec log I/O error");
             ErrorBody::new(

@@ -13,7 +13,7 @@ use crate::agent::watch::{
     EventKind, KindFilter, WatchEnd, WatchMessage, WatchRegistry, WatchRequest,
 };
 use crate::channel::message::{ErrorBody, ErrorCode};
-use crate::event::{timestamp, EventType};
+use crate::event::{timestamp, EventType, StreamKind};
 use crate::policy;
 use crate::ring::EventRing;
 
@@ -122,7 +122,7 @@ impl WatchStreams {
         request.kinds = kinds;
         request.timeout = a.seconds("timeout_seconds")?.filter(|t| !t.is_zero());
         let ring = Arc::new(
-            EventRing::new(WATCH_RING_BYTES, None)
+            EventRing::of_kind(Some(StreamKind::Watch), WATCH_RING_BYTES, None)
                 .map_err(|e| internal("cannot make a ring", e))?,
         );
         let rel = path

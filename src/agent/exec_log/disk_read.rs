@@ -6,7 +6,7 @@ use std::fs::File;
 use super::super::segment;
 use super::super::LogError;
 use super::Disk;
-use crate::event::Event;
+use crate::event::{Event, StreamStatus};
 use crate::ring::{envelope_max_len, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
 impl Disk {
@@ -98,6 +98,8 @@ impl Disk {
             dropped_events,
             dropped_bytes,
             closed: self.index.closed,
+            // The log's owner knows the stream's status (`ExecLog::read` sets it).
+            status: StreamStatus::default(),
         })
     }
 }

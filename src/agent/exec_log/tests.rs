@@ -78,7 +78,7 @@ fn pages_from_disk_equal_pages_from_the_ring() {
     let budget = LogBudget::new(1 << 30);
     // A ring of 1 KiB forgets almost at once; the disk keeps everything.
     let log = ExecLog::create(&dir.0.join("a"), &small(1 << 20, 4096, 1024), &budget).unwrap();
-    let mirror = EventRing::new(1 << 20, None).unwrap();
+    let mirror = EventRing::of_kind(Some(StreamKind::Exec), 1 << 20, None).unwrap();
     for i in 0..300 {
         let data = format!("{i} é\u{1}\n");
         log.append(EventType::Stdout, Some(data.as_bytes()), &no_fields())
