@@ -236,8 +236,9 @@ class Page:
         """How many events between the cursor and `first_seq` were lost to this reader."""
     @property
     def dropped_bytes(self) -> int:
-        """Their encoded bytes: exact unless the reader is more than 65 536 evicted events
-        behind, where it is a lower bound."""
+        """The output bytes those events carried (their `data` as UTF-8, their `data_b64`
+        decoded), so that delivered + dropped = what the command wrote: exact unless the reader
+        is more than 65 536 evicted events behind, where it is a lower bound."""
     @property
     def closed(self) -> bool:
         """The producer has finished: no event will follow the ring's last one."""

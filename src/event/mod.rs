@@ -120,6 +120,26 @@ impl Event {
         self.json.len()
     }
 
+    /// The output bytes the event carries (its `data` as UTF-8, or its `data_b64` decoded): what
+    /// a reader that loses the event loses of what the command wrote. 0 for other events.
+    pub fn data_len(&self) -> usize {
+        if !self.kind.is_output() {
+            return 0;
+        }
+        let json: &str = &self.json;
+        // Output events carry no fields: the first such key is the data's.
+        if let Some(at) = json.find(",\"data_b64\":\"") {
+            let b64 = &json.as_bytes()[at + ",\"data_b64\":\"".len()..];
+            let len = b64.iter().take_while(|&&b| b != b'"').count();
+            let padding = b64[..len].iter().rev().take_while(|&&b| b == b'=').count();
+            return (len / 4 * 3).saturating_sub(padding);
+        }
+        match json.find(",\"data\":\"") {
+            Some(at) => json::unescaped_len(&json.as_bytes()[at + ",\"data\":\"".len()..]),
+            None => 0,
+        }
+    }
+
     /// The event's timestamp, sliced from its JSON (the framing puts it at a fixed place).
     pub fn timestamp(&self) -> &str {
         let start = "{\"seq\":".len() + decimal_len(self.seq) + ",\"timestamp\":\"".len();

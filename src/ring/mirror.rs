@@ -110,7 +110,7 @@ impl EventRing {
         let mut state = self.state.lock();
         while let Some(oldest) = state.events.pop_front() {
             state.bytes -= oldest.encoded_len();
-            state.ledger.record(oldest.encoded_len());
+            state.ledger.record(oldest.data_len());
         }
         state.last_seq = next_seq - 1;
     }

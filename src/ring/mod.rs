@@ -87,7 +87,7 @@ impl State {
         while self.events.len() > 1 && (self.bytes > max_bytes || self.events.len() > max_events) {
             if let Some(oldest) = self.events.pop_front() {
                 self.bytes -= oldest.encoded_len();
-                self.ledger.record(oldest.encoded_len());
+                self.ledger.record(oldest.data_len());
             }
         }
         before - self.bytes

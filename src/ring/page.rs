@@ -129,7 +129,8 @@ pub struct Page {
     pub cursor_expired: bool,
     /// How many events between the cursor and `first_seq` this reader lost.
     pub dropped_events: u64,
-    /// Their encoded bytes (exact within the ledger's limit, a lower bound past it).
+    /// The output bytes they carried (`Event::data_len`; exact within the ledger's limit, a
+    /// lower bound past it).
     pub dropped_bytes: u64,
     /// The producer has finished: no event will follow the last one.
     pub closed: bool,

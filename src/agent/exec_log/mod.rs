@@ -28,16 +28,18 @@
 //! A read is served by the ring while the ring still holds the cursor, otherwise from disk; both
 //! return the same [`Page`] JSON (never coalesced from disk). Events deleted from disk are
 //! reported with `cursor_expired`, `first_seq` and exact `dropped_events`. `dropped_bytes` (the
-//! encoded bytes of the dropped events) is exact from cursor 0, at every segment boundary this
-//! process deleted (the last 4096), and at any cursor among the last 65 536 events this process
-//! deleted; otherwise — a cursor inside a segment deleted before a restart, or very far behind —
+//! output bytes of the dropped events, `Event::data_len`) is exact from cursor 0, at every
+//! segment boundary this process deleted (the last 4096), and at any cursor among the last
+//! 65 536 events this process deleted; otherwise — a cursor inside a segment deleted before a restart, or very far behind —
 //! it is a lower bound that omits the remainder of the deleted segment the cursor was in.
 //!
 //! # Recovery
 //!
 //! [`ExecLog::recover`] reopens a log written by an earlier process: it finds the last seq,
 //! truncates a torn last record, deletes segments an interrupted eviction left, and continues
-//! the numbering. A recovered log has no ring: its appends go straight to disk.
+//! the numbering. A recovered log has no ring: its appends go straight to disk. Recovery reads
+//! each kept segment once, to count its output bytes (a log written by a build that counted
+//! encoded bytes keeps that count in `index.json` for what it had already deleted).
 
 mod budget;
 mod disk;
