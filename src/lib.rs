@@ -22,6 +22,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bindings::errors::register(m)?;
     bindings::policy::register(m)?;
     bindings::ring::register(m)?;
+    bindings::stream::register(m)?;
     bindings::agent::register(m)?;
     bindings::channel::register(m)?;
     Ok(())

@@ -7,6 +7,7 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "AGENT_OPS",
+    "FINAL_STATES",
     "IDEMPOTENCY_TAG",
     "MANAGED_TAGS",
     "MANAGED_TAG_PREFIXES",
@@ -18,6 +19,8 @@ __all__ = [
     "GitHubRepo",
     "Page",
     "PolicyError",
+    "RingError",
+    "StreamKind",
     "_LoopBell",
     "_RingWatch",
     "__version__",
@@ -48,6 +51,11 @@ class PolicyError(ValueError):
     """
 
     rule: str
+
+class RingError(PolicyError):
+    """An event ring or log refused a call: a bound that is not positive, a cursor past the
+    stream's end, an append after it closed. A `PolicyError`, as these were before they had a
+    class of their own; `rule` names what failed (`ring.closed`, `ring.cursor-ahead`, …)."""
 
 # --- policy -------------------------------------------------------------------------------------
 
@@ -180,6 +188,29 @@ def name_allowlist(text: str) -> list[str]:
 
 # --- the event ring -------------------------------------------------------------------------
 
+FINAL_STATES: frozenset[str]
+"""The states a stream ends in (an exec's `finished`, `cancelled`, `failed`, `timed_out`, `lost`;
+a watch's also `root_removed`)."""
+
+@final
+class StreamKind:
+    """What kind of event stream an id names; ask it instead of looking at the id's prefix."""
+
+    EXEC: StreamKind
+    WATCH: StreamKind
+    @staticmethod
+    def of(stream_id: str) -> StreamKind:
+        """The kind of `stream_id`. Raises `PolicyError` (rule `stream.id`) unless it is an exec
+        id (`ex-…`) or a watch id (`fw-…`)."""
+    @property
+    def value(self) -> Literal["exec", "watch"]: ...
+    @property
+    def has_log(self) -> bool:
+        """The agent keeps the stream's events on disk (an exec's log); a watch has only its
+        ring."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
 @final
 class Page:
     """A page of events read from an `EventRing` after a cursor."""
@@ -207,13 +238,33 @@ class Page:
         """How many events between the cursor and `first_seq` were lost to this reader."""
     @property
     def dropped_bytes(self) -> int:
-        """Their encoded bytes: exact unless the reader is more than 65 536 evicted events
-        behind, where it is a lower bound."""
+        """The output bytes those events carried (their `data` as UTF-8, their `data_b64`
+        decoded), so that delivered + dropped = what the command wrote: exact unless the reader
+        is more than 65 536 evicted events behind, where it is a lower bound."""
     @property
     def closed(self) -> bool:
         """The producer has finished: no event will follow the ring's last one."""
+    @property
+    def state(self) -> str | None:
+        """The stream's state as of this page's last event (as of the cursor when it is empty),
+        folded by the core from the stream's `status` and `exit` events: an exec is `starting`
+        until its `running` status, a watch `watching` until its final status. `None` only for
+        a ring made without a `kind` whose events have not said."""
+    @property
+    def returncode(self) -> int | None:
+        """The exec's return code from its `exit` event (minus the signal number); `None`
+        before it, for a `lost` exec and for a watch."""
+    @property
+    def done(self) -> bool:
+        """The stream is closed and nothing is left after this page: its final event has been
+        delivered, in this page or an earlier one. A client loops until it is true."""
     def to_json(self) -> str:
-        """The page as one JSON object, never longer than the read's (raised) `max_bytes`."""
+        """The page as the agent sends it (`events`, `next_cursor`, `has_more`, `done`,
+        `state`, `returncode`, `first_seq`, `cursor_expired`, `dropped_events`,
+        `dropped_bytes`, `closed`), never longer than the read's (raised) `max_bytes`."""
+    def to_client_json(self) -> str:
+        """The page as clients get it: `to_json()` without `closed`, the fields of
+        `results.EventPage` in its order."""
     def events_json(self) -> str:
         """The events alone, as the JSON array `to_json()` holds."""
     def __len__(self) -> int: ...
@@ -227,11 +278,16 @@ class EventRing:
     Raises `PolicyError` (a `ValueError`) when `max_bytes` or `max_events` is not positive.
     """
 
-    def __new__(cls, max_bytes: int, max_events: int | None = None) -> Self: ...
+    def __new__(
+        cls, max_bytes: int, max_events: int | None = None, kind: StreamKind | None = None
+    ) -> Self: ...
     @property
     def max_bytes(self) -> int: ...
     @property
     def max_events(self) -> int | None: ...
+    @property
+    def kind(self) -> StreamKind | None:
+        """The stream's kind, which decides its state before any event says it."""
     @property
     def closed(self) -> bool:
         """`close()` was called."""

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
 from . import policy
-from ._core import REPEATABLE_AGENT_OPS, Page, PolicyError
+from ._core import FINAL_STATES, REPEATABLE_AGENT_OPS, Page, PolicyError
 from .channel.client import AgentClient, AgentError
 from .config import Settings
 from .drivers import create_driver
@@ -43,8 +43,6 @@ T = TypeVar("T")
 # Agent requests that may be sent again after a lost channel without doing anything twice: the
 # core's table of agent ops says which.
 REPEATABLE_OPS = REPEATABLE_AGENT_OPS
-# An exec's states once it has ended.
-FINAL_STATES = frozenset({"finished", "cancelled", "failed", "timed_out", "lost"})
 # How `exec_ended` follows a stream: one long-poll at a time, a page as large as the agent sends.
 _FOLLOW_WAIT = 25.0
 _FOLLOW_PAGE_BYTES = 1_048_576

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::errors::policy_error;
+use super::errors::{policy_error, ring_error};
 use super::ring::PyPage;
 use crate::channel::client::{
     read_ring, AgentChannel, CacheConfig, CacheRead, ChannelError, Fed, ReceivedPage,
@@ -169,7 +169,7 @@ impl PyAgentChannel {
             channel.reader_at(stream, cursor);
             ring
         };
-        let read = read_ring(&ring, cursor, max_events, max_bytes).map_err(policy_error)?;
+        let read = read_ring(&ring, cursor, max_events, max_bytes).map_err(ring_error)?;
         Ok(match read {
             CacheRead::Missing => ("missing", None),
             CacheRead::Page(page) => ("page", Some(PyPage::from_page(page))),

@@ -5,3 +5,4 @@ pub mod channel;
 pub mod errors;
 pub mod policy;
 pub mod ring;
+pub mod stream;

@@ -14,9 +14,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use serde_json::{Map, Value};
 
-use super::errors::policy_error;
-use crate::event::EventType;
-use crate::ring::{EventRing, Page};
+use super::errors::{policy_error, ring_error};
+use super::stream::PyStreamKind;
+use crate::event::{EventType, StreamState};
+use crate::ring::{EventRing, Layout, Page};
 
 /// The longest wait accepted, so a deadline can always be computed (one day).
 const MAX_WAIT_SECONDS: f64 = 86_400.0;
@@ -39,8 +40,8 @@ pub struct PyEventRing {
 #[pymethods]
 impl PyEventRing {
     #[new]
-    #[pyo3(signature = (max_bytes, max_events=None))]
-    fn new(max_bytes: i64, max_events: Option<i64>) -> PyResult<Self> {
+    #[pyo3(signature = (max_bytes, max_events=None, kind=None))]
+    fn new(max_bytes: i64, max_events: Option<i64>, kind: Option<PyStreamKind>) -> PyResult<Self> {
         let max_bytes = usize::try_from(max_bytes)
             .map_err(|_| PyValueError::new_err("max_bytes must be a positive number of bytes"))?;
         let max_events = match max_events {
@@ -49,7 +50,8 @@ impl PyEventRing {
                 PyValueError::new_err("max_events must be positive (or None for no limit)")
             })?),
         };
-        let ring = EventRing::new(max_bytes, max_events).map_err(policy_error)?;
+        let kind = kind.map(PyStreamKind::kind);
+        let ring = EventRing::of_kind(kind, max_bytes, max_events).map_err(ring_error)?;
         Ok(Self {
             ring: Arc::new(ring),
         })
@@ -63,6 +65,11 @@ impl PyEventRing {
     #[getter]
     fn max_events(&self) -> Option<usize> {
         self.ring.max_events()
+    }
+
+    #[getter]
+    fn kind(&self) -> Option<PyStreamKind> {
+        self.ring.kind().map(PyStreamKind::from)
     }
 
     #[getter]
@@ -98,14 +105,14 @@ impl PyEventRing {
             }
             _ => ring.append(kind, data, fields),
         };
-        result.map_err(policy_error)
+        result.map_err(ring_error)
     }
 
     fn append_many(&self, r#type: &str, chunks: Vec<Bound<'_, PyBytes>>) -> PyResult<u64> {
         let kind = EventType::parse(r#type).map_err(policy_error)?;
         // Borrowed, not copied: the list keeps the bytes objects alive for the call.
         let slices: Vec<&[u8]> = chunks.iter().map(|b| b.as_bytes()).collect();
-        self.ring.append_many(kind, &slices).map_err(policy_error)
+        self.ring.append_many(kind, &slices).map_err(ring_error)
     }
 
     fn close(&self) {
@@ -128,12 +135,8 @@ impl PyEventRing {
         let page = self
             .ring
             .read(cursor, max_events, max_bytes, coalesce)
-            .map_err(policy_error)?;
-        Ok(PyPage {
-            page,
-            json: OnceLock::new(),
-            events: PyOnceLock::new(),
-        })
+            .map_err(ring_error)?;
+        Ok(PyPage::from_page(page))
     }
 
     fn wait(&self, py: Python<'_>, cursor: i64, timeout: f64) -> PyResult<bool> {
@@ -184,6 +187,7 @@ impl PyEventRing {
 pub struct PyPage {
     page: Page,
     json: OnceLock<String>,
+    client_json: OnceLock<String>,
     events: PyOnceLock<Py<PyList>>,
 }
 
@@ -193,6 +197,7 @@ impl PyPage {
         Self {
             page,
             json: OnceLock::new(),
+            client_json: OnceLock::new(),
             events: PyOnceLock::new(),
         }
     }
@@ -245,8 +250,30 @@ impl PyPage {
         self.page.closed
     }
 
+    /// The stream's state as of this page (`None` only for a ring of no kind).
+    #[getter]
+    fn state(&self) -> Option<&'static str> {
+        self.page.status.state.map(StreamState::as_str)
+    }
+
+    #[getter]
+    fn returncode(&self) -> Option<i64> {
+        self.page.status.returncode
+    }
+
+    #[getter]
+    fn done(&self) -> bool {
+        self.page.done()
+    }
+
     fn to_json(&self) -> &str {
         self.json.get_or_init(|| self.page.to_json())
+    }
+
+    /// The page as clients get it (`results.EventPage`'s fields in order), written once.
+    fn to_client_json(&self) -> &str {
+        self.client_json
+            .get_or_init(|| self.page.to_json_as(Layout::Client))
     }
 
     /// The events alone, as the JSON array `to_json()` holds: what a gateway wraps in its own
@@ -261,12 +288,17 @@ impl PyPage {
 
     fn __repr__(&self) -> String {
         format!(
-            "Page(events={}, next_cursor={}, has_more={}, cursor_expired={}, closed={})",
+            "Page(events={}, next_cursor={}, has_more={}, cursor_expired={}, closed={}, \
+             state={})",
             self.page.events.len(),
             self.page.next_cursor,
             self.page.has_more,
             self.page.cursor_expired,
-            self.page.closed
+            self.page.closed,
+            self.page
+                .status
+                .state
+                .map_or_else(|| "None".to_owned(), |s| format!("'{}'", s.as_str())),
         )
     }
 }

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use super::frame::{Frame, FrameError, FrameKind, FRAME_OVERHEAD};
 use super::message::EventsHeader;
-use crate::ring::{EventRing, Page, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
+use crate::ring::{EventRing, Layout, Page, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
 /// The largest page pushed to a subscriber: a stream overshoots its credit by at most this.
 pub const MAX_PUSH_PAGE_BYTES: usize = 64 * 1024;
@@ -40,7 +40,7 @@ impl EventSource for RingSource {
     fn read(&self, cursor: u64, max_bytes: usize) -> Result<Page, String> {
         self.0
             .read(cursor, MAX_PAGE_EVENTS, max_bytes, false)
-            .map_err(|e| e.message)
+            .map_err(|e| e.message())
     }
 
     fn ready(&self, cursor: u64) -> bool {
@@ -180,7 +180,7 @@ fn events_frame(stream: &str, page: &Page) -> Result<(Vec<u8>, u64), FrameError>
     })
     .map_err(|_| FrameError::Malformed("unserializable header"))?;
     let bytes = Frame::encode_text(FrameKind::Events, &header, page.json_capacity(), |out| {
-        page.write_json(out)
+        page.write_json(out, Layout::Wire)
     })?;
     let payload = bytes.len() - FRAME_OVERHEAD - header.len();
     Ok((bytes, payload as u64))

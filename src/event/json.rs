@@ -214,6 +214,39 @@ pub fn has_control(bytes: &[u8]) -> bool {
         || tail.iter().any(|&b| b < 0x20)
 }
 
+/// The UTF-8 length of the JSON string whose escaped contents start `escaped` (up to its
+/// closing quote), as this module's escaping writes it.
+pub fn unescaped_len(escaped: &[u8]) -> usize {
+    let hex = |at: usize| {
+        escaped
+            .get(at..at + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
+    let (mut at, mut len) = (0, 0);
+    while let Some(&b) = escaped.get(at) {
+        match b {
+            b'"' => break,
+            b'\\' if escaped.get(at + 1) == Some(&b'u') => {
+                let unit = hex(at + 2).unwrap_or(0);
+                let low = (escaped.get(at + 6..at + 8) == Some(b"\\u".as_slice()))
+                    .then(|| hex(at + 8))
+                    .flatten()
+                    .filter(|l| (0xDC00..0xE000).contains(l));
+                if (0xD800..0xDC00).contains(&unit) && low.is_some() {
+                    (len, at) = (len + 4, at + 12);
+                } else {
+                    let width = char::from_u32(unit).map_or(3, char::len_utf8);
+                    (len, at) = (len + width, at + 6);
+                }
+            }
+            b'\\' => (len, at) = (len + 1, at + 2),
+            _ => (len, at) = (len + 1, at + 1),
+        }
+    }
+    len
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

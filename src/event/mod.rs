@@ -4,6 +4,7 @@
 mod canonical;
 mod decode;
 pub mod json;
+pub mod stream;
 pub mod timestamp;
 pub mod utf8;
 
@@ -13,6 +14,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::policy::PolicyError;
+pub use stream::{StreamKind, StreamState, StreamStatus};
 pub use timestamp::Timestamp;
 pub use utf8::{Segment, StreamDecoder};
 
@@ -116,6 +118,26 @@ impl Event {
     /// Encoded size in bytes: what the ring's budget and the page budget count.
     pub fn encoded_len(&self) -> usize {
         self.json.len()
+    }
+
+    /// The output bytes the event carries (its `data` as UTF-8, or its `data_b64` decoded): what
+    /// a reader that loses the event loses of what the command wrote. 0 for other events.
+    pub fn data_len(&self) -> usize {
+        if !self.kind.is_output() {
+            return 0;
+        }
+        let json: &str = &self.json;
+        // Output events carry no fields: the first such key is the data's.
+        if let Some(at) = json.find(",\"data_b64\":\"") {
+            let b64 = &json.as_bytes()[at + ",\"data_b64\":\"".len()..];
+            let len = b64.iter().take_while(|&&b| b != b'"').count();
+            let padding = b64[..len].iter().rev().take_while(|&&b| b == b'=').count();
+            return (len / 4 * 3).saturating_sub(padding);
+        }
+        match json.find(",\"data\":\"") {
+            Some(at) => json::unescaped_len(&json.as_bytes()[at + ",\"data\":\"".len()..]),
+            None => 0,
+        }
     }
 
     /// The event's timestamp, sliced from its JSON (the framing puts it at a fixed place).

@@ -1,5 +1,6 @@
-//! The eviction ledger: cumulative encoded sizes of evicted events, so a reader that fell behind
-//! learns exactly how many bytes it lost. Bounded; past the bound the count is a lower bound.
+//! The eviction ledger: cumulative output bytes of evicted events (`Event::data_len`, what the
+//! command wrote), so a reader that fell behind learns exactly how many bytes of output it lost.
+//! Bounded; past the bound the count is a lower bound.
 
 use std::collections::VecDeque;
 

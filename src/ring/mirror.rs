@@ -1,9 +1,8 @@
 //! Mirror mode: a ring that holds another ring's events under their original seqs, fed already
 //! encoded events (a gateway's cache of an agent's stream) instead of appended bytes.
 
-use super::EventRing;
-use crate::event::Event;
-use crate::policy::PolicyError;
+use super::{EventRing, RingError};
+use crate::event::{Event, StreamKind, StreamStatus};
 
 /// What [`EventRing::insert`] did with a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -18,14 +17,20 @@ pub struct Inserted {
 impl EventRing {
     /// An empty mirror positioned after `cursor`: the first event it takes is `cursor + 1`, and
     /// reads of older cursors report them expired (their events live at the source).
+    /// Until the source says its status ([`EventRing::insert_settled`]), the mirror assumes the
+    /// kind's initial state from cursor 0 and its live state past it.
     pub fn mirror(
+        kind: Option<StreamKind>,
         max_bytes: usize,
         max_events: Option<usize>,
         cursor: u64,
-    ) -> Result<Self, PolicyError> {
-        let ring = Self::new(max_bytes, max_events)?;
+    ) -> Result<Self, RingError> {
+        let ring = Self::of_kind(kind, max_bytes, max_events)?;
         ring.writer.lock().next_seq = cursor + 1;
-        ring.state.lock().last_seq = cursor;
+        let mut state = ring.state.lock();
+        state.last_seq = cursor;
+        state.status = StreamStatus::assumed_at(kind, cursor);
+        drop(state);
         Ok(ring)
     }
 
@@ -35,21 +40,29 @@ impl EventRing {
     /// mirror drops what it holds and restarts at the batch's first event. `close` marks the
     /// source's end after the batch. Refused: a batch that is not consecutive in itself, or
     /// any event after the mirror was closed.
-    pub fn insert(&self, events: Vec<Event>, close: bool) -> Result<Inserted, PolicyError> {
+    pub fn insert(&self, events: Vec<Event>, close: bool) -> Result<Inserted, RingError> {
+        self.insert_settled(events, close, None)
+    }
+
+    /// [`EventRing::insert`] of a page that says the source's status as of its `next_cursor`
+    /// (`settled`): the mirror takes it when that is where the mirror now ends, so its pages
+    /// show what the source knew before the mirror began, too.
+    pub fn insert_settled(
+        &self,
+        events: Vec<Event>,
+        close: bool,
+        settled: Option<(u64, StreamStatus)>,
+    ) -> Result<Inserted, RingError> {
         let mut writer = self.writer.lock();
         let fresh: Vec<Event> = events
             .into_iter()
             .skip_while(|e| e.seq() < writer.next_seq)
             .collect();
         if let Some(pair) = fresh.windows(2).find(|w| w[1].seq() != w[0].seq() + 1) {
-            return Err(PolicyError::without_echo(
-                "ring.mirror-order",
-                format!(
-                    "mirrored events must be consecutive: seq {} followed {}",
-                    pair[1].seq(),
-                    pair[0].seq()
-                ),
-            ));
+            return Err(RingError::MirrorOrder {
+                previous: pair[0].seq(),
+                seq: pair[1].seq(),
+            });
         }
         if !fresh.is_empty() {
             writer.check_open()?;
@@ -67,12 +80,12 @@ impl EventRing {
         if let Some(last) = fresh.last() {
             writer.next_seq = last.seq() + 1;
         }
-        if close && !writer.closed {
-            writer.closed = true;
-            self.publish(fresh, true);
-        } else {
-            self.publish(fresh, false);
-        }
+        let settled = settled
+            .filter(|&(next_cursor, _)| next_cursor + 1 == writer.next_seq)
+            .map(|(_, status)| status);
+        let close = close && !writer.closed;
+        writer.closed |= close;
+        self.publish_settled(fresh, close, settled);
         Ok(inserted)
     }
 
@@ -97,7 +110,7 @@ impl EventRing {
         let mut state = self.state.lock();
         while let Some(oldest) = state.events.pop_front() {
             state.bytes -= oldest.encoded_len();
-            state.ledger.record(oldest.encoded_len());
+            state.ledger.record(oldest.data_len());
         }
         state.last_seq = next_seq - 1;
     }
@@ -133,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_mirror_keeps_the_source_seqs_from_its_cursor() {
-        let ring = EventRing::mirror(1 << 20, None, 10).unwrap();
+        let ring = EventRing::mirror(None, 1 << 20, None, 10).unwrap();
         assert_eq!(ring.last_seq(), 10);
         assert_eq!(ring.read(10, 10, 0, false).unwrap().events.len(), 0);
         ring.insert(events(11..=13), false).unwrap();
@@ -146,7 +159,7 @@ mod tests {
 
     #[test]
     fn repeated_events_are_skipped_and_never_doubled() {
-        let ring = EventRing::mirror(1 << 20, None, 0).unwrap();
+        let ring = EventRing::mirror(None, 1 << 20, None, 0).unwrap();
         assert_eq!(ring.insert(events(1..=3), false).unwrap().added, 3);
         let again = ring.insert(events(2..=5), false).unwrap();
         assert_eq!(
@@ -161,7 +174,7 @@ mod tests {
 
     #[test]
     fn a_gap_restarts_the_mirror_at_the_batch() {
-        let ring = EventRing::mirror(1 << 20, None, 0).unwrap();
+        let ring = EventRing::mirror(None, 1 << 20, None, 0).unwrap();
         ring.insert(events(1..=3), false).unwrap();
         let inserted = ring.insert(events(10..=11), false).unwrap();
         assert!(inserted.restarted);
@@ -179,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_batch_with_a_hole_is_refused_whole() {
-        let ring = EventRing::mirror(1 << 20, None, 0).unwrap();
+        let ring = EventRing::mirror(None, 1 << 20, None, 0).unwrap();
         let mut batch = events(1..=2);
         batch.extend(events(4..=4));
         assert!(ring.insert(batch, false).is_err());
@@ -188,7 +201,7 @@ mod tests {
 
     #[test]
     fn closing_wakes_and_refuses_later_events() {
-        let ring = EventRing::mirror(1 << 20, None, 0).unwrap();
+        let ring = EventRing::mirror(None, 1 << 20, None, 0).unwrap();
         ring.insert(events(1..=2), true).unwrap();
         assert!(ring.is_closed());
         assert!(ring.wait(2, std::time::Duration::ZERO));
@@ -200,7 +213,7 @@ mod tests {
 
     #[test]
     fn a_mirror_is_bounded_like_any_ring() {
-        let ring = EventRing::mirror(4096, None, 0).unwrap();
+        let ring = EventRing::mirror(None, 4096, None, 0).unwrap();
         for start in (1..=1000).step_by(10) {
             ring.insert(events(start..=start + 9), false).unwrap();
         }
@@ -211,7 +224,7 @@ mod tests {
 
     #[test]
     fn inserted_events_wake_async_waiters() {
-        let ring = Arc::new(EventRing::mirror(1 << 20, None, 0).unwrap());
+        let ring = Arc::new(EventRing::mirror(None, 1 << 20, None, 0).unwrap());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()

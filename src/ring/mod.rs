@@ -2,6 +2,7 @@
 //! page from a cursor and learn exactly what they lost, and waiters wake on a notification.
 
 mod doorbell;
+mod error;
 pub mod ledger;
 mod mirror;
 mod page;
@@ -21,14 +22,15 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 pub use doorbell::Doorbell;
+pub use error::RingError;
 pub use ready::{ReadyCallback, WaiterId};
 use writer::Writer;
 
-use crate::event::{Event, EventType, Fields};
+use crate::event::{Event, EventType, Fields, StreamKind, StreamStatus};
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use mirror::Inserted;
-pub use page::{envelope_max_len, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
+pub use page::{envelope_max_len, Layout, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
 /// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:
 /// any number of threads may append, read and wait at once.
@@ -38,6 +40,8 @@ pub use page::{envelope_max_len, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTE
 /// reference count).
 #[derive(Debug)]
 pub struct EventRing {
+    /// What the stream is, when the owner said: it decides the state before any event.
+    kind: Option<StreamKind>,
     max_bytes: usize,
     max_events: Option<usize>,
     writer: Mutex<Writer>,
@@ -53,6 +57,8 @@ pub struct EventRing {
 #[derive(Debug, Default)]
 struct State {
     events: VecDeque<Event>,
+    /// The stream's status as of `last_seq`: the fold of every event published.
+    status: StreamStatus,
     /// Encoded bytes of the kept events.
     bytes: usize,
     last_seq: u64,
@@ -81,7 +87,7 @@ impl State {
         while self.events.len() > 1 && (self.bytes > max_bytes || self.events.len() > max_events) {
             if let Some(oldest) = self.events.pop_front() {
                 self.bytes -= oldest.encoded_len();
-                self.ledger.record(oldest.encoded_len());
+                self.ledger.record(oldest.data_len());
             }
         }
         before - self.bytes
@@ -91,24 +97,37 @@ impl State {
 impl EventRing {
     /// A ring that keeps at most `max_bytes` of encoded events and at most `max_events` events;
     /// the newest event is kept even when it alone is larger than the budget.
-    pub fn new(max_bytes: usize, max_events: Option<usize>) -> Result<Self, PolicyError> {
+    pub fn new(max_bytes: usize, max_events: Option<usize>) -> Result<Self, RingError> {
+        Self::of_kind(None, max_bytes, max_events)
+    }
+
+    /// [`EventRing::new`] for a stream of `kind`, whose pages then always carry a state.
+    pub fn of_kind(
+        kind: Option<StreamKind>,
+        max_bytes: usize,
+        max_events: Option<usize>,
+    ) -> Result<Self, RingError> {
         if max_bytes == 0 {
-            return Err(PolicyError::without_echo(
-                "ring.max-bytes",
-                "max_bytes must be a positive number of bytes",
-            ));
+            return Err(RingError::Bound {
+                rule: "ring.max-bytes",
+                message: "max_bytes must be a positive number of bytes",
+            });
         }
         if max_events == Some(0) {
-            return Err(PolicyError::without_echo(
-                "ring.max-events",
-                "max_events must be positive (or None for no limit on the count)",
-            ));
+            return Err(RingError::Bound {
+                rule: "ring.max-events",
+                message: "max_events must be positive (or None for no limit on the count)",
+            });
         }
         Ok(Self {
+            kind,
             max_bytes,
             max_events,
             writer: Mutex::new(Writer::new()),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                status: StreamStatus::initial(kind),
+                ..State::default()
+            }),
             changed: Condvar::new(),
             notify: Notify::new(),
             wakes_pending: AtomicBool::new(false),
@@ -117,6 +136,15 @@ impl EventRing {
 
     pub fn max_bytes(&self) -> usize {
         self.max_bytes
+    }
+
+    pub fn kind(&self) -> Option<StreamKind> {
+        self.kind
+    }
+
+    /// The stream's status as of its newest event.
+    pub fn status(&self) -> StreamStatus {
+        self.state.lock().status
     }
 
     pub fn max_events(&self) -> Option<usize> {
@@ -133,7 +161,7 @@ impl EventRing {
         kind: EventType,
         data: Option<&[u8]>,
         fields: &Map<String, Value>,
-    ) -> Result<u64, PolicyError> {
+    ) -> Result<u64, RingError> {
         self.append_with(kind, data, fields, &mut |_| {})
     }
 
@@ -146,14 +174,14 @@ impl EventRing {
         data: Option<&[u8]>,
         fields: &Map<String, Value>,
         observe: &mut dyn FnMut(&[Event]),
-    ) -> Result<u64, PolicyError> {
+    ) -> Result<u64, RingError> {
         let fields = Fields::new(fields)?;
         if kind.is_output() && !fields.is_empty() {
-            return Err(PolicyError::new(
+            return Err(RingError::Event(PolicyError::new(
                 "event.output-fields",
                 "stdout and stderr events carry data only; report other facts in a status event",
                 kind.as_str(),
-            ));
+            )));
         }
         let mut writer = self.writer.lock();
         writer.check_open()?;
@@ -170,7 +198,7 @@ impl EventRing {
 
     /// Appends several chunks of one type as [`EventRing::append`] would one by one, under one
     /// lock and with one wake-up: the cheap way to feed many small events.
-    pub fn append_many(&self, kind: EventType, chunks: &[&[u8]]) -> Result<u64, PolicyError> {
+    pub fn append_many(&self, kind: EventType, chunks: &[&[u8]]) -> Result<u64, RingError> {
         let fields = Fields::default();
         let mut writer = self.writer.lock();
         writer.check_open()?;
@@ -280,12 +308,19 @@ impl EventRing {
     /// Makes a batch of encoded events visible, evicts the oldest over budget, wakes waiters
     /// (callbacks are only made ready here: the caller runs them once it has released the
     /// writer lock). Called with the writer lock held, so batches land in seq order.
-    fn publish(&self, mut batch: Vec<Event>, close: bool) {
-        if batch.is_empty() && !close {
+    fn publish(&self, batch: Vec<Event>, close: bool) {
+        self.publish_settled(batch, close, None);
+    }
+
+    /// [`EventRing::publish`] that then takes `settled` as the status (a mirror told its source's
+    /// status as of the batch's end).
+    fn publish_settled(&self, mut batch: Vec<Event>, close: bool, settled: Option<StreamStatus>) {
+        if batch.is_empty() && !close && settled.is_none() {
             return;
         }
         let mut state = self.state.lock();
         for event in batch.drain(..) {
+            state.status.apply(&event);
             state.bytes += event.encoded_len();
             state.last_seq = event.seq();
             state.events.push_back(event);
@@ -293,6 +328,9 @@ impl EventRing {
         // Small batches come back for the next append; a huge one is not kept for ever.
         if batch.capacity() <= 64 {
             state.spare = batch;
+        }
+        if let Some(status) = settled {
+            state.status = status;
         }
         state.evict_to(self.max_bytes, self.max_events.unwrap_or(usize::MAX));
         state.closed |= close;

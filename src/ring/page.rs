@@ -1,9 +1,13 @@
 //! Reading the ring: a page of events after a cursor, within a count and an encoded-byte budget,
 //! optionally coalescing adjacent text output of one stream, and saying exactly what was lost.
 
-use super::EventRing;
-use crate::event::{decimal_len, push_decimal, timestamp::TIMESTAMP_LEN, Event, EventType};
-use crate::policy::PolicyError;
+use std::sync::OnceLock;
+
+use super::{EventRing, RingError};
+use crate::event::{
+    decimal_len, push_decimal, timestamp::TIMESTAMP_LEN, Event, EventType, StreamState,
+    StreamStatus,
+};
 
 /// The smallest page budget: smaller `max_bytes` are raised to it, so that the largest event
 /// plus the page envelope always fits and every read makes progress.
@@ -13,22 +17,41 @@ pub const MIN_PAGE_BYTES: usize = 32 * 1024;
 /// events a reader clones while holding the ring's lock, coalesced or not.
 pub const MAX_PAGE_EVENTS: usize = 10_000;
 
-/// The page envelope around the events at its largest (20-digit numbers, `false` flags).
+/// The page envelope around the events at its largest (20-digit numbers, the longest state, the
+/// lowest return code, `false` flags), in the wire layout (the client's is shorter by `closed`).
 pub fn envelope_max_len() -> usize {
-    envelope_len(u64::MAX, u64::MAX, u64::MAX, u64::MAX, [false; 3])
+    static LEN: OnceLock<usize> = OnceLock::new();
+    *LEN.get_or_init(|| {
+        let longest = StreamState::ALL
+            .into_iter()
+            .max_by_key(|s| s.as_str().len())
+            .unwrap_or(StreamState::RootRemoved);
+        let page = Page {
+            events: Vec::new(),
+            next_cursor: u64::MAX,
+            has_more: false,
+            first_seq: u64::MAX,
+            cursor_expired: false,
+            dropped_events: u64::MAX,
+            dropped_bytes: u64::MAX,
+            closed: false,
+            status: StreamStatus {
+                state: Some(longest),
+                returncode: Some(i64::MIN),
+            },
+        };
+        let mut out = String::new();
+        page.write_json(&mut out, Layout::Wire);
+        out.len()
+    })
 }
 
-fn envelope_len(next: u64, first: u64, dropped: u64, bytes: u64, flags: [bool; 3]) -> usize {
-    let fixed = "{\"events\":[],\"next_cursor\":,\"has_more\":,\"first_seq\":,\"cursor_expired\":,\
-                 \"dropped_events\":,\"dropped_bytes\":,\"closed\":}"
-        .len();
-    let flags: usize = flags.iter().map(|&f| if f { 4 } else { 5 }).sum();
-    fixed
-        + decimal_len(next)
-        + decimal_len(first)
-        + decimal_len(dropped)
-        + decimal_len(bytes)
-        + flags
+/// Which JSON object a page is written as: the agent's (`Events` payloads and `exec.read`), or
+/// the client's (`results.EventPage`, what REST sends), which leaves out `closed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Wire,
+    Client,
 }
 
 /// One event of a page: as stored, or adjacent text output of one stream merged into one.
@@ -41,6 +64,14 @@ pub enum PageEvent {
 }
 
 impl PageEvent {
+    /// The stored events it shows, oldest first.
+    pub fn parts(&self) -> &[Event] {
+        match self {
+            Self::One(event) => std::slice::from_ref(event),
+            Self::Coalesced(parts) => parts,
+        }
+    }
+
     /// The seq a client's cursor moves to after this event.
     pub fn seq(&self) -> u64 {
         match self {
@@ -98,10 +129,14 @@ pub struct Page {
     pub cursor_expired: bool,
     /// How many events between the cursor and `first_seq` this reader lost.
     pub dropped_events: u64,
-    /// Their encoded bytes (exact within the ledger's limit, a lower bound past it).
+    /// The output bytes they carried (`Event::data_len`; exact within the ledger's limit, a
+    /// lower bound past it).
     pub dropped_bytes: u64,
     /// The producer has finished: no event will follow the last one.
     pub closed: bool,
+    /// The stream's state and return code as of this page's last event (as of the cursor when
+    /// the page is empty).
+    pub status: StreamStatus,
 }
 
 impl Page {
@@ -112,10 +147,30 @@ impl Page {
         out
     }
 
-    /// The whole page as one JSON object, at most the read's budget long.
+    /// The stream is closed and nothing is left after this page: its last event (an exec's
+    /// `exit`, then its final `status`) has been delivered, in this page or an earlier one. A
+    /// page that ends with the `exit` is done too: only the closing `status` may follow.
+    pub fn done(&self) -> bool {
+        if self.has_more {
+            return false;
+        }
+        let ends_with_exit = self.events.last().is_some_and(|e| {
+            e.parts()
+                .last()
+                .is_some_and(|e| e.kind() == EventType::Exit)
+        });
+        self.closed || ends_with_exit
+    }
+
+    /// The whole page as the agent sends it, at most the read's budget long.
     pub fn to_json(&self) -> String {
+        self.to_json_as(Layout::Wire)
+    }
+
+    /// The page in `layout`; either is at most the read's budget long.
+    pub fn to_json_as(&self, layout: Layout) -> String {
         let mut out = String::with_capacity(self.json_capacity());
-        self.write_json(&mut out);
+        self.write_json(&mut out, layout);
         out
     }
 
@@ -124,15 +179,32 @@ impl Page {
         self.events_capacity() + envelope_max_len()
     }
 
-    /// Appends [`Page::to_json`] to `out` (a frame being built, for one).
-    pub fn write_json(&self, out: &mut String) {
+    /// Appends the page in `layout` to `out` (a frame being built, for one). The one place a
+    /// page's JSON is written: `results.EventPage` declares the client's fields in this order.
+    pub fn write_json(&self, out: &mut String, layout: Layout) {
+        let flag = |f: bool| if f { "true" } else { "false" };
         out.push_str("{\"events\":");
         self.write_events(out);
-        let flag = |f: bool| if f { "true" } else { "false" };
         out.push_str(",\"next_cursor\":");
         push_decimal(out, self.next_cursor);
         out.push_str(",\"has_more\":");
         out.push_str(flag(self.has_more));
+        out.push_str(",\"done\":");
+        out.push_str(flag(self.done()));
+        out.push_str(",\"state\":");
+        match self.status.state {
+            Some(state) => {
+                out.push('"');
+                out.push_str(state.as_str());
+                out.push('"');
+            }
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"returncode\":");
+        match self.status.returncode {
+            Some(code) => out.push_str(itoa::Buffer::new().format(code)),
+            None => out.push_str("null"),
+        }
         out.push_str(",\"first_seq\":");
         push_decimal(out, self.first_seq);
         out.push_str(",\"cursor_expired\":");
@@ -141,8 +213,10 @@ impl Page {
         push_decimal(out, self.dropped_events);
         out.push_str(",\"dropped_bytes\":");
         push_decimal(out, self.dropped_bytes);
-        out.push_str(",\"closed\":");
-        out.push_str(flag(self.closed));
+        if layout == Layout::Wire {
+            out.push_str(",\"closed\":");
+            out.push_str(flag(self.closed));
+        }
         out.push('}');
     }
 
@@ -195,25 +269,21 @@ impl EventRing {
         max_events: usize,
         max_bytes: usize,
         coalesce: bool,
-    ) -> Result<Page, PolicyError> {
+    ) -> Result<Page, RingError> {
         if max_events == 0 {
-            return Err(PolicyError::without_echo(
-                "ring.max-events",
-                "max_events must be at least 1",
-            ));
+            return Err(RingError::Bound {
+                rule: "ring.max-events",
+                message: "max_events must be at least 1",
+            });
         }
         let max_events = max_events.min(MAX_PAGE_EVENTS);
         let budget = max_bytes.max(MIN_PAGE_BYTES) - envelope_max_len();
         let state = self.state.lock();
         if cursor > state.last_seq {
-            return Err(PolicyError::without_echo(
-                "ring.cursor-ahead",
-                format!(
-                    "cursor {cursor} is past the last event of this stream ({}); pass the \
-                     next_cursor of a previous page, or 0 to read from the start",
-                    state.last_seq
-                ),
-            ));
+            return Err(RingError::CursorAhead {
+                cursor,
+                last_seq: state.last_seq,
+            });
         }
         let first_seq = state.first_seq();
         let cursor_expired = cursor + 1 < first_seq;
@@ -278,15 +348,19 @@ impl EventRing {
             }
         }
         events.extend(run.map(Run::into_page_event));
+        let has_more = last_taken < state.last_seq;
+        let shown = events.iter().flat_map(PageEvent::parts);
+        let status = StreamStatus::at_page(self.kind, shown, has_more, state.status);
         Ok(Page {
             events,
             next_cursor: last_taken,
-            has_more: last_taken < state.last_seq,
+            has_more,
             first_seq,
             cursor_expired,
             dropped_events,
             dropped_bytes,
             closed: state.closed,
+            status,
         })
     }
 }
@@ -294,10 +368,104 @@ impl EventRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::StreamKind;
+    use serde_json::Map;
 
     #[test]
     fn the_largest_event_and_envelope_fit_the_smallest_page() {
         assert!(crate::event::MAX_EVENT_JSON + envelope_max_len() <= MIN_PAGE_BYTES);
+    }
+
+    fn exec_ring() -> EventRing {
+        let ring = EventRing::of_kind(Some(StreamKind::Exec), 1 << 20, None).unwrap();
+        let fields = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+        let running = fields(serde_json::json!({"state": "running", "pid": 7}));
+        ring.append(EventType::Status, None, &running).unwrap();
+        ring.append(EventType::Stdout, Some(b"hi\n"), &Map::new())
+            .unwrap();
+        let exit = fields(serde_json::json!({"returncode": -9, "signal": 9, "state": "timed_out"}));
+        ring.append(EventType::Exit, None, &exit).unwrap();
+        let last = fields(serde_json::json!({"state": "timed_out"}));
+        ring.append(EventType::Status, None, &last).unwrap();
+        ring.close();
+        ring
+    }
+
+    #[test]
+    fn the_client_page_has_the_models_fields_in_order_and_the_wire_page_adds_closed() {
+        let page = exec_ring().read(0, 100, 0, false).unwrap();
+        let client = page.to_json_as(Layout::Client);
+        let keys = |json: &str| -> Vec<String> {
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            let mut keys: Vec<(usize, String)> = value
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|k| (json.rfind(&format!("\"{k}\":")).unwrap(), k.clone()))
+                .collect();
+            keys.sort();
+            keys.into_iter().map(|(_, k)| k).collect()
+        };
+        let model = [
+            "events",
+            "next_cursor",
+            "has_more",
+            "done",
+            "state",
+            "returncode",
+            "first_seq",
+            "cursor_expired",
+            "dropped_events",
+            "dropped_bytes",
+        ];
+        assert_eq!(keys(&client), model);
+        assert_eq!(
+            keys(&page.to_json()).last().map(String::as_str),
+            Some("closed")
+        );
+        let tail = r#""has_more":false,"done":true,"state":"timed_out","returncode":-9,"#;
+        assert!(client.contains(tail), "{client}");
+        assert_eq!(
+            page.to_json(),
+            format!("{},\"closed\":true}}", &client[..client.len() - 1])
+        );
+    }
+
+    #[test]
+    fn every_page_carries_the_state_as_of_its_last_event() {
+        let ring = exec_ring();
+        let at = |cursor: u64, max_events: usize| {
+            let page = ring.read(cursor, max_events, 0, false).unwrap();
+            let client: serde_json::Value =
+                serde_json::from_str(&page.to_json_as(Layout::Client)).unwrap();
+            (
+                client["state"].clone(),
+                client["returncode"].clone(),
+                page.done(),
+            )
+        };
+        use serde_json::json;
+        assert_eq!(at(0, 1), (json!("running"), json!(null), false));
+        assert_eq!(at(1, 1), (json!("running"), json!(null), false));
+        // The exit, with the closing status still to come: not done yet.
+        assert_eq!(at(2, 1), (json!("timed_out"), json!(-9), false));
+        assert_eq!(at(3, 1), (json!("timed_out"), json!(-9), true));
+        assert_eq!(
+            at(4, 1),
+            (json!("timed_out"), json!(-9), true),
+            "empty, no round trip"
+        );
+
+        let starting = EventRing::of_kind(Some(StreamKind::Exec), 1 << 20, None).unwrap();
+        let empty = starting.read(0, 10, 0, false).unwrap();
+        assert_eq!(empty.status.state, Some(StreamState::Starting));
+        assert!(!empty.done());
+        let untyped = EventRing::new(1 << 20, None).unwrap();
+        let page = untyped
+            .read(0, 10, 0, false)
+            .unwrap()
+            .to_json_as(Layout::Client);
+        assert!(page.contains(r#""state":null,"returncode":null"#), "{page}");
     }
 
     #[test]
@@ -311,7 +479,12 @@ mod tests {
             dropped_events: u64::MAX,
             dropped_bytes: u64::MAX,
             closed: false,
+            status: StreamStatus {
+                state: Some(StreamState::RootRemoved),
+                returncode: Some(i64::MIN),
+            },
         };
         assert_eq!(page.to_json().len(), envelope_max_len());
+        assert!(page.to_json_as(Layout::Client).len() < envelope_max_len());
     }
 }

@@ -111,7 +111,7 @@ fn the_newest_event_is_kept_even_when_larger_than_the_budget() {
 
 #[test]
 fn a_reader_that_falls_behind_learns_exactly_what_it_lost() {
-    // A twin ring that keeps everything gives each event's encoded size.
+    // A twin ring that keeps everything gives each event's output bytes.
     let ring = EventRing::new(2_000, None).unwrap();
     let twin = EventRing::new(1 << 20, None).unwrap();
     for i in 0..200u32 {
@@ -119,7 +119,8 @@ fn a_reader_that_falls_behind_learns_exactly_what_it_lost() {
         out(&ring, line.as_bytes());
         out(&twin, line.as_bytes());
     }
-    let sizes: Vec<usize> = ring_sizes(&twin);
+    // What a reader loses is the output the command wrote in the events it missed.
+    let sizes: Vec<usize> = data_sizes(&twin);
     for cursor in [0u64, 1, 17, 100] {
         let page = ring.read(cursor, 1000, 0, false).unwrap();
         assert!(page.cursor_expired);
@@ -154,12 +155,78 @@ fn trimming_evicts_the_oldest_like_the_bound_and_counts_them_exactly() {
     let gone = (page.first_seq - 1) as usize;
     assert!(gone > 0 && page.cursor_expired);
     assert_eq!(freed, sizes[..gone].iter().sum::<usize>());
-    assert_eq!(page.dropped_bytes, freed as u64);
+    let data = data_sizes_of(&twin_of_trim(100));
+    assert_eq!(
+        page.dropped_bytes,
+        data[..gone].iter().sum::<usize>() as u64
+    );
     // The newest event stays however small the bound, and appends go on as before.
     ring.trim(0);
     assert_eq!(ring.held_bytes(), sizes[99]);
     assert_eq!(out(&ring, b"more\n"), 101);
     assert_eq!(seqs(&ring.read(99, 10, 0, false).unwrap()), vec![100, 101]);
+}
+
+/// The output bytes of each event of a ring that still holds them all.
+fn data_sizes(ring: &EventRing) -> Vec<usize> {
+    data_sizes_of(ring)
+}
+
+fn data_sizes_of(ring: &EventRing) -> Vec<usize> {
+    let page = ring.read(0, MAX_PAGE_EVENTS, usize::MAX, false).unwrap();
+    assert!(!page.has_more && !page.cursor_expired);
+    page.events
+        .iter()
+        .flat_map(PageEvent::parts)
+        .map(Event::data_len)
+        .collect()
+}
+
+/// The ring `trimming_evicts…` fills, before it is trimmed.
+fn twin_of_trim(n: u32) -> EventRing {
+    let ring = EventRing::new(1 << 20, None).unwrap();
+    for i in 0..n {
+        out(
+            &ring,
+            format!("line {i} {}\n", "y".repeat((i % 13) as usize)).as_bytes(),
+        );
+    }
+    ring
+}
+
+#[test]
+fn output_delivered_plus_dropped_is_what_the_command_wrote() {
+    let ring = EventRing::new(4_000, None).unwrap();
+    let mut written = 0;
+    for i in 0..500u32 {
+        let chunk = format!("{i} é ✓ \"q\" \\ \u{1}\n").into_bytes();
+        let chunk = if i % 7 == 0 {
+            [&chunk[..], b"\xff\xfe"].concat()
+        } else {
+            chunk
+        };
+        written += chunk.len() as u64;
+        out(&ring, &chunk);
+    }
+    ring.close();
+    let page = ring.read(0, MAX_PAGE_EVENTS, usize::MAX, false).unwrap();
+    assert!(page.cursor_expired && !page.has_more, "the ring overflowed");
+    let value: serde_json::Value = serde_json::from_str(&page.to_json()).unwrap();
+    let delivered: u64 = value["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| match (&e["data"], &e["data_b64"]) {
+            (serde_json::Value::String(text), _) => text.len() as u64,
+            (_, serde_json::Value::String(b64)) => {
+                use base64::Engine as _;
+                let bytes = base64::engine::general_purpose::STANDARD.decode(b64);
+                bytes.unwrap().len() as u64
+            }
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(delivered + page.dropped_bytes, written);
 }
 
 fn ring_sizes(ring: &EventRing) -> Vec<usize> {
@@ -264,10 +331,10 @@ fn close_flushes_a_held_back_partial_character() {
     assert!(page.closed);
     assert!(ring.is_closed());
     let err = out_result(&ring, b"late");
-    assert_eq!(err.unwrap_err().rule, "ring.closed");
+    assert_eq!(err.unwrap_err().rule(), "ring.closed");
 }
 
-fn out_result(ring: &EventRing, data: &[u8]) -> Result<u64, PolicyError> {
+fn out_result(ring: &EventRing, data: &[u8]) -> Result<u64, RingError> {
     ring.append(EventType::Stdout, Some(data), &no_fields())
 }
 
@@ -286,26 +353,29 @@ fn exit_comes_after_everything_the_streams_held_back() {
 
 #[test]
 fn bad_arguments_are_refused_with_a_rule() {
-    assert_eq!(EventRing::new(0, None).unwrap_err().rule, "ring.max-bytes");
     assert_eq!(
-        EventRing::new(10, Some(0)).unwrap_err().rule,
+        EventRing::new(0, None).unwrap_err().rule(),
+        "ring.max-bytes"
+    );
+    assert_eq!(
+        EventRing::new(10, Some(0)).unwrap_err().rule(),
         "ring.max-events"
     );
     let ring = EventRing::new(1000, None).unwrap();
     out(&ring, b"x");
     assert_eq!(
-        ring.read(2, 10, 0, false).unwrap_err().rule,
+        ring.read(2, 10, 0, false).unwrap_err().rule(),
         "ring.cursor-ahead"
     );
     assert_eq!(
-        ring.read(0, 0, 0, false).unwrap_err().rule,
+        ring.read(0, 0, 0, false).unwrap_err().rule(),
         "ring.max-events"
     );
     let fields = json!({"pid": 1}).as_object().unwrap().clone();
     let err = ring
         .append(EventType::Stdout, Some(b"x"), &fields)
         .unwrap_err();
-    assert_eq!(err.rule, "event.output-fields");
+    assert_eq!(err.rule(), "event.output-fields");
 }
 
 #[test]

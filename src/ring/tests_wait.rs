@@ -77,7 +77,8 @@ fn a_slow_reader_under_eviction_never_sees_a_silent_gap() {
         if page.cursor_expired {
             expired_pages += 1;
             assert_eq!(page.dropped_events, page.first_seq - 1 - cursor);
-            assert!(page.dropped_bytes >= page.dropped_events * 30);
+            // Each event is a line of 2 to 6 bytes of output.
+            assert!(page.dropped_bytes >= page.dropped_events * 2);
             assert_eq!(got[0], page.first_seq);
         } else if let Some(&first) = got.first() {
             assert_eq!(first, cursor + 1, "a gap without cursor_expired");

@@ -1,10 +1,10 @@
 //! The writing side of a ring, under its writer lock: the stream decoders, numbering, the
 //! clock, and the encoding of each append into events.
 
+use super::RingError;
 use crate::event::{
     self, Encoder, Event, EventType, Fields, Payload, Segment, StreamDecoder, Timestamp,
 };
-use crate::policy::PolicyError;
 
 /// What appends share, under the ring's writer lock.
 #[derive(Debug)]
@@ -40,12 +40,9 @@ impl Writer {
         self.clock.1
     }
 
-    pub(super) fn check_open(&self) -> Result<(), PolicyError> {
+    pub(super) fn check_open(&self) -> Result<(), RingError> {
         if self.closed {
-            return Err(PolicyError::without_echo(
-                "ring.closed",
-                "the stream is closed: no more events can be appended",
-            ));
+            return Err(RingError::Closed);
         }
         Ok(())
     }

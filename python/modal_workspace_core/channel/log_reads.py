@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from .._core import Page, parse_page
+from .._core import Page, StreamKind, parse_page
 from .errors import AgentError
 
 # The longest wait of one `exec.read` (the agent's own cap), and how much later than its wait
@@ -61,7 +61,7 @@ class AgentLog:
         """Reads an exec's durable log on the agent, long-polling it for `wait_seconds` (at
         most 25). Watches have no log: their cache's own page (which says what it no longer
         holds) is the answer."""
-        if not stream_id.startswith("ex-"):
+        if not StreamKind.of(stream_id).has_log:
             if cached is None:
                 raise AgentError("invalid_argument", "cursor is past the end of the stream")
             return cached

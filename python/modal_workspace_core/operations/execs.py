@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from .. import policy
+from .._core import FINAL_STATES
 from ..drivers.base import WorkspaceRecord
 from ..errors import ConflictError
-from ..service import FINAL_STATES, PROGRESS, host_path
+from ..service import PROGRESS, host_path
 from ..surfaces.limits import Bound
 from .fields import (
     MAX_COMMAND_CHARS,
@@ -38,7 +39,7 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
-from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, page_done, stream_page
+from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
 from .table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
@@ -330,7 +331,7 @@ async def run_to_end(
         if report is not None and latest:
             line = latest.decode(errors="replace").replace("\r", "\n").strip().split("\n")[-1]
             await report(float(out.total + err.total), line[-200:])
-        if page_done(page):
+        if page.done:
             break
         if time.monotonic() >= answer_by and wait_seconds is not None:
             break
@@ -421,9 +422,7 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
     bounds=PAGE_BOUNDS,
 )
 async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> PageResult:
-    return await stream_page(
-        svc, inp.workspace_id, inp, inp.exec_id, "exec.status", "exec_id", live_state="running"
-    )
+    return await stream_page(svc, inp.workspace_id, inp, inp.exec_id)
 
 
 @declare(method="GET", path=EX, hints=READ, summary="Get a realtime exec's state and exit code.")

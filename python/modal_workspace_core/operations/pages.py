@@ -1,15 +1,14 @@
-"""The page of a stream's events that a client gets: the agent's page, the stream's state as of
-that page, and whether the client is done. REST sends its JSON composed around the events as
-the agent encoded them; MCP and the Python API get the `EventPage` model.
+"""The page of a stream's events that a client gets. The core's page already carries the
+stream's state, return code and `done` (folded from the stream's own events as they were
+appended or received) and writes the client's JSON itself: REST sends `to_json()` as it is, MCP
+and the Python API get the `EventPage` model parsed from the same JSON.
 
-Composing the JSON instead of building and validating a model of every event is what keeps a
-woken long-poll cheap (the model's round trip, JSON to dicts to models to JSON, would be a large
-share of a line's way from a process to a REST client: bench/README.md).
+Sending the core's JSON instead of building and validating a model of every event is what keeps
+a woken long-poll cheap (bench/README.md).
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -67,8 +66,8 @@ class EventPage(Output):
     done: bool = Field(description="The stream ended and its last event was delivered: stop.")
     state: str | None = Field(
         None,
-        description="The stream's state as of this page: running (a watch: watching) while "
-        "its events are output; from the exit event or the agent once it ends.",
+        description="The stream's state as of this page (an exec: starting, running, then how "
+        "it ended; a watch: watching, then how it ended).",
     )
     returncode: int | None = Field(None, description="Set once the exec has ended.")
     first_seq: int = Field(default=0, description="The oldest event the stream still holds.")
@@ -86,105 +85,38 @@ class EventsRead(Input):
     max_bytes: MaxBytes = DEFAULT_PAGE_BYTES
 
 
-# The state a stream is in while it is live: the state of its first `status` event.
-_LIVE_STATES = frozenset({"running", "watching"})
-
-
-def page_done(page: Page) -> bool:
-    """True once the stream is closed and nothing is left after this page: the final event (an
-    exec's `exit`) has then been delivered, in this page or an earlier one."""
-    if page.has_more:
-        return False
-    if page.closed:
-        return True
-    return len(page) > 0 and page.events[-1].get("type") == "exit"
-
-
-def state_shown(page: Page, live_state: str) -> dict[str, Any] | None:
-    """The stream's state as a page's events show it, or None when only the agent can tell.
-
-    Output and file events are written only while a stream is live, and an exec's `exit` event
-    carries its final state and return code; a page that shows either needs no round trip to
-    the agent (the common case: a long-poll woken by output). An empty page, or one whose last
-    word is a closing or `lost` status, is answered from the agent's record instead.
-    """
-    if len(page) == 0:
-        return None
-    for event in reversed(page.events):
-        kind = event.get("type")
-        if kind == "exit":
-            return {"state": event.get("state"), "returncode": event.get("returncode")}
-        if kind == "status":
-            state = event.get("state")
-            return {"state": state} if state in _LIVE_STATES else None
-    return {"state": live_state}
-
-
 class PageResult:
     """One page for a client: `to_json()` for REST, `model()` for everyone else. Both say the
     same (a test holds them to it)."""
 
-    __slots__ = ("page", "returncode", "state")
+    __slots__ = ("page",)
 
-    def __init__(self, page: Page, state: str | None, returncode: int | None) -> None:
+    def __init__(self, page: Page) -> None:
         self.page = page
-        self.state = state
-        self.returncode = returncode
+
+    @property
+    def state(self) -> str | None:
+        return self.page.state
+
+    @property
+    def returncode(self) -> int | None:
+        return self.page.returncode
 
     @property
     def done(self) -> bool:
-        return page_done(self.page)
+        return self.page.done
 
     def model(self) -> EventPage:
-        page = self.page
-        return EventPage.model_validate(
-            {
-                "events": page.events,
-                "next_cursor": page.next_cursor,
-                "has_more": page.has_more,
-                "done": self.done,
-                "state": self.state,
-                "returncode": self.returncode,
-                "first_seq": page.first_seq,
-                "cursor_expired": page.cursor_expired,
-                "dropped_events": page.dropped_events,
-                "dropped_bytes": page.dropped_bytes,
-            }
-        )
+        return EventPage.model_validate_json(self.page.to_client_json())
 
     def to_json(self) -> str:
-        """`model().model_dump_json()`, without building the model: the events are the agent's
-        JSON as it is, the rest is written here in the model's field order."""
-        page = self.page
-        return (
-            f'{{"events":{page.events_json()},"next_cursor":{page.next_cursor:d},'
-            f'"has_more":{_flag(page.has_more)},"done":{_flag(self.done)},'
-            f'"state":{json.dumps(self.state)},"returncode":{_int_or_null(self.returncode)},'
-            f'"first_seq":{page.first_seq:d},"cursor_expired":{_flag(page.cursor_expired)},'
-            f'"dropped_events":{page.dropped_events:d},"dropped_bytes":{page.dropped_bytes:d}}}'
-        )
+        """`model().model_dump_json()`, without building the model."""
+        return self.page.to_client_json()
 
 
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _int_or_null(value: int | None) -> str:
-    # The agent's return code is an int (or absent); anything else would not be valid JSON here.
-    return "null" if value is None else f"{int(value):d}"
-
-
-async def stream_page(
-    svc: Service,
-    workspace_id: str,
-    inp: EventsRead,
-    stream: str,
-    status_op: str,
-    id_arg: str,
-    live_state: str,
-) -> PageResult:
-    """One page of an exec's or a watch's events as `inp` asks, with the stream's state as of
-    that page (`live_state` while the page holds only output or file events)."""
+async def stream_page(svc: Service, workspace_id: str, inp: EventsRead, stream: str) -> PageResult:
+    """One page of an exec's or a watch's events as `inp` asks; the core's page carries the
+    stream's state as of that page."""
     page = await svc.read_events(
         workspace_id,
         stream,
@@ -193,7 +125,4 @@ async def stream_page(
         max_bytes=inp.max_bytes,
         wait_seconds=inp.wait_seconds,
     )
-    shown = state_shown(page, live_state)
-    if shown is None:
-        shown, _ = await svc.request(workspace_id, status_op, {id_arg: stream})
-    return PageResult(page, shown.get("state"), shown.get("returncode"))
+    return PageResult(page)

@@ -99,11 +99,7 @@ async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStat
     bounds=PAGE_BOUNDS,
 )
 async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> PageResult:
-    result = await stream_page(
-        svc, inp.workspace_id, inp, inp.watch_id, "watch.status", "watch_id", live_state="watching"
-    )
-    result.returncode = None  # a watch has none, whatever its status says
-    return result
+    return await stream_page(svc, inp.workspace_id, inp, inp.watch_id)
 
 
 @declare(method="GET", path=FW, hints=READ, summary="Get a file watch's state.")

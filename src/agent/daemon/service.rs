@@ -17,6 +17,7 @@ use crate::agent::process::CommandUser;
 use crate::channel::message::{ErrorBody, ErrorCode, BUILD, PROTOCOL_VERSION};
 use crate::channel::server::{Reply, ReplyFuture, Request, Service};
 use crate::channel::subscription::{EventSource, RingSource, WaitFuture, WAIT_SLICE};
+use crate::event::StreamKind;
 use crate::ring::{Page, MAX_PAGE_EVENTS};
 
 pub struct Daemon {
@@ -125,10 +126,11 @@ impl Service for Daemon {
     }
 
     fn stream(&self, id: &str) -> Result<Arc<dyn EventSource>, ErrorBody> {
-        if id.starts_with("fw-") {
+        if StreamKind::of(id).ok() == Some(StreamKind::Watch) {
             let entry = self.watches.entry(id)?;
             return Ok(Arc::new(RingSource(Arc::clone(&entry.ring))));
         }
+        // Anything else is an exec id or refused as one, with the exec id's message.
         let record = self.execs.record(id).map_err(|mut e| {
             e.field = Some("stream".into());
             e

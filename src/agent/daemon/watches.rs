@@ -12,7 +12,7 @@ use crate::agent::ops::{file_error, internal, policy as policy_error, shown_path
 use crate::agent::ops::{WatchRef, WatchStartRequest};
 use crate::agent::watch::{EventKind, WatchEnd, WatchMessage, WatchRegistry, WatchRequest};
 use crate::channel::message::{ErrorBody, ErrorCode};
-use crate::event::{timestamp, EventType};
+use crate::event::{timestamp, EventType, StreamKind};
 use crate::policy;
 use crate::ring::EventRing;
 
@@ -99,7 +99,7 @@ impl WatchStreams {
         request.kinds = start.kinds;
         request.timeout = start.timeout;
         let ring = Arc::new(
-            EventRing::new(WATCH_RING_BYTES, None)
+            EventRing::of_kind(Some(StreamKind::Watch), WATCH_RING_BYTES, None)
                 .map_err(|e| internal("cannot make a ring", e))?,
         );
         let rel = path.strip_prefix(&self.root).unwrap_or("");

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::segment::{self, Segment, RECORD_HEADER};
 use super::LogError;
-use crate::event::Event;
+use crate::event::{Event, StreamStatus};
 use crate::ring::ledger::Ledger;
 use crate::ring::{envelope_max_len, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
 
@@ -50,7 +50,7 @@ pub(super) struct Disk {
     index: Index,
     /// Sum of the segments' `file_bytes`.
     file_bytes: u64,
-    /// Encoded sizes of evicted events, for exact `dropped_bytes` (logs created by this
+    /// Output bytes of evicted events, for exact `dropped_bytes` (logs created by this
     /// process only: a recovered log does not know the sizes of what was evicted before).
     ledger: Option<Ledger>,
     /// `(first_seq, cum_before)` of recently deleted segments, oldest first.
@@ -127,20 +127,17 @@ impl Disk {
                 Some(&next) => {
                     seg.file_bytes = fs::metadata(&path)?.len();
                     seg.last_seq = next - 1;
-                    let records = seg.last_seq + 1 - seg.first_seq;
-                    seg.event_bytes = seg.file_bytes.saturating_sub(records * RECORD_HEADER);
+                    seg.event_bytes = data_bytes(&path, &seg);
                 }
                 None => {
                     let file = OpenOptions::new().read(true).write(true).open(&path)?;
-                    let end = segment::scan(&file, 0, first, |r| {
-                        seg.event_bytes += r.json_len;
-                        true
-                    })?;
+                    let end = segment::scan(&file, 0, first, |_| true)?;
                     if end.torn {
                         file.set_len(end.offset)?;
                     }
                     seg.file_bytes = end.offset;
                     seg.last_seq = end.next_seq - 1;
+                    seg.event_bytes = data_bytes(&path, &seg);
                 }
             }
             cum += seg.event_bytes;
@@ -225,7 +222,11 @@ impl Disk {
             }
             segment::encode_record(&mut buf, event.seq(), event.json());
             if let Some(seg) = self.segments.back_mut() {
-                seg.note_record(event.seq(), event.encoded_len() as u64);
+                seg.note_record(
+                    event.seq(),
+                    event.encoded_len() as u64,
+                    event.data_len() as u64,
+                );
             }
             self.file_bytes += record;
             self.next_seq += 1;
@@ -276,7 +277,7 @@ impl Disk {
         };
         let path = seg.path(&self.dir);
         if let Some(ledger) = &mut self.ledger {
-            match segment::record_sizes(&path, seg.first_seq) {
+            match segment::record_data_sizes(&path, seg.first_seq, seg.last_seq) {
                 Ok(sizes) if sizes.len() as u64 == seg.last_seq + 1 - seg.first_seq => {
                     for size in sizes {
                         ledger.record(usize::try_from(size).unwrap_or(usize::MAX));
@@ -353,7 +354,7 @@ impl Disk {
     ) -> Result<Page, LogError> {
         let last = self.last_seq();
         if cursor > last {
-            return Err(LogError::CursorAhead { cursor, last });
+            return Err(LogError::cursor_ahead(cursor, last));
         }
         let max_events = max_events.clamp(1, MAX_PAGE_EVENTS);
         let budget = max_bytes.max(MIN_PAGE_BYTES) - envelope_max_len();
@@ -411,6 +412,8 @@ impl Disk {
             dropped_events,
             dropped_bytes,
             closed: self.index.closed,
+            // The log's owner knows the stream's status (`ExecLog::read` sets it).
+            status: StreamStatus::default(),
         })
     }
 }
@@ -423,4 +426,11 @@ impl Index {
             closed: false,
         }
     }
+}
+
+/// The output bytes of a recovered segment's records: read back once, when the log is reopened
+/// (a damaged record counts as none, so `dropped_bytes` stays a lower bound).
+fn data_bytes(path: &Path, seg: &Segment) -> u64 {
+    segment::record_data_sizes(path, seg.first_seq, seg.last_seq)
+        .map_or(0, |sizes| sizes.iter().sum())
 }

@@ -28,16 +28,18 @@
 //! A read is served by the ring while the ring still holds the cursor, otherwise from disk; both
 //! return the same [`Page`] JSON (never coalesced from disk). Events deleted from disk are
 //! reported with `cursor_expired`, `first_seq` and exact `dropped_events`. `dropped_bytes` (the
-//! encoded bytes of the dropped events) is exact from cursor 0, at every segment boundary this
-//! process deleted (the last 4096), and at any cursor among the last 65 536 events this process
-//! deleted; otherwise — a cursor inside a segment deleted before a restart, or very far behind —
+//! output bytes of the dropped events, `Event::data_len`) is exact from cursor 0, at every
+//! segment boundary this process deleted (the last 4096), and at any cursor among the last
+//! 65 536 events this process deleted; otherwise — a cursor inside a segment deleted before a restart, or very far behind —
 //! it is a lower bound that omits the remainder of the deleted segment the cursor was in.
 //!
 //! # Recovery
 //!
 //! [`ExecLog::recover`] reopens a log written by an earlier process: it finds the last seq,
 //! truncates a torn last record, deletes segments an interrupted eviction left, and continues
-//! the numbering. A recovered log has no ring: its appends go straight to disk.
+//! the numbering. A recovered log has no ring: its appends go straight to disk. Recovery reads
+//! each kept segment once, to count its output bytes (a log written by a build that counted
+//! encoded bytes keeps that count in `index.json` for what it had already deleted).
 
 mod budget;
 mod disk;
@@ -55,9 +57,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
-use crate::event::{self, EventType, Fields, Payload};
+use crate::event::{self, EventType, Fields, Payload, StreamKind, StreamStatus};
 use crate::policy::PolicyError;
-use crate::ring::{EventRing, Page};
+use crate::ring::{EventRing, Page, PageEvent, RingError};
 pub use budget::LogBudget;
 use disk::Disk;
 
@@ -104,28 +106,21 @@ impl Default for LogConfig {
 
 #[derive(Debug)]
 pub enum LogError {
-    /// A read from a cursor past the stream's last event.
-    CursorAhead {
-        cursor: u64,
-        last: u64,
-    },
-    /// An append the log does not take (it is closed, or recovered and the event has data).
-    Refused(&'static str),
-    /// An event the event model refuses (its fields), with the model's message.
-    Event(String),
+    /// The request was wrong (a cursor past the end, an append after close, bad fields).
+    Invalid(RingError),
     Io(io::Error),
+}
+
+impl LogError {
+    fn cursor_ahead(cursor: u64, last_seq: u64) -> Self {
+        Self::Invalid(RingError::CursorAhead { cursor, last_seq })
+    }
 }
 
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::CursorAhead { cursor, last } => write!(
-                f,
-                "cursor {cursor} is past the last event of this stream ({last}); pass the \
-                 next_cursor of a previous page, or 0 to read from the start"
-            ),
-            Self::Refused(why) => f.write_str(why),
-            Self::Event(message) => f.write_str(message),
+            Self::Invalid(e) => e.fmt(f),
             Self::Io(e) => write!(f, "exec log I/O error: {e}"),
         }
     }
@@ -139,10 +134,15 @@ impl From<io::Error> for LogError {
     }
 }
 
-/// The ring and the event model refuse an event with a policy error; the log says why.
+impl From<RingError> for LogError {
+    fn from(e: RingError) -> Self {
+        Self::Invalid(e)
+    }
+}
+
 impl From<PolicyError> for LogError {
     fn from(e: PolicyError) -> Self {
-        Self::Event(e.message)
+        Self::Invalid(RingError::Event(e))
     }
 }
 
@@ -150,6 +150,10 @@ impl From<PolicyError> for LogError {
 pub struct ExecLog {
     ring: Option<Arc<EventRing>>,
     disk: Mutex<Disk>,
+    /// The exec's status as of the last event on disk: the fold of every event appended (for a
+    /// recovered log, of its last events). Changed and read under the disk lock, so a page read
+    /// from disk and the status it shows agree.
+    status: Mutex<StreamStatus>,
     budget: Arc<LogBudget>,
     /// Finished logs are evicted before running ones.
     finished: AtomicBool,
@@ -180,7 +184,7 @@ impl ExecLog {
         budget: &Arc<LogBudget>,
     ) -> Result<Arc<Self>, LogError> {
         let disk = Disk::create(dir, config.segment_bytes, config.max_log_bytes)?;
-        let ring = EventRing::new(config.ring_bytes.max(1), None)?;
+        let ring = EventRing::of_kind(Some(StreamKind::Exec), config.ring_bytes.max(1), None)?;
         Ok(Self::assemble(Some(Arc::new(ring)), disk, budget))
     }
 
@@ -190,8 +194,10 @@ impl ExecLog {
         config: &LogConfig,
         budget: &Arc<LogBudget>,
     ) -> Result<Arc<Self>, LogError> {
-        let disk = Disk::recover(dir, config.segment_bytes, config.max_log_bytes)?;
+        let mut disk = Disk::recover(dir, config.segment_bytes, config.max_log_bytes)?;
+        let status = recovered_status(&mut disk);
         let log = Self::assemble(None, disk, budget);
+        *log.status.lock() = status;
         if log.is_closed() {
             log.finished.store(true, Ordering::Release);
         }
@@ -202,6 +208,7 @@ impl ExecLog {
         let log = Arc::new(Self {
             ring,
             disk: Mutex::new(disk),
+            status: Mutex::new(StreamStatus::initial(Some(StreamKind::Exec))),
             budget: Arc::clone(budget),
             finished: AtomicBool::new(false),
             first_seq: AtomicU64::new(1),
@@ -228,6 +235,7 @@ impl ExecLog {
             Some(ring) => ring.append_with(kind, data, fields, &mut |events| {
                 let mut disk = self.disk.lock();
                 disk.append(events);
+                self.fold(events);
                 self.after_disk_change(&disk);
             })?,
             None => self.append_direct(kind, data, fields)?,
@@ -246,20 +254,20 @@ impl ExecLog {
         fields: &Map<String, Value>,
     ) -> Result<u64, LogError> {
         if kind.is_output() || data.is_some() {
-            return Err(LogError::Refused(
-                "a recovered log accepts only events without data",
-            ));
+            return Err(LogError::Invalid(RingError::Refused {
+                rule: "log.recovered-append",
+                message: "a recovered log accepts only events without data",
+            }));
         }
         let fields = Fields::new(fields)?;
         let mut disk = self.disk.lock();
         if disk.is_closed() {
-            return Err(LogError::Refused(
-                "the log is closed: no more events can be appended",
-            ));
+            return Err(LogError::Invalid(RingError::Closed));
         }
         let seq = disk.last_seq() + 1;
         let event = event::encode(seq, &event::timestamp::now(), kind, Payload::None, &fields);
         disk.append(std::slice::from_ref(&event));
+        self.fold(std::slice::from_ref(&event));
         self.after_disk_change(&disk);
         if let Some(broken) = &disk.broken {
             return Err(LogError::Io(io::Error::other(broken.clone())));
@@ -289,7 +297,20 @@ impl ExecLog {
         result.map_err(LogError::Io)
     }
 
-    /// The events after `cursor` (see the module's notes on reads).
+    /// Folds appended events into the status; called with the disk lock held.
+    fn fold(&self, events: &[event::Event]) {
+        let mut status = self.status.lock();
+        events.iter().for_each(|e| status.apply(e));
+    }
+
+    /// The exec's status as of its newest event.
+    pub fn status(&self) -> StreamStatus {
+        let _disk = self.disk.lock();
+        *self.status.lock()
+    }
+
+    /// The events after `cursor` (see the module's notes on reads), with the exec's status as
+    /// of the page's last event.
     pub fn read(&self, cursor: u64, max_events: usize, max_bytes: usize) -> Result<Page, LogError> {
         if let Some(ring) = &self.ring {
             match ring.read(cursor, max_events, max_bytes, false) {
@@ -304,7 +325,13 @@ impl ExecLog {
                 Err(_) => {}
             }
         }
-        self.disk.lock().read(cursor, max_events, max_bytes)
+        let mut disk = self.disk.lock();
+        let mut page = disk.read(cursor, max_events, max_bytes)?;
+        let current = *self.status.lock();
+        drop(disk);
+        let shown = page.events.iter().flat_map(PageEvent::parts);
+        page.status = StreamStatus::at_page(Some(StreamKind::Exec), shown, page.has_more, current);
+        Ok(page)
     }
 
     pub fn last_seq(&self) -> u64 {
@@ -412,6 +439,25 @@ impl Drop for ExecLog {
         let ring = self.ring_charged.load(Ordering::Acquire);
         self.budget.charge_ring(-isize::try_from(ring).unwrap_or(0));
     }
+}
+
+/// How many of a recovered log's last events its status is folded from: an exec's state is
+/// decided by its last two (`exit`, then the closing `status`), or by its last alone (`lost`).
+const RECOVERED_TAIL: u64 = 4;
+
+/// The status a recovered log's last events give: the kind's live state once an event exists
+/// (an earlier agent ran the exec), then what its last `exit` and `status` say.
+fn recovered_status(disk: &mut Disk) -> StreamStatus {
+    let last = disk.last_seq();
+    let cursor = last.saturating_sub(RECOVERED_TAIL);
+    let mut status = StreamStatus::assumed_at(Some(StreamKind::Exec), last.min(1));
+    if let Ok(page) = disk.read(cursor, usize::MAX, usize::MAX) {
+        page.events
+            .iter()
+            .flat_map(PageEvent::parts)
+            .for_each(|e| status.apply(e));
+    }
+    status
 }
 
 /// Replaces `path` with `bytes` atomically (a temporary file renamed over it), so a reader or a

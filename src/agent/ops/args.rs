@@ -7,6 +7,7 @@ use crate::agent::exec_log::LogError;
 use crate::agent::files::FileError;
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy::PolicyError;
+use crate::ring::RingError;
 
 /// The longest duration a request may ask for (a year), so deadlines always compute.
 const MAX_SECONDS: f64 = 365.0 * 86_400.0;
@@ -120,10 +121,10 @@ pub(crate) fn file_error(e: FileError) -> ErrorBody {
 
 pub(crate) fn log_error(e: LogError) -> ErrorBody {
     match e {
-        LogError::CursorAhead { .. } => ErrorBody::invalid("cursor", e.to_string()),
-        LogError::Refused(_) | LogError::Event(_) => {
-            ErrorBody::new(ErrorCode::InvalidArgument, e.to_string())
+        LogError::Invalid(e @ RingError::CursorAhead { .. }) => {
+            ErrorBody::invalid("cursor", e.message())
         }
+        LogError::Invalid(e) => ErrorBody::new(ErrorCode::InvalidArgument, e.message()),
         LogError::Io(e) => {
             tracing::error!(error = %e, "exec log I/O error");
             ErrorBody::new(

@@ -9,8 +9,9 @@ use super::page::ReceivedPage;
 use super::wire::ChannelError;
 use crate::channel::message::ErrorCode;
 use crate::channel::subscription::MAX_PUSH_PAGE_BYTES;
+use crate::event::StreamKind;
 use crate::policy::PolicyError;
-use crate::ring::{EventRing, MIN_PAGE_BYTES};
+use crate::ring::{EventRing, RingError, MIN_PAGE_BYTES};
 
 /// Bounds of the cache and the flow-control window of each stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +148,7 @@ impl StreamCache {
         name: &str,
         cursor: u64,
         overflow: bool,
-    ) -> Result<Option<Vec<(String, bool)>>, PolicyError> {
+    ) -> Result<Option<Vec<(String, bool)>>, RingError> {
         let unpinned = self
             .streams
             .keys()
@@ -157,7 +158,13 @@ impl StreamCache {
         if excess > unpinned && !overflow {
             return Ok(None);
         }
-        let ring = Arc::new(EventRing::mirror(self.config.stream_bytes, None, cursor)?);
+        let kind = StreamKind::of(name)?;
+        let ring = Arc::new(EventRing::mirror(
+            Some(kind),
+            self.config.stream_bytes,
+            None,
+            cursor,
+        )?);
         let mut dropped = Vec::new();
         while self.streams.len() >= self.config.max_streams {
             let Some(oldest) = self
@@ -212,7 +219,8 @@ impl StreamCache {
             ring.skip_to(page.first_seq);
         }
         let close = page.ends_stream();
-        if let Err(e) = ring.insert(page.events, close) {
+        let settled = page.status.map(|status| (page.next_cursor, status));
+        if let Err(e) = ring.insert_settled(page.events, close, settled) {
             return Some(Err(ChannelError::new(
                 ErrorCode::Unavailable,
                 format!("the agent sent a page that does not continue its stream ({e})"),

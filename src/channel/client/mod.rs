@@ -4,7 +4,6 @@
 mod cache;
 mod page;
 mod receive;
-mod scan;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -22,8 +21,9 @@ pub use page::ReceivedPage;
 pub use wire::ChannelError;
 
 use crate::channel::{FeedError, Frame, FrameDecoder};
-use crate::policy::{check_id, PolicyError};
-use crate::ring::{EventRing, Page};
+use crate::event::StreamKind;
+use crate::policy::PolicyError;
+use crate::ring::{EventRing, Page, RingError};
 use cache::StreamCache;
 
 /// A completed request: `body` is the result's JSON object when `ok`, otherwise the error's
@@ -179,16 +179,16 @@ impl AgentChannel {
         stream: &str,
         cursor: u64,
     ) -> Result<Option<Subscribed>, ChannelError> {
-        check_stream(stream)?;
+        let kind = stream_kind(stream)?;
         self.check_usable()?;
         if self.cache.get(stream).is_some() {
             return Ok(None);
         }
-        let overflow = stream.starts_with("fw-");
+        let overflow = !kind.has_log();
         let dropped = self
             .cache
             .add(stream, cursor, overflow)
-            .map_err(|e| ChannelError::new(ErrorCode::InvalidArgument, e.message))?
+            .map_err(|e| ChannelError::new(ErrorCode::InvalidArgument, e.message()))?
             .ok_or_else(|| {
                 ChannelError::new(
                     ErrorCode::Limit,
@@ -233,7 +233,7 @@ impl AgentChannel {
         cursor: u64,
         max_events: usize,
         max_bytes: usize,
-    ) -> Result<CacheRead, PolicyError> {
+    ) -> Result<CacheRead, RingError> {
         match self.ring(stream) {
             None => Ok(CacheRead::Missing),
             Some(ring) => {
@@ -345,7 +345,7 @@ pub fn read_ring(
     cursor: u64,
     max_events: usize,
     max_bytes: usize,
-) -> Result<CacheRead, PolicyError> {
+) -> Result<CacheRead, RingError> {
     let last = ring.last_seq();
     if cursor > last {
         return Ok(CacheRead::Ahead {
@@ -356,22 +356,19 @@ pub fn read_ring(
         Ok(page) if page.cursor_expired => Ok(CacheRead::Expired(page)),
         Ok(page) => Ok(CacheRead::Page(page)),
         // Only "ahead" can race (the check above); any other error is the caller's argument.
-        Err(e) if e.rule == "ring.cursor-ahead" => Ok(CacheRead::Ahead { closed: false }),
+        Err(RingError::CursorAhead { .. }) => Ok(CacheRead::Ahead { closed: false }),
         Err(e) => Err(e),
     }
 }
 
-fn check_stream(stream: &str) -> Result<(), ChannelError> {
-    check_id("ex", stream)
-        .or_else(|_| check_id("fw", stream))
-        .map(|_| ())
-        .map_err(|_| {
-            ChannelError::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "stream must be an exec id (ex-…) or a watch id (fw-…) (got {})",
-                    crate::policy::echo(stream)
-                ),
-            )
-        })
+fn stream_kind(stream: &str) -> Result<StreamKind, ChannelError> {
+    StreamKind::of(stream).map_err(|_| {
+        ChannelError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "stream must be an exec id (ex-…) or a watch id (fw-…) (got {})",
+                crate::policy::echo(stream)
+            ),
+        )
+    })
 }
