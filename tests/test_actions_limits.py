@@ -7,6 +7,7 @@ under 100 000 characters and 45 s: GPT Actions' limits, by construction rather t
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -110,6 +111,7 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
 
     def route(name: str, method: str, url: str, /, **args: Any) -> Any:
         template = url.replace(ws_path, "/workspaces/{workspace_id}")
+        template = re.sub(r"/streams/[^/]+/", "/streams/{stream_id}/", template)
         for key, value in ids.items():
             template = template.replace(value, "{" + key + "}")
         return call(rig, name, method, url, **{**maxima(rig, method, template), **args})
@@ -181,6 +183,10 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
         if page["done"]:
             break
     assert pages > 10  # the output came in many pages, each within the limit
+    # The same stream through the read that takes any stream, at its largest page.
+    any_stream = f"{ws_path}/streams/{started['exec_id']}/events"
+    page = route("stream_events", "GET", any_stream, cursor=0)
+    assert page["events"] and page["events"][0]["seq"] == 1
     route("workspace_realtime_exec_cancel", "POST", f"{ex}/cancel")
     for _ in range(300):  # enough execs that their list must be cut
         rig.api.post(f"{ws_path}/realtime-execs", json={"command": "true"})

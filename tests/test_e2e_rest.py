@@ -56,14 +56,17 @@ def ok(response: httpx2.Response) -> Any:
     return response.json()
 
 
-def drain(api: httpx2.Client, ws: str, exec_id: str, **params: Any) -> tuple[list[dict], dict]:
-    """Follows an exec's events with the cursor loop until `done`; returns them and the last
-    page. Asserts that the seqs run 1, 2, 3, … with nothing missing."""
+def drain(
+    api: httpx2.Client, ws: str, exec_id: str, *, route: str = "realtime-execs", **params: Any
+) -> tuple[list[dict], dict]:
+    """Follows an exec's events with the cursor loop until `done` (through its own read, or
+    `route="streams"`, the read of any stream); returns them and the last page. Asserts that
+    the seqs run 1, 2, 3, … with nothing missing."""
     cursor, events, deadline = 0, [], time.monotonic() + 180
     while True:
         page = ok(
             api.get(
-                f"/workspaces/{ws}/realtime-execs/{exec_id}/events",
+                f"/workspaces/{ws}/{route}/{exec_id}/events",
                 params={"cursor": cursor, "wait_seconds": 10, **params},
             )
         )
@@ -250,6 +253,39 @@ def test_the_whole_job_through_rest(
     assert ok(api.delete(f"/workspaces/{ws}"))["terminated"] is True
     missing = api.get(f"/workspaces/{ws}")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_one_read_follows_any_stream_as_its_own_read_does(api: httpx2.Client) -> None:
+    ws = ok(api.post("/workspaces", json={}))["workspace_id"]
+    try:
+        started = ok(
+            api.post(f"/workspaces/{ws}/realtime-execs", json={"command": "seq 1 5000; exit 3"})
+        )
+        own, own_last = drain(api, ws, started["exec_id"])
+        anyway, any_last = drain(api, ws, started["exec_id"], route="streams", max_bytes=2048)
+        assert output(anyway) == output(own) == "".join(f"{i}\n" for i in range(1, 5001))
+        assert [e["seq"] for e in anyway] == [e["seq"] for e in own]
+        assert (any_last["state"], any_last["returncode"]) == ("finished", 3)
+        assert (own_last["state"], own_last["returncode"]) == ("finished", 3)
+
+        watch = ok(api.post(f"/workspaces/{ws}/file-watches", json={"path": "."}))
+        streams = f"/workspaces/{ws}/streams/{watch['watch_id']}/events"
+        ok(api.put(f"/workspaces/{ws}/files/content", json={"path": "w.txt", "content": "x"}))
+        deadline, seen = time.monotonic() + 30, []
+        while not any(e.get("path") == "w.txt" for e in seen):
+            assert time.monotonic() < deadline, seen
+            page = ok(api.get(streams, params={"cursor": 0, "wait_seconds": 5}))
+            seen = page["events"]
+        assert (page["state"], page["returncode"], page["done"]) == ("watching", None, False)
+
+        for bad in ("ws-" + "0" * 32, "ex-0", "sn-" + "0" * 32, "x" * 40):
+            refused = api.get(f"/workspaces/{ws}/streams/{bad}/events")
+            assert refused.status_code == 400, (bad, refused.text)
+            assert refused.json()["error"]["field"] == "stream_id", refused.text
+        missing = api.get(f"/workspaces/{ws}/streams/ex-{'0' * 32}/events")
+        assert missing.status_code == 404, missing.text
+    finally:
+        ok(api.delete(f"/workspaces/{ws}"))
 
 
 @pytest.mark.parametrize("driver", BACKENDS)

@@ -19,7 +19,7 @@ from modal_workspace_core.surfaces.mcp import build_server
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
-# The names and routes of issue 4, which the predecessor's users already know.
+# The names and routes of issue 4, which the predecessor's users already know, and after.
 EXPECTED = {
     "workspace_create": ("POST", "/workspaces"),
     "workspace_list": ("GET", "/workspaces"),
@@ -63,6 +63,8 @@ EXPECTED = {
     "workspace_file_watch_status": ("GET", "/workspaces/{workspace_id}/file-watches/{watch_id}"),
     "workspace_file_watch_list": ("GET", "/workspaces/{workspace_id}/file-watches"),
     "workspace_file_watch_cancel": ("DELETE", "/workspaces/{workspace_id}/file-watches/{watch_id}"),
+    # Issue 12: one read for any stream kind.
+    "stream_events": ("GET", "/workspaces/{workspace_id}/streams/{stream_id}/events"),
 }
 
 

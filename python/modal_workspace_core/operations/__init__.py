@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import InvalidArgumentError
 from ..git.pending import resume_pending
 from ..service import Service
-from . import execs, files, repo, watches, workspaces
+from . import execs, files, repo, streams, watches, workspaces
 from .run import call, parse_input, parse_request, run
 from .table import Hints, Operation
 
@@ -23,7 +23,9 @@ __all__ = [
 ]
 
 OPERATIONS: tuple[Operation, ...] = tuple(
-    op for domain in (workspaces, execs, repo, files, watches) for op in domain.declare.operations
+    op
+    for domain in (workspaces, execs, repo, files, watches, streams)
+    for op in domain.declare.operations
 )
 _BY_NAME = {op.name: op for op in OPERATIONS}
 

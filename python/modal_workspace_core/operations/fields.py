@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from .. import policy
+from .._core import StreamKind
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
 
@@ -72,6 +73,18 @@ WorkspaceId = Annotated[
 ExecId = Annotated[str, _id("ex"), Field(description="Exec id: 'ex-' and 32 lowercase hex digits.")]
 WatchId = Annotated[
     str, _id("fw"), Field(description="File watch id: 'fw-' and 32 lowercase hex digits.")
+]
+
+
+def _stream_id(text: str) -> str:
+    StreamKind.of(text)  # the core decides which ids name a stream (and of what kind)
+    return text
+
+
+StreamId = Annotated[
+    str,
+    AfterValidator(_stream_id),
+    Field(description="A stream's id: an exec's ('ex-…') or a file watch's ('fw-…')."),
 ]
 WorkspacePath = Annotated[
     str,

@@ -32,6 +32,7 @@ ID_PATTERNS = {
     "workspace_id": "^ws-[0-9a-f]{32}$",
     "exec_id": "^ex-[0-9a-f]{32}$",
     "watch_id": "^fw-[0-9a-f]{32}$",
+    "stream_id": "^(ex|fw)-[0-9a-f]{32}$",
 }
 
 
