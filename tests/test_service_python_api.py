@@ -19,7 +19,7 @@ from typing import Any
 import modal_workspace_core as mwc
 import pytest
 from e2e_support import workspace_files_containing
-from modal_workspace_core.config import load_settings
+from modal_workspace_core.config import Settings, load_settings
 from support.git_server import GitServer
 from support.processes import pid_alive, processes_of
 
@@ -117,9 +117,8 @@ async def test_a_watch_is_followed_by_pages_until_it_is_cancelled(wss: mwc.Works
     assert states[-1] == "cancelled", states
 
 
-async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
-    tmp_path: Path, git_server: GitServer
-) -> None:
+def github_settings(tmp_path: Path, git_server: GitServer) -> Settings:
+    """Settings whose GitHub is the test server, with its token as the allowlisted secret."""
     secrets = tmp_path / "secrets.json"
     secrets.write_text(json.dumps({"github": {"GH_TOKEN": git_server.token}}))
     env = {
@@ -127,7 +126,13 @@ async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
         "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
         "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
     }
-    settings = load_settings(env, data_root=tmp_path / "data")
+    return load_settings(env, data_root=tmp_path / "data")
+
+
+async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
+    tmp_path: Path, git_server: GitServer
+) -> None:
+    settings = github_settings(tmp_path, git_server)
     # A clone whose ref updates are slow (a reference-transaction hook of its own), so a fetch
     # is still running when the first gateway goes away; the server gets a commit to fetch.
     setup = (
@@ -173,14 +178,7 @@ async def test_a_gateway_restarted_mid_fetch_still_records_its_repo_tags(
 async def test_repo_operations_act_on_the_cloned_repository_when_no_destination_is_named(
     tmp_path: Path, git_server: GitServer
 ) -> None:
-    secrets = tmp_path / "secrets.json"
-    secrets.write_text(json.dumps({"github": {"GH_TOKEN": git_server.token}}))
-    env = {
-        **git_server.gateway_env,
-        "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
-        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
-    }
-    settings = load_settings(env, data_root=tmp_path / "data")
+    settings = github_settings(tmp_path, git_server)
     async with mwc.Workspaces(settings=settings) as wss, wss.create() as ws:
         with pytest.raises(mwc.InvalidArgumentError, match="no cloned repository") as refused:
             await ws.repo_status()
