@@ -132,9 +132,6 @@ def repo_dir(path: str) -> str:
     return "." if path in ("", ".") else f"./{path}"
 
 
-_dir = repo_dir
-
-
 def is_commit(ref: str) -> bool:
     return bool(_COMMIT.fullmatch(ref))
 
@@ -203,7 +200,7 @@ def clone_from_mirror_argv(
     branch, commit = _split_ref(ref)
     src = f"file://{mirror}"
     depth_text = str(depth or "")
-    dest = _dir(dest)
+    dest = repo_dir(dest)
     return [
         "sh",
         "-c",
@@ -229,7 +226,7 @@ def fetch_from_mirror_argv(mirror: str, dest: str, ref: str | None, depth: int |
         _FETCH_FROM_MIRROR,
         "sh",
         src,
-        _dir(dest),
+        repo_dir(dest),
         branch,
         commit,
         str(depth or ""),
@@ -244,15 +241,15 @@ WORKSPACE_STEP_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
 def checkout_argv(dest: str, ref: str, create_branch: bool) -> list[str]:
     # The trailing "--" makes git read `ref` as a revision, never as a file to overwrite.
     if create_branch:
-        return ["git", "-C", _dir(dest), "checkout", "--progress", "-b", ref, "--"]
-    return ["git", "-C", _dir(dest), "checkout", "--progress", ref, "--"]
+        return ["git", "-C", repo_dir(dest), "checkout", "--progress", "-b", ref, "--"]
+    return ["git", "-C", repo_dir(dest), "checkout", "--progress", ref, "--"]
 
 
 def status_argv(dest: str) -> list[str]:
     return [
         "git",
         "-C",
-        _dir(dest),
+        repo_dir(dest),
         "status",
         "--porcelain=v2",
         "--branch",
@@ -263,7 +260,7 @@ def status_argv(dest: str) -> list[str]:
 
 def diff_argv(dest: str, stat: bool, cached: bool) -> list[str]:
     mode = "cached" if cached else "worktree"
-    return ["sh", "-c", _DIFF, "sh", _dir(dest), "stat" if stat else "patch", mode]
+    return ["sh", "-c", _DIFF, "sh", repo_dir(dest), "stat" if stat else "patch", mode]
 
 
 def parse_status(text: str, limit: int = 1000) -> dict[str, object]:

@@ -12,7 +12,6 @@ settles them. Nothing of this lives in `/workspace`, where commands could forge 
 from __future__ import annotations
 
 import logging
-import posixpath
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import policy
 from ..errors import NotFoundError, WorkspaceError
 from ..policy import WORKSPACE_ROOT
+from .commands import repo_dir
 
 if TYPE_CHECKING:
     from ..service import Service
@@ -111,7 +111,7 @@ def _recorded_by(status: dict[str, Any], tags: dict[str, str], base: str) -> boo
         url_ok = "repo-url" not in tags or (
             policy.github_repo(tags["repo-url"]).url_on(base) in argvs[0]
         )
-        path_ok = "repo-path" not in tags or f"./{_relative(tags['repo-path'])}" in argvs[-1]
+        path_ok = "repo-path" not in tags or repo_dir(tags["repo-path"]) in argvs[-1]
         return url_ok and path_ok
     if "repo-ref" in tags:
         # A checkout: one workspace step, `git -C DIR checkout … REF --`.
@@ -122,10 +122,6 @@ def _recorded_by(status: dict[str, Any], tags: dict[str, str], base: str) -> boo
 def _is_checkout(status: dict[str, Any], ref: str) -> bool:
     argv = [str(a) for a in status.get("argv") or []]
     return argv[:1] == ["git"] and "checkout" in argv and argv[-2:] == [ref, "--"]
-
-
-def _relative(path: str) -> str:
-    return posixpath.relpath(path, WORKSPACE_ROOT) if path.startswith("/") else path
 
 
 def _refuse(value: str) -> str:
