@@ -8,9 +8,9 @@ from pathlib import Path
 
 from modal_workspace_core import policy
 from modal_workspace_core._core import AGENT_OPS, REPEATABLE_AGENT_OPS
-from modal_workspace_core.channel.errors import AgentError
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import (
+    AgentError,
     NotFoundError,
     PermissionDeniedError,
     UpstreamError,

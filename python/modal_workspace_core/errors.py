@@ -7,6 +7,7 @@ the same text; policy rejections and the agent's error codes are translated here
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 from ._core import PolicyError
 
 __all__ = [
+    "AgentError",
     "ConflictError",
     "InvalidArgumentError",
     "LimitError",
@@ -126,7 +128,7 @@ class TimeoutError_(_Kind):  # the trailing underscore keeps the builtin usable
     default_code = "timeout"
 
 
-# The agent's codes (docs/protocol.md) and the status each becomes for our callers.
+# The agent's codes (docs/protocol.md) and the kind each becomes for our callers.
 _AGENT_CODES: dict[str, type[_Kind]] = {
     "invalid_argument": InvalidArgumentError,
     "not_found": NotFoundError,
@@ -140,15 +142,54 @@ _AGENT_CODES: dict[str, type[_Kind]] = {
 }
 
 
-def from_agent_error(code: str, message: str, field: str | None = None) -> WorkspaceError:
-    """Translates an agent error (`AgentError.code`, `.message`) into the gateway's model.
+class AgentError(WorkspaceError, RuntimeError):  # a RuntimeError, as it was before the family
+    """A request to a workspace agent failed, or the channel to it did.
 
-    Unknown codes are the agent's failure, not the caller's: they become `upstream` (502).
+    One of the family: `code` is the protocol's error code (invalid_argument, not_found,
+    conflict, permission, limit, timeout, unavailable, internal, protocol_mismatch), `status`
+    the HTTP status it stands for, and `for_caller` the same failure under the code a caller
+    sees (the agent's own failures all read `upstream`).
     """
-    kind = _AGENT_CODES.get(code, UpstreamError)
-    if kind is UpstreamError and code not in _AGENT_CODES:
-        return UpstreamError(f"the workspace agent failed ({code}): {message}", field=field)
-    return kind(code if kind is not UpstreamError else "upstream", message, field)
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(code, message, field)
+        self.status = _AGENT_CODES.get(code, UpstreamError).status
+
+    @classmethod
+    def from_body(cls, body: str | bytes) -> AgentError:
+        """The error of an agent's reply: its JSON `{"code", "message", "field"?}`."""
+        error = json.loads(body)
+        field = error.get("field")
+        return cls(
+            str(error.get("code", "internal")),
+            str(error.get("message", "")),
+            field if isinstance(field, str) else None,
+        )
+
+    @property
+    def channel_lost(self) -> bool:
+        """The channel is gone (not this request refused): the next use must open a new one."""
+        return self.code == "unavailable"
+
+    def for_caller(self, field: str | None = None) -> WorkspaceError:
+        """This failure as a caller sees it; `field` (the caller's name for the input) wins over
+        the agent's. Unknown codes are the agent's failure, not the caller's: `upstream`."""
+        field = field or self.field
+        kind = _AGENT_CODES.get(self.code)
+        if kind is None:
+            return UpstreamError(
+                f"the workspace agent failed ({self.code}): {self.message}", field=field
+            )
+        code = self.code if kind is not UpstreamError else "upstream"
+        return kind(code, self.message, field)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.for_caller().to_dict()
+
+
+def from_agent_error(code: str, message: str, field: str | None = None) -> WorkspaceError:
+    """An agent error code and message as the caller's error (`AgentError.for_caller`)."""
+    return AgentError(code, message, field).for_caller()
 
 
 def from_policy_error(err: PolicyError, field: str) -> WorkspaceError:

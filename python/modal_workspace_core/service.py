@@ -16,18 +16,18 @@ from typing import Any, ClassVar, TypeVar
 
 from . import policy
 from ._core import FINAL_STATES, REPEATABLE_AGENT_OPS, Page, PolicyError
-from .channel.client import AgentClient, AgentError
+from .channel.client import AgentClient
 from .config import Settings
 from .drivers import create_driver
 from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
 from .errors import (
+    AgentError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     TimeoutError_,
     UpstreamError,
     WorkspaceError,
-    from_agent_error,
     from_policy_error,
 )
 from .policy import WORKSPACE_ROOT
@@ -54,12 +54,12 @@ ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
 
 def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
     """Any failure below the service, as the error a caller sees."""
+    if isinstance(exc, AgentError):
+        return exc.for_caller(field)
     if isinstance(exc, WorkspaceError):
         return exc
     if isinstance(exc, PolicyError):
         return from_policy_error(exc, field or "input")
-    if isinstance(exc, AgentError):
-        return from_agent_error(exc.code, exc.message, field=field or exc.field)
     if isinstance(exc, TimeoutError):
         return TimeoutError_("the workspace did not answer in time; try again")
     if isinstance(exc, ConnectionError | EOFError | OSError):
@@ -285,7 +285,11 @@ class Service:
             try:
                 return await use(client)
             except Exception as exc:
-                lost = not isinstance(exc, AgentError) or exc.code == "unavailable"
+                # A refusal of the family is an answer; anything else (an OSError, a broken
+                # pipe) or a lost channel means the channel is gone.
+                lost = not isinstance(exc, WorkspaceError) or (
+                    isinstance(exc, AgentError) and exc.channel_lost
+                )
                 if lost:
                     # The channel is gone (the agent restarted, the socket broke): the next
                     # use opens a new one.

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core import AgentChannel, Page
-from .errors import AgentError
+from ..errors import AgentError
 from .log_reads import AgentLog
 from .stream_waiters import StreamWaiters
 from .transports import Connector, PeerCheck, Transport, open_subprocess, open_unix

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .._core import Page, StreamKind, parse_page
-from .errors import AgentError
+from ..errors import AgentError
 
 # The longest wait of one `exec.read` (the agent's own cap), and how much later than its wait
 # the answer may come before the read gives up on it.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InvalidArgumentError, WorkspaceError, validation_error
+from ..errors import InvalidArgumentError, validation_error
 from ..path_view import shown
 from ..policy import WORKSPACE_ROOT
 from ..service import translate_error
@@ -64,10 +64,11 @@ async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageRe
     """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
     try:
         result = await op.handler(service, inp)
-    except WorkspaceError:
-        raise
     except Exception as exc:
-        raise translate_error(exc) from None
+        error = translate_error(exc)
+        if error is exc:
+            raise
+        raise error from None
     if isinstance(result, PageResult):
         return result
     if not isinstance(result, op.output):
