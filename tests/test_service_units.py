@@ -14,6 +14,7 @@ from modal_workspace_core.errors import (
     NotFoundError,
     PermissionDeniedError,
     UpstreamError,
+    WorkspaceError,
     from_agent_error,
 )
 from modal_workspace_core.operations.execs import Capture, derived_exec_id
@@ -114,3 +115,20 @@ def test_an_agent_error_keeps_the_field_the_agent_named() -> None:
     assert translate_error(AgentError.from_body('{"code": "not_found"}')).field is None
     # The caller's own name for the input wins over the agent's.
     assert translate_error(AgentError.from_body(body), "path").field == "path"
+
+
+def test_an_agent_error_is_one_of_the_family_and_answers_as_a_caller_sees_it() -> None:
+    lost = AgentError("unavailable", "the agent closed the channel")
+    assert isinstance(lost, WorkspaceError) and lost.channel_lost and lost.status == 502
+    # The agent's own failures read `upstream`, whichever surface renders them.
+    assert lost.to_dict() == {
+        "error": {"code": "upstream", "message": "the agent closed the channel"}
+    }
+    assert translate_error(lost).code == "upstream"
+    refused = AgentError("conflict", "the exec has ended", "exec_id")
+    assert not refused.channel_lost and refused.status == 409
+    assert refused.to_dict()["error"] == {
+        "code": "conflict",
+        "message": "the exec has ended",
+        "field": "exec_id",
+    }
