@@ -6,7 +6,9 @@ that `connect` opens, so the service above never asks which driver it is talking
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import builtins
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
@@ -21,12 +23,82 @@ __all__ = [
     "Driver",
     "ExecSecret",
     "GatewaySecrets",
+    "Lineage",
+    "Progress",
     "SecretSource",
+    "SnapshotKind",
+    "SnapshotRecord",
+    "SnapshotSpec",
+    "SuspendReason",
+    "Suspension",
     "WorkspaceRecord",
     "WorkspaceSecrets",
     "WorkspaceSpec",
     "secret_source",
 ]
+
+
+# Why a snapshot was taken: asked for, left by the sandbox's end, before an idle suspend, or
+# ahead of the hard lifetime.
+SnapshotKind = Literal["manual", "exit", "idle", "safety"]
+# Why a workspace is suspended (its files kept in a snapshot, nothing running).
+SuspendReason = Literal["idle", "lifetime", "out_of_memory", "terminated", "failed_to_start"]
+# How a long driver step reports: bytes done so far, and the total when it is known.
+Progress = Callable[[int, int | None], Coroutine[Any, Any, None]]
+
+
+def utc_now() -> str:
+    """Now as the records write it: RFC 3339, UTC, milliseconds, `Z`."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class SnapshotSpec(BaseModel):
+    """What to snapshot: every value has passed the service's checks."""
+
+    snapshot_id: str  # sn-…, chosen by the service
+    kind: SnapshotKind = "manual"
+    label: str = ""
+    ttl_seconds: int | None = None  # None: kept until deleted
+    repos: dict[str, str] = {}  # each recorded repository's path -> its git HEAD now
+
+
+class SnapshotRecord(BaseModel):
+    """A snapshot of a workspace's files, as its driver keeps it (beside the workspace, never
+    inside it: nothing a command writes can forge or change one)."""
+
+    snapshot_id: str
+    workspace_id: str
+    kind: SnapshotKind
+    label: str = ""
+    created_at: str
+    expires_at: str | None = None  # None: kept until deleted
+    size_bytes: int | None = None
+    repos: dict[str, str] = {}
+    tags: dict[str, str] = {}  # the workspace's tags when it was taken: a resume restores them
+
+    def expired(self, now: datetime | None = None) -> bool:
+        if self.expires_at is None:
+            return False
+        expires = datetime.fromisoformat(self.expires_at.replace("Z", "+00:00"))
+        return (now or datetime.now(UTC)) >= expires
+
+
+class Lineage(BaseModel):
+    """Where a forked workspace came from."""
+
+    parent_workspace_id: str
+    snapshot_id: str
+    repos: dict[str, str] = {}  # the parent's repositories' HEADs in that snapshot
+    forked_at: str
+
+
+class Suspension(BaseModel):
+    """Why a workspace is not running although its files are kept, and where they are."""
+
+    reason: SuspendReason
+    at: str
+    snapshot_id: str | None = None  # what a resume starts from (None: no snapshot was left)
+    detail: str = ""  # for failed_to_start: the entrypoint's last stderr lines
 
 
 class WorkspaceRecord(BaseModel):
@@ -37,9 +109,14 @@ class WorkspaceRecord(BaseModel):
     root: str  # "/workspace" as seen by commands
     created_at: str
     tags: dict[str, str]
-    state: Literal["running", "stopped", "terminated"]
+    # stopped: the local daemon is down (the next use restarts it); suspended: nothing runs and
+    # the files are in a snapshot (`suspension`); terminated: ended for good (its snapshots,
+    # when kept, can still be resumed).
+    state: Literal["running", "stopped", "suspended", "terminated"]
     resources: dict[str, Any] = {}
     block_network: bool = False
+    lineage: Lineage | None = None
+    suspension: Suspension | None = None
 
 
 class WorkspaceSpec(BaseModel):
@@ -129,8 +206,45 @@ class Driver(Protocol):
     async def list(self) -> list[WorkspaceRecord]: ...
     async def set_tags(self, workspace_id: str, tags: dict[str, str]) -> WorkspaceRecord: ...
     async def connect(self, workspace_id: str) -> AgentClient: ...  # an open channel
-    async def destroy(self, workspace_id: str) -> None: ...
+    async def destroy(self, workspace_id: str, *, keep_snapshots: bool = False) -> None:
+        """Ends the workspace. With `keep_snapshots` its record stays (`terminated`) and so do
+        its snapshots, so that it can be resumed; without, both go."""
+        ...
+
     async def close(self) -> None: ...
+
+    # Snapshots: the service picks ids and checks every value; a driver stores and restores.
+    async def snapshot(
+        self, workspace_id: str, spec: SnapshotSpec, progress: Progress | None = None
+    ) -> SnapshotRecord:
+        """Returns only once the snapshot exists and can be opened."""
+        ...
+
+    async def list_snapshots(self, workspace_id: str) -> builtins.list[SnapshotRecord]:
+        """Every snapshot the workspace has, oldest first, expired ones included; the
+        workspace may be suspended or terminated."""
+        ...
+
+    async def delete_snapshot(self, workspace_id: str, snapshot_id: str) -> None: ...
+
+    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
+        """The same workspace id running again from `snapshot` (one of its own, not expired):
+        files, tags and repositories as they were; whatever ran before is ended first. An
+        unreadable snapshot is a `ConflictError` naming it, never a fresh workspace."""
+        ...
+
+    async def fork(
+        self, snapshot: SnapshotRecord, workspace_id: str, spec: WorkspaceSpec, lineage: Lineage
+    ) -> WorkspaceRecord:
+        """A new workspace `workspace_id` (made as `create` makes one, from `spec`) whose files
+        are `snapshot`'s; its exec history starts empty."""
+        ...
+
+    async def suspend(
+        self, workspace_id: str, reason: SuspendReason, snapshot_id: str | None
+    ) -> WorkspaceRecord:
+        """Ends what runs (daemon, sandbox) and keeps the record as `suspended`."""
+        ...
 
 
 def secret_source(driver: Driver, settings: Settings) -> SecretSource:

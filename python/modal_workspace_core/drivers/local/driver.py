@@ -15,7 +15,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,22 @@ from ...errors import (
     UpstreamError,
 )
 from ...policy import WORKSPACE_ROOT
-from ..base import WorkspaceRecord, WorkspaceSpec
+from ..base import (
+    Lineage,
+    Progress,
+    SnapshotRecord,
+    SnapshotSpec,
+    SuspendReason,
+    Suspension,
+    WorkspaceRecord,
+    WorkspaceSpec,
+    utc_now,
+)
 from . import bubblewrap, bubblewrap_launch, daemon, disk, uids
 from .disk import DiskError, WorkspaceDisk
 from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
-from .store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers
+from .snapshots import Parts, SnapshotStore
+from .store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers, remove_tree
 
 TURNED_OFF = "isolation turned off"
 # What a machine without working bubblewrap needs (the README's Isolation section says more).
@@ -77,6 +88,8 @@ class LocalDriver:
         self.data_root = self.data_root.expanduser().resolve()
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         remove_leftovers(self.data_root)
+        self.snapshots = SnapshotStore(self.data_root)
+        self.snapshots.prune_leftovers()
         mode = isolation
         if mode not in ("auto", "bwrap", "none"):
             raise InvalidArgumentError(
@@ -179,6 +192,17 @@ class LocalDriver:
     # --- the contract -----------------------------------------------------------------------
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord:
+        return await self._create(workspace_id, spec)
+
+    async def _create(
+        self,
+        workspace_id: str,
+        spec: WorkspaceSpec,
+        *,
+        env: dict[str, str] | None = None,
+        lineage: Lineage | None = None,
+        fill: Callable[[WorkspaceDir, dict[str, Any]], None] | None = None,
+    ) -> WorkspaceRecord:
         ws = self._dir(workspace_id)
         _check_tags(spec.tags)
         _check_env(spec.env, "env")
@@ -204,11 +228,13 @@ class LocalDriver:
             "resources": dict(spec.resources),
             "block_network": spec.block_network,
             # The driver's own part of the record: how to start the daemon again.
-            "local": {"isolated": isolated, "env": dict(spec.env)},
+            "local": {"isolated": isolated, "env": {**(env or {}), **spec.env}},
         }
+        if lineage is not None:
+            meta["lineage"] = lineage.model_dump()
         self._secret_env[workspace_id] = dict(spec.secret_env)
         try:
-            await asyncio.to_thread(self._create_sync, ws, meta)
+            await asyncio.to_thread(self._create_sync, ws, meta, fill)
         except BaseException:
             self._secret_env.pop(workspace_id, None)
             raise
@@ -228,7 +254,7 @@ class LocalDriver:
 
     async def connect(self, workspace_id: str) -> AgentClient:
         ws = self._dir(workspace_id)
-        await asyncio.to_thread(self._meta, ws)
+        _check_live(await asyncio.to_thread(self._meta, ws))
         # A path that stays valid: the client reconnects by it after a lost connection.
         path = self._socket_paths.get(ws.socket)
         check = functools.partial(daemon.check_peer, ws.pid_file)
@@ -263,11 +289,101 @@ class LocalDriver:
             self._start_daemon(ws, meta)
         return True
 
-    async def destroy(self, workspace_id: str) -> None:
+    async def destroy(self, workspace_id: str, *, keep_snapshots: bool = False) -> None:
         ws = self._dir(workspace_id)
-        await asyncio.to_thread(self._destroy_sync, ws)
+        await asyncio.to_thread(self._destroy_sync, ws, keep_snapshots)
         self._secret_env.pop(workspace_id, None)
         self._socket_paths.forget(ws.socket)
+
+    # --- snapshots, resume, fork, suspend ------------------------------------------------------
+
+    async def snapshot(
+        self, workspace_id: str, spec: SnapshotSpec, progress: Progress | None = None
+    ) -> SnapshotRecord:
+        ws = self._dir(workspace_id)
+        loop = asyncio.get_running_loop()
+
+        def report(done: int, total: int) -> None:
+            # From the copying thread: the reporter runs on the loop, and a slow one is skipped.
+            if progress is not None:
+                asyncio.run_coroutine_threadsafe(progress(done, total), loop)
+
+        return await asyncio.to_thread(self._snapshot_sync, ws, spec, report)
+
+    def _snapshot_sync(
+        self, ws: WorkspaceDir, spec: SnapshotSpec, report: Callable[[int, int], None]
+    ) -> SnapshotRecord:
+        meta = self._meta(ws)
+        _check_live(meta)
+        parts = self._parts(ws, meta, with_state=True)
+        return self.snapshots.take(meta["workspace_id"], spec, parts, meta.get("tags", {}), report)
+
+    async def list_snapshots(self, workspace_id: str) -> builtins.list[SnapshotRecord]:
+        ws = self._dir(workspace_id)
+        await asyncio.to_thread(self._meta, ws)
+        return await asyncio.to_thread(self.snapshots.list, workspace_id)
+
+    async def delete_snapshot(self, workspace_id: str, snapshot_id: str) -> None:
+        ws = self._dir(workspace_id)
+        await asyncio.to_thread(self._meta, ws)
+        await asyncio.to_thread(self.snapshots.delete, workspace_id, snapshot_id)
+
+    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
+        ws = self._dir(workspace_id)
+        return await asyncio.to_thread(self._resume_sync, ws, snapshot)
+
+    def _resume_sync(self, ws: WorkspaceDir, snapshot: SnapshotRecord) -> WorkspaceRecord:
+        with self._held(ws) as meta:
+            workspace_id = meta["workspace_id"]
+            # Whatever still runs goes first: its commands are reported lost by the new agent.
+            daemon.stop(ws.pid_file, _marker(workspace_id))
+            suspension = meta.get("suspension") or {}
+            untouched = suspension.get("files_kept") and (
+                suspension.get("snapshot_id") == snapshot.snapshot_id
+            )
+            if not untouched:
+                self._rebuild(ws, meta)
+                self.snapshots.restore(snapshot, self._parts(ws, meta, with_state=True))
+            meta["tags"] = dict(snapshot.tags)
+            meta.pop("suspension", None)
+            meta.pop("terminated_at", None)
+            ws.write_meta(meta)
+            self._start_daemon(ws, meta)
+        return _record(meta, "running")
+
+    async def fork(
+        self, snapshot: SnapshotRecord, workspace_id: str, spec: WorkspaceSpec, lineage: Lineage
+    ) -> WorkspaceRecord:
+        parent = await asyncio.to_thread(self._meta, self._dir(snapshot.workspace_id))
+        # The parent's own environment goes with its files; its secrets do not.
+        env = dict(parent.get("local", {}).get("env") or {})
+
+        def fill(ws: WorkspaceDir, meta: dict[str, Any]) -> None:
+            slot = meta.get("local", {}).get("uid_slot")
+            owner = uids.host_ids(slot).commands if isinstance(slot, int) else None
+            self.snapshots.restore(snapshot, self._parts(ws, meta, with_state=False), owner)
+
+        return await self._create(workspace_id, spec, env=env, lineage=lineage, fill=fill)
+
+    async def suspend(
+        self, workspace_id: str, reason: SuspendReason, snapshot_id: str | None
+    ) -> WorkspaceRecord:
+        ws = self._dir(workspace_id)
+        return await asyncio.to_thread(self._suspend_sync, ws, reason, snapshot_id)
+
+    def _suspend_sync(
+        self, ws: WorkspaceDir, reason: SuspendReason, snapshot_id: str | None
+    ) -> WorkspaceRecord:
+        with self._held(ws) as meta:
+            _check_live(meta)
+            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            suspension = Suspension(reason=reason, at=utc_now(), snapshot_id=snapshot_id)
+            # The files stay where they are (nothing runs to change them): resuming from this
+            # suspension's snapshot only restarts the agent.
+            meta["suspension"] = {**suspension.model_dump(), "files_kept": True}
+            ws.write_meta(meta)
+        self._socket_paths.forget(ws.socket)
+        return _record(meta, "suspended")
 
     async def close(self) -> None:
         # Daemons are not the server's to stop: they keep the workspaces running between
@@ -276,7 +392,12 @@ class LocalDriver:
 
     # --- blocking parts, run in a thread ----------------------------------------------------
 
-    def _create_sync(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
+    def _create_sync(
+        self,
+        ws: WorkspaceDir,
+        meta: dict[str, Any],
+        fill: Callable[[WorkspaceDir, dict[str, Any]], None] | None = None,
+    ) -> None:
         try:
             ws.make()
         except FileExistsError:
@@ -289,6 +410,8 @@ class LocalDriver:
                     self._give_own_uid(ws, meta)
                 else:
                     ws.write_meta(meta)
+                if fill is not None:
+                    fill(ws, meta)
                 self._start_daemon(ws, meta)
         except BaseException:
             daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
@@ -324,7 +447,7 @@ class LocalDriver:
 
     def _get_sync(self, ws: WorkspaceDir) -> WorkspaceRecord:
         meta = self._meta(ws)
-        return _record(meta, _state(ws))
+        return _record(meta, _state(ws, meta))
 
     def _list_sync(self) -> builtins.list[WorkspaceRecord]:
         records = []
@@ -332,17 +455,19 @@ class LocalDriver:
             ws = WorkspaceDir(path)
             meta = ws.read_meta()
             if meta is not None:  # a workspace being created has no metadata yet
-                records.append(_record(meta, _state(ws)))
+                records.append(_record(meta, _state(ws, meta)))
         return sorted(records, key=lambda r: (r.created_at, r.workspace_id))
 
     def _set_tags_sync(self, ws: WorkspaceDir, tags: dict[str, str]) -> WorkspaceRecord:
         with self._held(ws) as meta:
             meta["tags"] = {**meta.get("tags", {}), **tags}
             ws.write_meta(meta)
-        return _record(meta, _state(ws))
+        return _record(meta, _state(ws, meta))
 
     def _ensure_daemon(self, ws: WorkspaceDir) -> None:
         with self._held(ws) as meta:
+            # Suspended or ended meanwhile: only a resume starts its agent again.
+            _check_live(meta)
             if daemon.running(ws.pid_file) and daemon.accepts(ws.socket):
                 return  # restarted by another caller while we waited for the lock
             # Whatever remains of the earlier daemon (hung, or its sandbox's commands) goes
@@ -355,11 +480,57 @@ class LocalDriver:
                 )
             self._start_daemon(ws, meta)
 
-    def _destroy_sync(self, ws: WorkspaceDir) -> None:
+    def _destroy_sync(self, ws: WorkspaceDir, keep_snapshots: bool) -> None:
         with self._held(ws) as meta:
-            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            workspace_id = meta["workspace_id"]
+            daemon.stop(ws.pid_file, _marker(workspace_id))
             self._release_disk(ws)
-            ws.remove()
+            if not keep_snapshots:
+                ws.remove()
+                self.snapshots.delete_all(workspace_id)
+                return
+            # Ended, its record kept so that a snapshot can bring it back: its files go.
+            for entry in ws.path.iterdir():
+                if entry.name not in (ws.meta.name, ".lock"):
+                    if entry.is_dir() and not entry.is_symlink():
+                        remove_tree(entry)
+                    else:
+                        entry.unlink()
+            meta.pop("suspension", None)
+            meta["terminated_at"] = utc_now()
+            ws.write_meta(meta)
+
+    def _parts(self, ws: WorkspaceDir, meta: dict[str, Any], *, with_state: bool) -> Parts:
+        """Where the workspace's files, home and exec history are on the host now."""
+        state = ws.state if with_state else None
+        if meta.get("local", {}).get("disk_mb"):
+            own = WorkspaceDisk(ws.path)
+            try:
+                own.mount()
+            except DiskError as err:
+                raise UpstreamError(f"cannot mount the workspace's disk: {err}") from err
+            return Parts(own.workspace, own.home, state)
+        return Parts(ws.workspace, ws.home, state)
+
+    def _rebuild(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
+        """Lays out again what a kept-but-terminated workspace lost: its directories, its own
+        disk, their owner."""
+        for part in (ws.workspace, ws.home, ws.state, ws.run):
+            part.mkdir(mode=0o700, exist_ok=True)
+        local = meta.get("local", {})
+        slot = local.get("uid_slot")
+        if not isinstance(slot, int):
+            return
+        owner = uids.host_ids(slot).commands
+        for part in (ws.workspace, ws.home):
+            os.chown(part, owner, owner)
+        size = local.get("disk_mb")
+        own = WorkspaceDisk(ws.path)
+        if size and not own.image.exists():
+            try:
+                own.create(int(size), owner)
+            except DiskError as err:
+                raise UpstreamError("upstream", f"cannot give the workspace a disk: {err}") from err
 
     def _release_disk(self, ws: WorkspaceDir) -> None:
         try:
@@ -420,9 +591,24 @@ def _marker(workspace_id: str) -> str:
     return f"{WORKSPACE_ID_ENV}={workspace_id}"
 
 
-def _state(ws: WorkspaceDir) -> str:
+def _state(ws: WorkspaceDir, meta: dict[str, Any]) -> str:
+    if meta.get("terminated_at"):
+        return "terminated"
+    if meta.get("suspension"):
+        return "suspended"
     # Cheap and local: is the recorded daemon process alive? (`connect` restarts a stopped one.)
     return "running" if daemon.running(ws.pid_file) else "stopped"
+
+
+def _check_live(meta: dict[str, Any]) -> None:
+    """Refuses to reach an agent that only a resume may start again."""
+    workspace_id = meta.get("workspace_id", "")
+    if meta.get("terminated_at"):
+        raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
+    if meta.get("suspension"):
+        raise ConflictError(
+            f"workspace {workspace_id} is suspended; resume it first", field="workspace_id"
+        )
 
 
 # What this driver can enforce of `resources`: the memory bound as each command's address space
