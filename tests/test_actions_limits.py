@@ -143,10 +143,11 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
         "repo_clone", "POST", f"{ws_path}/repo/clone", repository=HELLO_REPO, use_github_token=True
     )
     ids["exec_id"] = clone["exec_id"]
-    ex = f"{ws_path}/realtime-execs/{clone['exec_id']}"
+    # GPT Actions reads every stream through stream_events (the per-kind reads are not there).
+    events = f"{ws_path}/streams/{clone['exec_id']}/events"
     cursor = 0
     while True:  # the cursor loop at its largest page
-        page = route("workspace_realtime_exec_events", "GET", f"{ex}/events", cursor=cursor)
+        page = route("stream_events", "GET", events, cursor=cursor)
         cursor = page["next_cursor"]
         if page["done"]:
             break
@@ -177,16 +178,13 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     route("workspace_realtime_exec_input", "POST", f"{ex}/input", data=big)
     route("workspace_realtime_exec_status", "GET", ex)
     cursor, pages = 0, 0
+    any_stream = f"{ws_path}/streams/{started['exec_id']}/events"
     while True:
-        page = route("workspace_realtime_exec_events", "GET", f"{ex}/events", cursor=cursor)
+        page = route("stream_events", "GET", any_stream, cursor=cursor)
         cursor, pages = page["next_cursor"], pages + 1
         if page["done"]:
             break
     assert pages > 10  # the output came in many pages, each within the limit
-    # The same stream through the read that takes any stream, at its largest page.
-    any_stream = f"{ws_path}/streams/{started['exec_id']}/events"
-    page = route("stream_events", "GET", any_stream, cursor=0)
-    assert page["events"] and page["events"][0]["seq"] == 1
     route("workspace_realtime_exec_cancel", "POST", f"{ex}/cancel")
     for _ in range(300):  # enough execs that their list must be cut
         rig.api.post(f"{ws_path}/realtime-execs", json={"command": "true"})
@@ -196,8 +194,7 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     ids["watch_id"] = watch["watch_id"]
     fw = f"{ws_path}/file-watches/{watch['watch_id']}"
     sh(rig, ws, 'cd many && for f in *; do echo x >> "$f"; done')
-    route("workspace_file_watch_events", "GET", f"{fw}/events", wait_seconds=1)
-    route("workspace_file_watch_status", "GET", fw)
+    route("stream_events", "GET", f"{ws_path}/streams/{watch['watch_id']}/events", wait_seconds=1)
     route("workspace_file_watch_list", "GET", f"{ws_path}/file-watches")
     route("workspace_file_watch_cancel", "DELETE", fw)
 
@@ -212,6 +209,18 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
         expected_replacements=3000,
     )
     route("file_remove", "DELETE", f"{ws_path}/files", path="many", recursive=True)
+
+    # Snapshots, a fork and a resume of this workspace, with the longest label.
+    label = "x" * 64
+    snapshot = route("workspace_snapshot", "POST", f"{ws_path}/snapshots", label=label)
+    ids["snapshot_id"] = snapshot["snapshot_id"]
+    for _ in range(10):  # more snapshots: their list still fits
+        call(rig, "workspace_snapshot", "POST", f"{ws_path}/snapshots", label=label)
+    route("workspace_snapshot_list", "GET", f"{ws_path}/snapshots")
+    fork = route("workspace_fork", "POST", f"{ws_path}/fork", snapshot_id=snapshot["snapshot_id"])
+    call(rig, "workspace_terminate", "DELETE", f"/workspaces/{fork['workspace_id']}")
+    route("workspace_resume", "POST", f"{ws_path}/resume", snapshot_id=snapshot["snapshot_id"])
+    route("workspace_snapshot_delete", "DELETE", f"{ws_path}/snapshots/{snapshot['snapshot_id']}")
     route("workspace_terminate", "DELETE", ws_path)
 
     # Every operation of the schema was called (its name recorded by `call`).

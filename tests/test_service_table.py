@@ -65,6 +65,15 @@ EXPECTED = {
     "workspace_file_watch_cancel": ("DELETE", "/workspaces/{workspace_id}/file-watches/{watch_id}"),
     # Issue 12: one read for any stream kind.
     "stream_events": ("GET", "/workspaces/{workspace_id}/streams/{stream_id}/events"),
+    # Issue 13: snapshots, resume and fork.
+    "workspace_snapshot": ("POST", "/workspaces/{workspace_id}/snapshots"),
+    "workspace_snapshot_list": ("GET", "/workspaces/{workspace_id}/snapshots"),
+    "workspace_snapshot_delete": (
+        "DELETE",
+        "/workspaces/{workspace_id}/snapshots/{snapshot_id}",
+    ),
+    "workspace_resume": ("POST", "/workspaces/{workspace_id}/resume"),
+    "workspace_fork": ("POST", "/workspaces/{workspace_id}/fork"),
 }
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "new_id",
     "parse_page",
     "secret_allowlist",
+    "snapshot_label",
     "stored_tag",
     "workspace_path",
 ]
@@ -170,6 +171,10 @@ def stored_tag(key: str, value: str, fixed: str | None = None) -> None:
 def idempotency_key(text: str) -> str:
     """Check an idempotency key (1-128 ASCII letters, digits, `.`, `_`, `:` or `-`) and return
     it unchanged. Raises `PolicyError` (rules `idempotency-key.*`)."""
+
+def snapshot_label(text: str) -> str:
+    """Check a snapshot's label (at most 64 printable characters, spaces allowed) and return it
+    unchanged. Raises `PolicyError` (rules `snapshot-label.*`)."""
 
 # --- allowlist settings ---------------------------------------------------------------------
 

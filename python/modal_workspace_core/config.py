@@ -44,6 +44,14 @@ ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
 CHANNEL_SECRET_ENV = "MODAL_WORKSPACE_CHANNEL_SECRET"
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
 DISK_MB_ENV = "MODAL_WORKSPACE_DISK_MB"
+# The lifecycle sweep (`janitor.py`): how often it runs (0: never), how long before a lifetime
+# ends it takes a safety snapshot, how long suspended and terminated workspaces are kept.
+JANITOR_SECONDS_ENV = "MODAL_WORKSPACE_JANITOR_SECONDS"
+SAFETY_MARGIN_ENV = "MODAL_WORKSPACE_SAFETY_MARGIN_SECONDS"
+RETENTION_ENV = "MODAL_WORKSPACE_RETENTION_SECONDS"
+DEFAULT_JANITOR_SECONDS = 30
+DEFAULT_SAFETY_MARGIN_SECONDS = 300
+DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
 DEFAULT_DISK_MB = 10_240
 MIN_CHANNEL_SECRET_CHARS = 32
 # What the GitHub secret holds, and so the gateway's variable once the secret is attached to it.
@@ -110,6 +118,9 @@ class Settings(BaseModel):
     # size of each workspace's own disk, where the gateway can mount one.
     isolation: IsolationMode = "auto"
     disk_mb: int = DEFAULT_DISK_MB
+    janitor_seconds: int = DEFAULT_JANITOR_SECONDS
+    safety_margin_seconds: int = DEFAULT_SAFETY_MARGIN_SECONDS
+    retention_seconds: int = DEFAULT_RETENTION_SECONDS
     # Modal driver: its own section (`ModalSettings`), read when the driver is Modal.
     modal: Any = None
 
@@ -368,6 +379,11 @@ def load_settings(
         configured_channel_secret=_load_channel_secret(env.get(CHANNEL_SECRET_ENV)),
         isolation=_load_isolation(env.get(ISOLATION_ENV)),
         disk_mb=_load_disk_mb(env.get(DISK_MB_ENV)),
+        janitor_seconds=_load_seconds(env, JANITOR_SECONDS_ENV, DEFAULT_JANITOR_SECONDS, 0),
+        safety_margin_seconds=_load_seconds(
+            env, SAFETY_MARGIN_ENV, DEFAULT_SAFETY_MARGIN_SECONDS, 0
+        ),
+        retention_seconds=_load_seconds(env, RETENTION_ENV, DEFAULT_RETENTION_SECONDS, 60),
         modal=_load_modal(env) if chosen == "modal" else None,
     )
 
@@ -377,6 +393,16 @@ def _load_isolation(value: str | None) -> IsolationMode:
     if mode not in ("auto", "bwrap", "none"):
         raise ConfigError(f"{ISOLATION_ENV} must be auto, bwrap or none, not {mode[:32]!r}")
     return mode  # type: ignore[return-value]  # checked just above
+
+
+def _load_seconds(env: Mapping[str, str], name: str, default: int, least: int) -> int:
+    value = (env.get(name) or "").strip()
+    if not value:
+        return default
+    most = 366 * 24 * 3600
+    if not value.isdigit() or not least <= int(value) <= most:
+        raise ConfigError(f"{name} must be seconds from {least} to {most}, not {value[:16]!r}")
+    return int(value)
 
 
 def _load_disk_mb(value: str | None) -> int:

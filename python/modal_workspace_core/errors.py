@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._core import PolicyError
+
+if TYPE_CHECKING:
+    # Only for annotations: the agent channel imports this module and must stay light.
+    from pydantic import ValidationError
 
 __all__ = [
     "AgentError",

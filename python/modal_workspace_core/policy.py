@@ -26,6 +26,7 @@ from ._core import (
     name_allowlist,
     new_id,
     secret_allowlist,
+    snapshot_label,
     stored_tag,
     workspace_path,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "name_allowlist",
     "new_id",
     "secret_allowlist",
+    "snapshot_label",
     "stored_tag",
     "workspace_path",
 ]

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .policy import WORKSPACE_ROOT
 
-__all__ = ["ANSWER_BY", "PROGRESS", "Service", "translate_error"]
+__all__ = ["ANSWER_BY", "PROGRESS", "RESUMED", "Service", "translate_error"]
 
 log = logging.getLogger("modal_workspace_core.service")
 
@@ -50,6 +50,9 @@ PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 # The monotonic time by which the current call's surface must answer (GPT Actions gives up at
 # 45 s): every agent request of the call ends by then, whatever its own deadline.
 ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
+# The snapshots the current call resumed suspended workspaces from (a list shared with the tasks
+# the call starts): the call's answer says so (`resumed_from`).
+RESUMED: ContextVar[list[str] | None] = ContextVar("RESUMED", default=None)
 
 
 def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
@@ -74,6 +77,9 @@ class Service:
     # Work owed to a workspace whenever this process first reaches its agent (set by
     # `operations`): e.g. repo bookkeeping a restarted gateway left unfinished.
     on_first_connect: ClassVar[tuple[Callable[[Service, str], Coroutine[Any, Any, None]], ...]] = ()
+    # How a suspended workspace comes back when an operation needs its agent (set by
+    # `operations`): resumes it from its suspension's snapshot, returns that snapshot's id.
+    resume_suspended: ClassVar[Callable[[Service, str], Coroutine[Any, Any, str]] | None] = None
 
     def __init__(self, driver: Driver, settings: Settings) -> None:
         self.driver = driver
@@ -88,6 +94,11 @@ class Service:
         self._claimed: set[str] = set()
         self._reached: set[str] = set()
         self._roots: dict[str, str] = {}
+        # When an operation last used each workspace (monotonic), for the idle limit; before
+        # its first use in this process, since the process started.
+        self._last_used: dict[str, float] = {}
+        self._started = time.monotonic()
+        self._janitor_started = False
         self._closed = False
 
     @classmethod
@@ -142,8 +153,15 @@ class Service:
             if client is not None and not client.closed:
                 return client
             # A stopped workspace is the driver's to revive (the local driver restarts an agent
-            # that died); only a terminated one is gone.
-            await self.record(workspace_id)
+            # that died), a suspended one resumes; only a terminated one is gone.
+            record = await self.record(workspace_id)
+            resume = type(self).resume_suspended  # a plain function, not bound to self
+            if record.state == "suspended" and resume is not None:
+                resumed = await resume(self, workspace_id)
+                log.info("resumed %s from %s for the call that needed it", workspace_id, resumed)
+                holder = RESUMED.get()
+                if holder is not None:
+                    holder.append(resumed)
             client = await self.driver.connect(workspace_id)
             self._clients[workspace_id] = client
             if workspace_id not in self._reached:
@@ -151,6 +169,20 @@ class Service:
                 for owed in self.on_first_connect:
                     self.spawn(owed(self, workspace_id))
             return client
+
+    def touch(self, workspace_id: str) -> None:
+        """An operation used the workspace now (its idle time starts again)."""
+        if len(self._last_used) >= 65536:
+            self._last_used.clear()
+        self._last_used[workspace_id] = time.monotonic()
+
+    def last_used(self, workspace_id: str) -> float:
+        return self._last_used.get(workspace_id, self._started)
+
+    def forget_reached(self, workspace_id: str) -> None:
+        """The workspace's agent is a new one (resumed): what is owed at first connect is owed
+        again."""
+        self._reached.discard(workspace_id)
 
     async def drop_agent(self, workspace_id: str) -> None:
         client = self._clients.pop(workspace_id, None)
@@ -371,6 +403,15 @@ class Service:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def start_lifecycle(self) -> None:
+        """Starts the lifecycle sweep (`janitor.py`) unless the settings turn it off; once."""
+        if self.settings.janitor_seconds <= 0 or self._janitor_started:
+            return
+        from .janitor import Janitor  # it drives operations, which build on this module
+
+        self._janitor_started = True
+        self.spawn(Janitor(self).run())
 
     def end_waits(self) -> None:
         """Answers the long-polls waiting on every open channel now, with what they have (a

@@ -158,6 +158,12 @@ fn idempotency_key(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::idempotency_key(self::text(text)?).map_err(policy_error)
 }
 
+/// Checks a snapshot's label and returns it unchanged.
+#[pyfunction]
+fn snapshot_label(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::snapshot_label(self::text(text)?).map_err(policy_error)
+}
+
 /// Parses the secret allowlist setting into `{name: (VAR, ...)}`, in the setting's order.
 #[pyfunction]
 fn secret_allowlist<'py>(
@@ -191,6 +197,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(caller_tags, m)?)?;
     m.add_function(wrap_pyfunction!(stored_tag, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key, m)?)?;
+    m.add_function(wrap_pyfunction!(snapshot_label, m)?)?;
     m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
     m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;
     // The managed tag names have this one home; Python reads them from here.

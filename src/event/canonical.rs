@@ -3,7 +3,7 @@
 //! once per parse (the page, the event's head, its text). Anything else is left to
 //! [`Event::from_json`], which decides; this reader only ever agrees with it.
 
-use super::json::{find_escape, has_control};
+use super::json::{find_escape, has_control, unescaped_len};
 use super::timestamp::TIMESTAMP_LEN;
 use super::{Event, EventType, MAX_EVENT_JSON};
 
@@ -42,10 +42,19 @@ impl Event {
                 && bytes.get(at + k.as_str().len()) == Some(&b'"')
         })?;
         at += kind.as_str().len() + 1;
-        let mut text_start = 0;
+        let (mut text_start, mut data_len) = (0, 0);
         for (key, text) in [(&b",\"data\":\""[..], true), (b",\"data_b64\":\"", false)] {
             if let Some(start) = expect(bytes, at, key) {
-                at = string_end(bytes, start)? + 1;
+                let close = string_end(bytes, start)?;
+                at = close + 1;
+                if kind.is_output() {
+                    data_len = if text {
+                        unescaped_len(&bytes[start..])
+                    } else {
+                        let padding = bytes[start..close].iter().rev().take_while(|&&b| b == b'=');
+                        ((close - start) / 4 * 3).saturating_sub(padding.count())
+                    };
+                }
                 if text && kind.is_output() {
                     text_start = start;
                 }
@@ -63,6 +72,7 @@ impl Event {
             kind,
             json: json.get(..end)?.into(),
             text_start: u32::try_from(text_start).ok()?,
+            data_len: u32::try_from(data_len).ok()?,
         };
         Some((event, end))
     }

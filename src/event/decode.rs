@@ -90,6 +90,7 @@ impl Event {
         Ok(Event {
             seq: head.seq,
             kind,
+            data_len: super::scanned_data_len(kind, json),
             json: json.into(),
             text_start: if coalescable {
                 u32::try_from(data_start).unwrap_or(0)

@@ -224,7 +224,14 @@ pub fn unescaped_len(escaped: &[u8]) -> usize {
             .and_then(|h| u32::from_str_radix(h, 16).ok())
     };
     let (mut at, mut len) = (0, 0);
-    while let Some(&b) = escaped.get(at) {
+    loop {
+        // Plain bytes count one each: jump to the next quote or backslash.
+        let plain = escaped
+            .get(at..)
+            .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+            .unwrap_or(escaped.len().saturating_sub(at));
+        (len, at) = (len + plain, at + plain);
+        let Some(&b) = escaped.get(at) else { break };
         match b {
             b'"' => break,
             b'\\' if escaped.get(at + 1) == Some(&b'u') => {

@@ -99,6 +99,9 @@ pub struct Event {
     /// Where the escaped `data` string starts, for text output without fields (0 otherwise):
     /// such events can be coalesced by concatenating their escaped data.
     text_start: u32,
+    /// The output bytes it carries ([`Event::data_len`]), known when it is made: evicting an
+    /// event (under the ring's lock) must not scan its JSON.
+    data_len: u32,
 }
 
 impl Event {
@@ -123,21 +126,7 @@ impl Event {
     /// The output bytes the event carries (its `data` as UTF-8, or its `data_b64` decoded): what
     /// a reader that loses the event loses of what the command wrote. 0 for other events.
     pub fn data_len(&self) -> usize {
-        if !self.kind.is_output() {
-            return 0;
-        }
-        let json: &str = &self.json;
-        // Output events carry no fields: the first such key is the data's.
-        if let Some(at) = json.find(",\"data_b64\":\"") {
-            let b64 = &json.as_bytes()[at + ",\"data_b64\":\"".len()..];
-            let len = b64.iter().take_while(|&&b| b != b'"').count();
-            let padding = b64[..len].iter().rev().take_while(|&&b| b == b'=').count();
-            return (len / 4 * 3).saturating_sub(padding);
-        }
-        match json.find(",\"data\":\"") {
-            Some(at) => json::unescaped_len(&json.as_bytes()[at + ",\"data\":\"".len()..]),
-            None => 0,
-        }
+        self.data_len as usize
     }
 
     /// The event's timestamp, sliced from its JSON (the framing puts it at a fixed place).
@@ -173,6 +162,7 @@ impl Event {
         Some(Event {
             seq,
             kind,
+            data_len: scanned_data_len(kind, json),
             json: json.into(),
             text_start,
         })
@@ -288,6 +278,7 @@ impl Encoder {
             kind,
             json: Arc::from(self.buf.as_str()),
             text_start,
+            data_len: output_len(kind, taken),
         };
         // A buffer grown by one oversized event is not kept for the life of the stream.
         if self.buf.capacity() > 2 * MAX_EVENT_JSON {
@@ -308,13 +299,45 @@ pub fn encode(
 ) -> Event {
     let mut out = String::new();
     let unbounded = (usize::MAX, usize::MAX, usize::MAX);
-    let (text_start, _) = write_event(&mut out, seq, timestamp, kind, payload, fields, unbounded);
+    let (text_start, taken) =
+        write_event(&mut out, seq, timestamp, kind, payload, fields, unbounded);
     Event {
         seq,
         kind,
         json: Arc::from(out),
         text_start,
+        data_len: output_len(kind, taken),
     }
+}
+
+/// The output bytes an event made from `taken` bytes of data carries (only output counts).
+fn output_len(kind: EventType, taken: usize) -> u32 {
+    if kind.is_output() {
+        u32::try_from(taken).unwrap_or(u32::MAX)
+    } else {
+        0
+    }
+}
+
+/// The output bytes of an event read back from its JSON: its `data` as UTF-8, or its
+/// `data_b64` decoded; 0 for events that are not output. Output events carry no fields, so
+/// the first such key is the data's.
+pub(crate) fn scanned_data_len(kind: EventType, json: &str) -> u32 {
+    if !kind.is_output() {
+        return 0;
+    }
+    let len = if let Some(at) = memchr::memmem::find(json.as_bytes(), b",\"data_b64\":\"") {
+        let b64 = &json.as_bytes()[at + ",\"data_b64\":\"".len()..];
+        let len = memchr::memchr(b'"', b64).unwrap_or(b64.len());
+        let padding = b64[..len].iter().rev().take_while(|&&b| b == b'=').count();
+        (len / 4 * 3).saturating_sub(padding)
+    } else {
+        match memchr::memmem::find(json.as_bytes(), b",\"data\":\"") {
+            Some(at) => json::unescaped_len(&json.as_bytes()[at + ",\"data\":\"".len()..]),
+            None => 0,
+        }
+    };
+    u32::try_from(len).unwrap_or(u32::MAX)
 }
 
 /// Writes one event's JSON into `out`, taking at most `max_raw` bytes of text escaped to at most

@@ -218,6 +218,24 @@ proptest::proptest! {
         let events = encode_stream(EventType::Stdout, &[&data[..split], &data[split..]]);
         proptest::prop_assert_eq!(bytes_from_json(&events), data);
     }
+
+    /// However an event is made (encoded, or read back by each reader), it carries the count
+    /// of output bytes its JSON stands for.
+    #[test]
+    fn every_reader_agrees_on_the_output_bytes_of_an_event(
+        data in proptest::collection::vec(proptest::num::u8::ANY, 0..2000),
+        kind in proptest::sample::select(vec![EventType::Stdout, EventType::Stderr]),
+    ) {
+        for event in encode_stream(kind, &[&data]) {
+            let want = bytes_from_json(std::slice::from_ref(&event)).len();
+            proptest::prop_assert_eq!(event.data_len(), want);
+            let json = event.json();
+            proptest::prop_assert_eq!(Event::from_json(json).unwrap().data_len(), want);
+            proptest::prop_assert_eq!(Event::from_encoded(json).unwrap().data_len(), want);
+            let (canonical, _) = Event::read_canonical(json).unwrap();
+            proptest::prop_assert_eq!(canonical.data_len(), want);
+        }
+    }
 }
 
 #[test]

@@ -19,9 +19,9 @@ pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAM
 pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
 pub use repo::{github_base, github_repo, GitHubRepo, MAX_BASE_URL_CHARS, MAX_REPO_INPUT_CHARS};
 pub use tags::{
-    caller_tags, idempotency_key, is_managed_tag, stored_tag, tag_key, IDEMPOTENCY_TAG,
-    MANAGED_TAGS, MANAGED_TAG_PREFIXES, MAX_IDEMPOTENCY_KEY_CHARS, MAX_TAGS, MAX_TAG_KEY_CHARS,
-    MAX_TAG_VALUE_CHARS, WORKSPACE_TAGS,
+    caller_tags, idempotency_key, is_managed_tag, snapshot_label, stored_tag, tag_key,
+    IDEMPOTENCY_TAG, MANAGED_TAGS, MANAGED_TAG_PREFIXES, MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_SNAPSHOT_LABEL_CHARS, MAX_TAGS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, WORKSPACE_TAGS,
 };
 
 /// How many cases each property test runs: ~2000 by default, `PROPTEST_CASES` for longer runs.

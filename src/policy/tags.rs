@@ -141,6 +141,22 @@ pub fn stored_tag(key: &str, value: &str, fixed: Option<&str>) -> Result<(), Pol
     Ok(())
 }
 
+/// The most characters of a snapshot's label.
+pub const MAX_SNAPSHOT_LABEL_CHARS: usize = 64;
+
+/// A snapshot's label: at most 64 printable characters (spaces allowed, nothing that can
+/// break a line or hide text), stored beside the snapshot and shown to clients.
+pub fn snapshot_label(text: &str) -> Result<String, PolicyError> {
+    let what = "a snapshot label is at most 64 printable characters";
+    if text.chars().count() > MAX_SNAPSHOT_LABEL_CHARS {
+        return Err(PolicyError::new("snapshot-label.too-long", what, text));
+    }
+    if !printable(text) {
+        return Err(PolicyError::new("snapshot-label.chars", what, text));
+    }
+    Ok(text.to_owned())
+}
+
 /// An idempotency key: 1-128 ASCII letters, digits, `.`, `_`, `:` or `-`.
 pub fn idempotency_key(text: &str) -> Result<String, PolicyError> {
     let what = "an idempotency key is 1-128 letters, digits, '.', '_', ':' or '-'";
@@ -164,6 +180,27 @@ mod tests {
 
     fn one(key: &str, value: &str) -> Result<(), PolicyError> {
         caller_tags(&[(key, value)])
+    }
+
+    #[test]
+    fn snapshot_labels_are_short_and_printable() {
+        let longest = "é".repeat(64);
+        for ok in ["", "before the refactor", longest.as_str()] {
+            assert_eq!(snapshot_label(ok).as_deref(), Ok(ok));
+        }
+        let long = "a".repeat(65);
+        for (bad, rule) in [
+            (long.as_str(), "snapshot-label.too-long"),
+            ("two\nlines", "snapshot-label.chars"),
+            ("tab\there", "snapshot-label.chars"),
+            ("hidden\u{202e}text", "snapshot-label.chars"),
+        ] {
+            assert_eq!(
+                snapshot_label(bad).map_err(|e| e.rule),
+                Err(rule),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
+    "MAX_LIFECYCLE_NOTES",
     "Driver",
     "ExecSecret",
     "GatewaySecrets",
+    "LifecycleNote",
     "Lineage",
     "Progress",
     "SecretSource",
@@ -101,6 +103,19 @@ class Suspension(BaseModel):
     detail: str = ""  # for failed_to_start: the entrypoint's last stderr lines
 
 
+class LifecycleNote(BaseModel):
+    """One thing the gateway's lifecycle did to a workspace on its own (an idle suspend, a
+    safety snapshot, an expired snapshot deleted), kept on the workspace for its owner to see."""
+
+    at: str
+    action: str  # suspended, snapshot, snapshot_deleted, …
+    detail: str = ""
+
+
+# The most lifecycle notes a workspace keeps (the oldest go first).
+MAX_LIFECYCLE_NOTES = 20
+
+
 class WorkspaceRecord(BaseModel):
     """A workspace as its driver knows it. Reading one never runs anything in the workspace."""
 
@@ -117,6 +132,11 @@ class WorkspaceRecord(BaseModel):
     block_network: bool = False
     lineage: Lineage | None = None
     suspension: Suspension | None = None
+    # When what runs now started (created or last resumed): lifetimes count from here.
+    started_at: str | None = None
+    # When a terminated workspace whose snapshots are kept was terminated.
+    ended_at: str | None = None
+    lifecycle: list[LifecycleNote] = []
 
 
 class WorkspaceSpec(BaseModel):
@@ -200,10 +220,17 @@ class Driver(Protocol):
     records which one; every other driver's is `/workspace`)."""
 
     name: str
+    # Whether `workspace_terminate` keeps a snapshot unless told otherwise (Modal: a sandbox
+    # costs nothing once ended, and its files are otherwise gone).
+    keeps_snapshots: bool
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord: ...
     async def get(self, workspace_id: str) -> WorkspaceRecord: ...  # raises NotFoundError
-    async def list(self) -> list[WorkspaceRecord]: ...
+    async def list(self) -> list[WorkspaceRecord]:
+        """Every workspace this gateway's deployment has, in any state (suspended and kept
+        terminated ones too: the lifecycle sweep needs them)."""
+        ...
+
     async def set_tags(self, workspace_id: str, tags: dict[str, str]) -> WorkspaceRecord: ...
     async def connect(self, workspace_id: str) -> AgentClient: ...  # an open channel
     async def destroy(self, workspace_id: str, *, keep_snapshots: bool = False) -> None:
@@ -243,7 +270,13 @@ class Driver(Protocol):
     async def suspend(
         self, workspace_id: str, reason: SuspendReason, snapshot_id: str | None
     ) -> WorkspaceRecord:
-        """Ends what runs (daemon, sandbox) and keeps the record as `suspended`."""
+        """Ends what runs (daemon, sandbox) and keeps the record as `suspended`; a workspace
+        that is not running (already suspended, terminated) is a `ConflictError`."""
+        ...
+
+    async def note(self, workspace_id: str, note: LifecycleNote) -> None:
+        """Keeps `note` on the workspace's record (at most `MAX_LIFECYCLE_NOTES`, newest last);
+        a workspace that no longer exists is ignored."""
         ...
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "clone_from_mirror_argv",
     "diff_argv",
     "fetch_from_mirror_argv",
+    "head_argv",
     "mirror_argv",
     "mirror_env",
     "mirror_path",
@@ -243,6 +244,11 @@ def checkout_argv(dest: str, ref: str, create_branch: bool) -> list[str]:
     if create_branch:
         return ["git", "-C", repo_dir(dest), "checkout", "--progress", "-b", ref, "--"]
     return ["git", "-C", repo_dir(dest), "checkout", "--progress", ref, "--"]
+
+
+def head_argv(dest: str) -> list[str]:
+    """The commit the repository's HEAD names (nothing when it has none yet)."""
+    return ["git", "-C", repo_dir(dest), "rev-parse", "--verify", "--quiet", "HEAD^{commit}"]
 
 
 def status_argv(dest: str) -> list[str]:

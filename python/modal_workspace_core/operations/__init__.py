@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..errors import InvalidArgumentError
 from ..git.pending import resume_pending
 from ..service import Service
-from . import execs, files, repo, streams, watches, workspaces
+from . import execs, files, repo, snapshots, streams, watches, workspaces
+from .lifecycle import resume_suspended
 from .run import call, parse_input, parse_request, run
 from .table import Hints, Operation
 
@@ -24,7 +25,7 @@ __all__ = [
 
 OPERATIONS: tuple[Operation, ...] = tuple(
     op
-    for domain in (workspaces, execs, repo, files, watches, streams)
+    for domain in (workspaces, snapshots, execs, repo, files, watches, streams)
     for op in domain.declare.operations
 )
 _BY_NAME = {op.name: op for op in OPERATIONS}
@@ -32,6 +33,8 @@ _BY_NAME = {op.name: op for op in OPERATIONS}
 # Work owed to a workspace whenever this process first reaches its agent: repo bookkeeping a
 # restarted gateway left unfinished.
 Service.on_first_connect = (resume_pending,)
+# A suspended workspace resumes when an operation needs it.
+Service.resume_suspended = resume_suspended
 
 
 def operation(name: str) -> Operation:

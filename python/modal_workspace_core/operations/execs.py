@@ -420,6 +420,8 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
     summary="Read a realtime exec's output events after a cursor (long-poll).",
     limits=PAGE_LOOP,
     bounds=PAGE_BOUNDS,
+    # GPT Actions takes 30 operations: there, stream_events reads every stream.
+    in_actions=False,
 )
 async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> PageResult:
     return await stream_page(svc, inp.workspace_id, inp, inp.exec_id)

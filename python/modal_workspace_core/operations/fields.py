@@ -148,6 +148,14 @@ Timestamp = Annotated[str | None, BeforeValidator(_timestamp)]
 class Output(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
+    # Any call may find its workspace suspended and resume it first; the answer then says so
+    # (and is absent otherwise).
+    resumed_from: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The snapshot this call resumed the suspended workspace from, when it did.",
+    )
+
 
 class Open(BaseModel):
     model_config = ConfigDict(extra="allow")

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidArgumentError, validation_error
 from ..path_view import shown
 from ..policy import WORKSPACE_ROOT
-from ..service import translate_error
+from ..service import RESUMED, translate_error
 from ..surfaces.limits import Surface
-from .fields import Input, path_fields
+from .fields import Input, Output, path_fields
 from .pages import PageResult
 
 if TYPE_CHECKING:
@@ -62,6 +62,11 @@ async def call(service: Service, op: Operation, inp: Input) -> BaseModel:
 
 async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageResult:
     """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
+    workspace_id = getattr(inp, "workspace_id", None)
+    if isinstance(workspace_id, str):
+        service.touch(workspace_id)
+    resumed: list[str] = []
+    token = RESUMED.set(resumed)
     try:
         result = await op.handler(service, inp)
     except Exception as exc:
@@ -69,8 +74,12 @@ async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageRe
         if error is exc:
             raise
         raise error from None
+    finally:
+        RESUMED.reset(token)
     if isinstance(result, PageResult):
         return result
     if not isinstance(result, op.output):
         result = op.output.model_validate(result)
-    return shown(result, await service.root(getattr(inp, "workspace_id", None)))
+    if resumed and isinstance(result, Output) and result.resumed_from is None:
+        result = result.model_copy(update={"resumed_from": resumed[-1]})
+    return shown(result, await service.root(workspace_id))

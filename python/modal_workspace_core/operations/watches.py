@@ -97,12 +97,15 @@ async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStat
     summary="Read a file watch's events after a cursor (long-poll).",
     limits=PAGE_LOOP,
     bounds=PAGE_BOUNDS,
+    # GPT Actions takes 30 operations: there, stream_events reads every stream.
+    in_actions=False,
 )
 async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> PageResult:
     return await stream_page(svc, inp.workspace_id, inp, inp.watch_id)
 
 
-@declare(method="GET", path=FW, hints=READ, summary="Get a file watch's state.")
+# Not for GPT Actions (30 operations at most): the watch list and every page say the state.
+@declare(method="GET", path=FW, hints=READ, summary="Get a file watch's state.", in_actions=False)
 async def workspace_file_watch_status(svc: Service, inp: WatchRef) -> WatchStatus:
     result, _ = await svc.request(inp.workspace_id, "watch.status", {"watch_id": inp.watch_id})
     return _watch_out(inp.watch_id, result)

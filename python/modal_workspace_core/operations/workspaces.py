@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from .. import policy
-from ..drivers.base import WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
+from ..drivers.base import Lineage, Suspension, WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
+from ..errors import InvalidArgumentError
 from .fields import (
     Env,
     IdempotencyKey,
@@ -16,6 +17,7 @@ from .fields import (
     Tags,
     WorkspaceId,
 )
+from .lifecycle import take_snapshot
 from .table import DESTROY, READ, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
@@ -64,6 +66,16 @@ class WorkspaceRef(Input):
     workspace_id: WorkspaceId
 
 
+class WorkspaceTerminate(Input):
+    workspace_id: WorkspaceId
+    keep_snapshot: bool | None = Field(
+        None,
+        description="Snapshot it first and keep its snapshots, so it can be resumed; default: "
+        "yes on Modal, no on the local driver.",
+    )
+    purge: bool = Field(False, description="Delete everything, its snapshots included.")
+
+
 # --- outputs -------------------------------------------------------------------------------------
 
 
@@ -73,11 +85,18 @@ class Workspace(Output):
     root: str = Field(description="The workspace root as commands see it.")
     created_at: str = Field(description="When it was created (RFC 3339, UTC).")
     tags: dict[str, str] = Field(description="Your tags and the managed ones.")
-    state: Literal["running", "stopped", "terminated"] = Field(
-        description="running, stopped or terminated."
+    state: Literal["running", "stopped", "suspended", "terminated"] = Field(
+        description="running, stopped (starts on next use), suspended (files in a snapshot, "
+        "resumes on next use) or terminated."
     )
     resources: dict[str, Any] = Field(default={}, description="The resources it was created with.")
     block_network: bool = Field(default=False, description="It has no network access.")
+    lineage: Lineage | None = Field(
+        default=None, description="For a fork: its parent workspace, snapshot and git HEADs."
+    )
+    suspension: Suspension | None = Field(
+        default=None, description="Why it is suspended, and the snapshot that holds its files."
+    )
 
 
 class WorkspaceListResult(Output):
@@ -90,13 +109,16 @@ class WorkspaceListResult(Output):
 class TerminateResult(Output):
     workspace_id: str = Field(description="The workspace terminated.")
     terminated: bool = Field(description="It is terminated now.")
+    snapshot_id: str | None = Field(
+        default=None, description="The snapshot kept of it: resume it from this one."
+    )
 
 
 # --- operations ----------------------------------------------------------------------------------
 
 
-def _out(record: WorkspaceRecord) -> Workspace:
-    return Workspace.model_validate(record.model_dump())
+def workspace_out(record: WorkspaceRecord, *, resumed_from: str | None = None) -> Workspace:
+    return Workspace.model_validate({**record.model_dump(), "resumed_from": resumed_from})
 
 
 @declare(
@@ -118,15 +140,15 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     tags = dict(inp.tags)
     key = inp.idempotency_key
     if key is None:
-        return _out(await _create(svc, tags, inp, resources, secrets))
+        return workspace_out(await _create(svc, tags, inp, resources, secrets))
     tags[policy.IDEMPOTENCY_TAG] = key
     # The key lives in the workspace's own tags, so it holds across gateway restarts; the lock
     # closes the window between looking and creating within this gateway.
     async with svc.create_lock:
         for record in await svc.driver.list():
             if record.tags.get(policy.IDEMPOTENCY_TAG) == key and record.state != "terminated":
-                return _out(record)
-        return _out(await _create(svc, tags, inp, resources, secrets))
+                return workspace_out(record)
+        return workspace_out(await _create(svc, tags, inp, resources, secrets))
 
 
 async def _create(
@@ -149,7 +171,9 @@ async def _create(
 @declare(method="GET", path="/workspaces", hints=READ, summary="List the workspaces.")
 async def workspace_list(svc: Service, inp: WorkspaceList) -> WorkspaceListResult:
     records = await svc.driver.list()
-    return WorkspaceListResult(workspaces=[_out(r) for r in records if r.state != "terminated"])
+    return WorkspaceListResult(
+        workspaces=[workspace_out(r) for r in records if r.state != "terminated"]
+    )
 
 
 @declare(
@@ -159,17 +183,37 @@ async def workspace_list(svc: Service, inp: WorkspaceList) -> WorkspaceListResul
     summary="Get one workspace: its state, root, tags and resources.",
 )
 async def workspace_get(svc: Service, inp: WorkspaceRef) -> Workspace:
-    return _out(await svc.record(inp.workspace_id))
+    return workspace_out(await svc.record(inp.workspace_id))
 
 
 @declare(
     method="DELETE",
     path=WS,
     hints=DESTROY,
-    summary="Terminate a workspace and everything running in it.",
+    summary="Terminate a workspace and everything running in it; keep_snapshot keeps it "
+    "resumable, purge deletes its snapshots too.",
 )
-async def workspace_terminate(svc: Service, inp: WorkspaceRef) -> TerminateResult:
-    await svc.record(inp.workspace_id)  # a missing workspace is a 404, not a silent success
-    await svc.drop_agent(inp.workspace_id)
-    await svc.driver.destroy(inp.workspace_id)
-    return TerminateResult(workspace_id=inp.workspace_id, terminated=True)
+async def workspace_terminate(svc: Service, inp: WorkspaceTerminate) -> TerminateResult:
+    ws = inp.workspace_id
+    record = await svc.record(ws)  # a missing workspace is a 404, not a silent success
+    keep = inp.keep_snapshot
+    if keep is None:
+        keep = svc.driver.keeps_snapshots and not inp.purge
+    if keep and inp.purge:
+        raise InvalidArgumentError(
+            "keep_snapshot and purge contradict each other: choose one", field="purge"
+        )
+    snapshot_id = None
+    if keep and record.state != "suspended":
+        snapshot_id = (await take_snapshot(svc, ws, "exit", label="terminate")).snapshot_id
+    elif keep and record.suspension is not None:
+        snapshot_id = record.suspension.snapshot_id
+    await svc.drop_agent(ws)
+    # Kept unless purged: a workspace that has snapshots can still be resumed from them.
+    kept = not inp.purge and (keep or await _has_snapshots(svc, ws))
+    await svc.driver.destroy(ws, keep_snapshots=kept)
+    return TerminateResult(workspace_id=ws, terminated=True, snapshot_id=snapshot_id)
+
+
+async def _has_snapshots(svc: Service, workspace_id: str) -> bool:
+    return bool(await svc.driver.list_snapshots(workspace_id))

@@ -31,6 +31,8 @@ from ...errors import (
 )
 from ...policy import WORKSPACE_ROOT
 from ..base import (
+    MAX_LIFECYCLE_NOTES,
+    LifecycleNote,
     Lineage,
     Progress,
     SnapshotRecord,
@@ -63,6 +65,7 @@ class LocalDriver:
     """Workspaces as directories under `data_root`, each served by a detached agent daemon."""
 
     name = "local"
+    keeps_snapshots = False
     # A workspace made without bubblewrap runs its commands in its host directory, and reports
     # that as its root (see `path_view`); bubblewrap's show `/workspace`.
     roots_vary = True
@@ -225,6 +228,7 @@ class LocalDriver:
             .replace("+00:00", "Z"),
             "tags": dict(spec.tags),
             "state": "running",
+            "started_at": utc_now(),
             "resources": dict(spec.resources),
             "block_network": spec.block_network,
             # The driver's own part of the record: how to start the daemon again.
@@ -347,6 +351,7 @@ class LocalDriver:
             meta["tags"] = dict(snapshot.tags)
             meta.pop("suspension", None)
             meta.pop("terminated_at", None)
+            meta["started_at"] = utc_now()
             ws.write_meta(meta)
             self._start_daemon(ws, meta)
         return _record(meta, "running")
@@ -370,6 +375,17 @@ class LocalDriver:
     ) -> WorkspaceRecord:
         ws = self._dir(workspace_id)
         return await asyncio.to_thread(self._suspend_sync, ws, reason, snapshot_id)
+
+    async def note(self, workspace_id: str, note: LifecycleNote) -> None:
+        ws = self._dir(workspace_id)
+        with contextlib.suppress(NotFoundError):
+            await asyncio.to_thread(self._note_sync, ws, note)
+
+    def _note_sync(self, ws: WorkspaceDir, note: LifecycleNote) -> None:
+        with self._held(ws) as meta:
+            notes = [*meta.get("lifecycle", []), note.model_dump()]
+            meta["lifecycle"] = notes[-MAX_LIFECYCLE_NOTES:]
+            ws.write_meta(meta)
 
     def _suspend_sync(
         self, ws: WorkspaceDir, reason: SuspendReason, snapshot_id: str | None
@@ -584,7 +600,9 @@ class LocalDriver:
 
 
 def _record(meta: dict[str, Any], state: str) -> WorkspaceRecord:
-    return WorkspaceRecord.model_validate({**meta, "state": state})
+    return WorkspaceRecord.model_validate(
+        {**meta, "state": state, "ended_at": meta.get("terminated_at")}
+    )
 
 
 def _marker(workspace_id: str) -> str:
@@ -612,9 +630,10 @@ def _check_live(meta: dict[str, Any]) -> None:
 
 
 # What this driver can enforce of `resources`: the memory bound as each command's address space
-# (an rlimit: cgroups are not used). CPU shares, GPUs and lifetimes are Modal's, and a value
-# that would only be stored is refused.
-_ENFORCED_RESOURCES = ("memory_mb",)
+# (an rlimit: cgroups are not used), and the lifetime and idle limit (the gateway's lifecycle
+# suspends the workspace, with a snapshot, when one passes). CPU shares and GPUs are Modal's,
+# and a value that would only be stored is refused.
+_ENFORCED_RESOURCES = ("memory_mb", "timeout_seconds", "idle_timeout_seconds")
 
 
 def _check_resources(resources: dict[str, Any]) -> None:

@@ -144,6 +144,7 @@ class ModalDriver:
     """Workspaces as Modal Sandboxes. One instance per gateway process."""
 
     name = "modal"
+    keeps_snapshots = True
 
     def __init__(
         self, settings: ModalSettings | None = None, *, channel_secret: bytes | None = None

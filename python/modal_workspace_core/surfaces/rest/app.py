@@ -103,6 +103,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with mcp_app.run():
+            # A serving gateway also sweeps its workspaces' lifecycle (idle, lifetime, expiry).
+            service.start_lifecycle()
             try:
                 yield
             finally:

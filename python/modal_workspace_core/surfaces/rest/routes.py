@@ -33,6 +33,7 @@ ID_PATTERNS = {
     "exec_id": "^ex-[0-9a-f]{32}$",
     "watch_id": "^fw-[0-9a-f]{32}$",
     "stream_id": "^(ex|fw)-[0-9a-f]{32}$",
+    "snapshot_id": "^sn-[0-9a-f]{32}$",
 }
 
 

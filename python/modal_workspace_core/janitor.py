@@ -1,0 +1,144 @@
+"""The gateway's lifecycle sweep: what happens to workspaces when nobody calls.
+
+Every `MODAL_WORKSPACE_JANITOR_SECONDS` it looks at every workspace once and, where one is due:
+- suspends a workspace idle past its `idle_timeout_seconds` (a snapshot, then nothing runs; the
+  next operation that needs it resumes it);
+- takes a safety snapshot `MODAL_WORKSPACE_SAFETY_MARGIN_SECONDS` before a workspace's lifetime
+  (`timeout_seconds`) ends, and at the end suspends it with a final snapshot (where the provider
+  ends it first, as Modal does, its exit snapshot is that final one);
+- deletes snapshots that have expired, and suspended or terminated workspaces (snapshots and
+  all) past `MODAL_WORKSPACE_RETENTION_SECONDS`.
+
+Every action is logged and kept on the workspace (`lifecycle`). Several gateways may sweep the
+same workspaces: each action is decided on a fresh record and refused by the driver when another
+gateway got there first (a workspace that is no longer running cannot be suspended), so the
+worst a race costs is one snapshot more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from .drivers.base import LifecycleNote, SnapshotKind, WorkspaceRecord, utc_now
+from .errors import WorkspaceError
+
+if TYPE_CHECKING:
+    from .service import Service
+
+__all__ = ["Janitor"]
+
+log = logging.getLogger(__name__)
+
+
+def _parse(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+class Janitor:
+    """One gateway's sweep over every workspace (see the module's docstring)."""
+
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.settings = svc.settings
+        # Workspaces whose safety snapshot this process took since they last started.
+        self._safety_taken: dict[str, str] = {}
+
+    async def run(self) -> None:
+        """Sweeps until cancelled; a failed sweep is logged and the next one tries again."""
+        interval = self.settings.janitor_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("the lifecycle sweep failed; trying again in %s s", interval)
+
+    async def sweep(self, now: datetime | None = None) -> None:
+        now = now or datetime.now(UTC)
+        for record in await self.svc.driver.list():
+            with contextlib.suppress(WorkspaceError):
+                await self._one(record, now)
+
+    async def _one(self, record: WorkspaceRecord, now: datetime) -> None:
+        ws = record.workspace_id
+        if record.state in ("suspended", "terminated"):
+            await self._expire_snapshots(ws, now)
+            ended = _parse(record.suspension.at if record.suspension else record.ended_at)
+            retention = timedelta(seconds=self.settings.retention_seconds)
+            if ended is not None and now - ended >= retention:
+                await self._act(ws, "purged", f"past the retention of {retention}")
+                await self.svc.drop_agent(ws)
+                await self.svc.driver.destroy(ws, keep_snapshots=False)
+            return
+        await self._expire_snapshots(ws, now)
+        started = _parse(record.started_at or record.created_at)
+        lifetime = record.resources.get("timeout_seconds")
+        if started is not None and isinstance(lifetime, int):
+            ends = started + timedelta(seconds=lifetime)
+            if now >= ends:
+                await self._suspend(ws, "lifetime", "exit", f"its lifetime of {lifetime} s ended")
+                return
+            margin = timedelta(seconds=self.settings.safety_margin_seconds)
+            if now >= ends - margin and self._safety_taken.get(ws) != record.started_at:
+                self._safety_taken[ws] = record.started_at or ""
+                snapshot = await self._snapshot(ws, "safety")
+                await self._act(ws, "snapshot", f"safety snapshot {snapshot} before its lifetime")
+        idle = record.resources.get("idle_timeout_seconds")
+        if isinstance(idle, int) and await self._idle_for(ws, record) >= idle:
+            await self._suspend(ws, "idle", "idle", f"idle for {idle} s")
+
+    async def _idle_for(self, ws: str, record: WorkspaceRecord) -> float:
+        """Seconds since the workspace was last used: an operation on it, or a command of it
+        running (a running command is use, however quiet)."""
+        used = self.svc.last_used(ws)
+        listed, _ = await self.svc.request(ws, "exec.list", {})
+        execs = listed.get("execs") or []
+        if any(e.get("state") in ("starting", "running") for e in execs):
+            return 0.0
+        since = time.monotonic() - used
+        ended = [_parse(e.get("ended_at")) for e in execs]
+        latest = max((t for t in ended if t is not None), default=None)
+        started = _parse(record.started_at or record.created_at)
+        for mark in (latest, started):
+            if mark is not None:
+                since = min(since, (datetime.now(UTC) - mark).total_seconds())
+        return since
+
+    async def _snapshot(self, ws: str, kind: SnapshotKind) -> str:
+        from .operations.lifecycle import take_snapshot
+
+        return (await take_snapshot(self.svc, ws, kind, label=f"{kind} (lifecycle)")).snapshot_id
+
+    async def _suspend(self, ws: str, reason: str, kind: SnapshotKind, why: str) -> None:
+        fresh = await self.svc.driver.get(ws)
+        if fresh.state not in ("running", "stopped"):
+            return  # another gateway (or the provider) got there first
+        snapshot = await self._snapshot(ws, kind)
+        await self.svc.drop_agent(ws)
+        await self.svc.driver.suspend(ws, reason, snapshot)  # type: ignore[arg-type]
+        await self._act(ws, "suspended", f"{why}; its files are in snapshot {snapshot}")
+
+    async def _expire_snapshots(self, ws: str, now: datetime) -> None:
+        for snapshot in await self.svc.driver.list_snapshots(ws):
+            if snapshot.expired(now):
+                with contextlib.suppress(WorkspaceError):
+                    await self.svc.driver.delete_snapshot(ws, snapshot.snapshot_id)
+                    await self._act(
+                        ws,
+                        "snapshot_deleted",
+                        f"snapshot {snapshot.snapshot_id} expired at {snapshot.expires_at}",
+                    )
+
+    async def _act(self, ws: str, action: str, detail: str) -> None:
+        log.info("lifecycle: %s %s: %s", ws, action, detail)
+        await self.svc.driver.note(ws, LifecycleNote(at=utc_now(), action=action, detail=detail))

@@ -1,0 +1,135 @@
+"""The steps of a workspace's lifecycle that operations and the service share: take a snapshot,
+pick the one to start from, resume from it."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from .. import policy
+from ..drivers.base import SnapshotKind, SnapshotRecord, SnapshotSpec, WorkspaceRecord
+from ..errors import ConflictError, NotFoundError
+from ..git import commands as gitcmd
+from ..service import PROGRESS
+from .execs import run_to_end
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+__all__ = [
+    "repo_heads",
+    "resume_suspended",
+    "resume_workspace",
+    "take_snapshot",
+    "usable_snapshot",
+]
+
+# A git object name (SHA-1 or SHA-256), the only thing kept of what the workspace's git prints.
+_HEAD = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+async def repo_heads(svc: Service, record: WorkspaceRecord) -> dict[str, str]:
+    """The git HEAD of each repository the workspace records (its `repo-path` tag). What the
+    workspace's git prints is its own, so only a well-formed object name is kept."""
+    dest = record.tags.get("repo-path")
+    if not dest:
+        return {}
+    done = await run_to_end(
+        svc,
+        record,
+        argv=gitcmd.head_argv(dest),
+        env={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"},
+        timeout_seconds=60,
+        cap=4096,
+        head_only=True,
+        internal=True,
+    )
+    head = done.stdout.head.decode(errors="replace").strip()
+    if done.status.get("returncode") != 0 or not _HEAD.fullmatch(head):
+        return {}
+    return {dest: head}
+
+
+async def take_snapshot(
+    svc: Service,
+    workspace_id: str,
+    kind: SnapshotKind,
+    *,
+    label: str = "",
+    ttl_seconds: int | None = None,
+) -> SnapshotRecord:
+    """A snapshot of a running workspace, with its repositories' HEADs; reports the bytes
+    copied so far where the caller listens for progress."""
+    record = await svc.record(workspace_id)
+    if record.state == "suspended":
+        raise ConflictError(
+            f"workspace {workspace_id} is suspended: its files are in snapshot "
+            f"{record.suspension.snapshot_id if record.suspension else 'none'}; resume it first",
+            field="workspace_id",
+        )
+    spec = SnapshotSpec(
+        snapshot_id=policy.new_id("sn"),
+        kind=kind,
+        label=label,
+        ttl_seconds=ttl_seconds,
+        repos=await repo_heads(svc, record),
+    )
+    report = PROGRESS.get()
+
+    async def progress(done: int, total: int | None) -> None:
+        if report is not None:
+            of = f" of {total}" if total else ""
+            await report(float(done), f"snapshot: {done}{of} bytes copied")
+
+    return await svc.driver.snapshot(workspace_id, spec, progress)
+
+
+async def usable_snapshot(
+    svc: Service, workspace_id: str, snapshot_id: str | None
+) -> SnapshotRecord:
+    """The snapshot to start from: the one named, or the workspace's latest that has not
+    expired. A missing one is `not_found`, an expired one `conflict`, each naming it."""
+    snapshots = await svc.driver.list_snapshots(workspace_id)
+    if snapshot_id is None:
+        live = [s for s in snapshots if not s.expired()]
+        if not live:
+            expired = f" ({len(snapshots)} expired)" if snapshots else ""
+            raise ConflictError(
+                f"workspace {workspace_id} has no snapshot to start from{expired}",
+                field="snapshot_id",
+            )
+        return max(live, key=lambda s: (s.created_at, s.snapshot_id))
+    for snapshot in snapshots:
+        if snapshot.snapshot_id == snapshot_id:
+            if snapshot.expired():
+                raise ConflictError(
+                    f"snapshot {snapshot_id} expired at {snapshot.expires_at}; it cannot be used",
+                    field="snapshot_id",
+                )
+            return snapshot
+    raise NotFoundError(
+        f"snapshot {snapshot_id} of workspace {workspace_id} does not exist (deleted, expired "
+        "and removed, or never taken)",
+        field="snapshot_id",
+    )
+
+
+async def resume_workspace(
+    svc: Service, workspace_id: str, snapshot_id: str | None
+) -> tuple[WorkspaceRecord, SnapshotRecord]:
+    """The workspace running again from a snapshot (its latest by default)."""
+    await svc.driver.get(workspace_id)  # a workspace never made is a 404 before anything else
+    snapshot = await usable_snapshot(svc, workspace_id, snapshot_id)
+    await svc.drop_agent(workspace_id)
+    record = await svc.driver.resume(workspace_id, snapshot)
+    svc.forget_reached(workspace_id)  # the resumed agent's unsettled notes are owed again
+    return record, snapshot
+
+
+async def resume_suspended(svc: Service, workspace_id: str) -> str:
+    """A suspended workspace running again from the snapshot its suspension names (else its
+    latest): what `Service` calls when an operation needs the agent of one."""
+    record = await svc.driver.get(workspace_id)
+    snapshot_id = record.suspension.snapshot_id if record.suspension else None
+    _, snapshot = await resume_workspace(svc, workspace_id, snapshot_id)
+    return snapshot.snapshot_id

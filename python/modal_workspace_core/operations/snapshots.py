@@ -1,0 +1,225 @@
+"""Snapshots, resume and fork: a workspace's files outlive its sandbox.
+
+A snapshot is taken by the driver (a copy in the data root, a Modal filesystem image) and kept
+beside the workspace, never inside it. Resuming brings the same workspace id back from one;
+forking makes a new workspace from one, with its lineage. An expired or deleted snapshot is an
+error naming it, never a silent fresh workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import AfterValidator, Field
+
+from .. import policy
+from ..drivers.base import (
+    Lineage,
+    SnapshotKind,
+    SnapshotRecord,
+    WorkspaceRecord,
+    WorkspaceSpec,
+    utc_now,
+)
+from .fields import IdempotencyKey, Input, Output, WorkspaceId
+from .lifecycle import resume_workspace, take_snapshot, usable_snapshot
+from .table import DESTROY, READ, WRITE, WS, Declarations
+from .workspaces import Workspace, workspace_out
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+declare = Declarations()
+
+SN = WS + "/snapshots"
+# The longest a snapshot may be kept when a caller gives a TTL (none: until deleted).
+MAX_TTL_SECONDS = 366 * 24 * 3600
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+SnapshotId = Annotated[
+    str,
+    AfterValidator(lambda text: policy.check_id("sn", text)),
+    Field(description="Snapshot id: 'sn-' and 32 lowercase hex digits."),
+]
+Label = Annotated[
+    str,
+    AfterValidator(policy.snapshot_label),
+    Field(description="Your name for it: at most 64 printable characters."),
+]
+
+
+class SnapshotCreate(Input):
+    workspace_id: WorkspaceId
+    label: Label = ""
+    ttl_seconds: int | None = Field(
+        None,
+        ge=60,
+        le=MAX_TTL_SECONDS,
+        description="Delete it after this many seconds; default: kept until deleted.",
+    )
+
+
+class SnapshotListInput(Input):
+    workspace_id: WorkspaceId
+
+
+class SnapshotRef(Input):
+    workspace_id: WorkspaceId
+    snapshot_id: SnapshotId
+
+
+class ResumeInput(Input):
+    workspace_id: WorkspaceId
+    snapshot_id: SnapshotId | None = Field(
+        None, description="The snapshot to resume from; default: the latest."
+    )
+
+
+class ForkInput(Input):
+    workspace_id: WorkspaceId
+    snapshot_id: SnapshotId | None = Field(
+        None, description="The snapshot to fork; default: one taken now."
+    )
+    idempotency_key: IdempotencyKey | None = Field(
+        None, description="The same key returns the same fork instead of a second one."
+    )
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+class Snapshot(Output):
+    snapshot_id: str = Field(description="The snapshot's id.")
+    workspace_id: str = Field(description="The workspace it was taken of.")
+    kind: SnapshotKind = Field(description="manual, exit, idle or safety.")
+    label: str = Field(default="", description="The label it was given.")
+    created_at: str = Field(description="When it was taken (RFC 3339, UTC).")
+    expires_at: str | None = Field(
+        default=None, description="When it will be deleted; null: kept until deleted."
+    )
+    expired: bool = Field(default=False, description="It has expired and cannot be used.")
+    size_bytes: int | None = Field(default=None, description="Its size, where known.")
+    repos: dict[str, str] = Field(
+        default_factory=dict, description="Each recorded repository's path -> its git HEAD."
+    )
+
+
+class SnapshotList(Output):
+    snapshots: list[Snapshot] = Field(description="The workspace's snapshots, oldest first.")
+
+
+class SnapshotDeleted(Output):
+    workspace_id: str = Field(description="The workspace.")
+    snapshot_id: str = Field(description="The snapshot deleted.")
+    deleted: bool = Field(description="It is deleted now.")
+
+
+def snapshot_out(record: SnapshotRecord) -> Snapshot:
+    return Snapshot.model_validate({**record.model_dump(), "expired": record.expired()})
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
+@declare(
+    method="POST",
+    path=SN,
+    hints=WRITE,
+    summary="Snapshot the workspace's files (and each repository's HEAD); kept until deleted "
+    "unless ttl_seconds is given. Answers once the snapshot can be resumed or forked.",
+)
+async def workspace_snapshot(svc: Service, inp: SnapshotCreate) -> Snapshot:
+    record = await take_snapshot(
+        svc, inp.workspace_id, "manual", label=inp.label, ttl_seconds=inp.ttl_seconds
+    )
+    return snapshot_out(record)
+
+
+@declare(method="GET", path=SN, hints=READ, summary="List a workspace's snapshots.")
+async def workspace_snapshot_list(svc: Service, inp: SnapshotListInput) -> SnapshotList:
+    records = await svc.driver.list_snapshots(inp.workspace_id)
+    return SnapshotList(snapshots=[snapshot_out(r) for r in records])
+
+
+@declare(
+    method="DELETE",
+    path=SN + "/{snapshot_id}",
+    hints=DESTROY,
+    summary="Delete one snapshot of a workspace.",
+)
+async def workspace_snapshot_delete(svc: Service, inp: SnapshotRef) -> SnapshotDeleted:
+    await svc.driver.delete_snapshot(inp.workspace_id, inp.snapshot_id)
+    return SnapshotDeleted(workspace_id=inp.workspace_id, snapshot_id=inp.snapshot_id, deleted=True)
+
+
+@declare(
+    method="POST",
+    path=WS + "/resume",
+    hints=WRITE,
+    summary="Resume a workspace from a snapshot (default: its latest): the same id, its files, "
+    "tags and repositories as they were; commands that were running are reported lost.",
+)
+async def workspace_resume(svc: Service, inp: ResumeInput) -> Workspace:
+    record, snapshot = await resume_workspace(svc, inp.workspace_id, inp.snapshot_id)
+    return workspace_out(record, resumed_from=snapshot.snapshot_id)
+
+
+@declare(
+    method="POST",
+    path=WS + "/fork",
+    hints=WRITE,
+    summary="Fork a workspace: a new workspace from one of its snapshots (default: one taken "
+    "now), with its lineage. Forks of one snapshot are independent.",
+)
+async def workspace_fork(svc: Service, inp: ForkInput) -> Workspace:
+    parent = await svc.driver.get(inp.workspace_id)
+    key = inp.idempotency_key
+    tags = {
+        k: v
+        for k, v in parent.tags.items()
+        if k != policy.IDEMPOTENCY_TAG and k not in policy.WORKSPACE_TAGS
+    }
+    if key is not None:
+        # One fork per parent and key: the key a fork records says which parent it is of.
+        tags[policy.IDEMPOTENCY_TAG] = _fork_key(inp.workspace_id, key)
+        async with svc.create_lock:
+            for record in await svc.driver.list():
+                if record.tags.get(policy.IDEMPOTENCY_TAG) == tags[policy.IDEMPOTENCY_TAG] and (
+                    record.state != "terminated"
+                ):
+                    return workspace_out(record)
+            return workspace_out(await _fork(svc, parent, inp.snapshot_id, tags))
+    return workspace_out(await _fork(svc, parent, inp.snapshot_id, tags))
+
+
+async def _fork(
+    svc: Service, parent: WorkspaceRecord, snapshot_id: str | None, tags: dict[str, str]
+) -> WorkspaceRecord:
+    if snapshot_id is None:
+        snapshot = await take_snapshot(svc, parent.workspace_id, "manual", label="fork")
+    else:
+        snapshot = await usable_snapshot(svc, parent.workspace_id, snapshot_id)
+    # The fork carries the snapshot's repository tags (its files have those repositories).
+    tags = {k: v for k, v in tags.items() if not k.startswith("repo-")}
+    tags.update({k: v for k, v in snapshot.tags.items() if k.startswith("repo-")})
+    lineage = Lineage(
+        parent_workspace_id=parent.workspace_id,
+        snapshot_id=snapshot.snapshot_id,
+        repos=dict(snapshot.repos),
+        forked_at=utc_now(),
+    )
+    # Resources and network as the parent's; secrets are not inherited (a fork asks anew).
+    resources: dict[str, Any] = dict(parent.resources)
+    spec = WorkspaceSpec(tags=tags, block_network=parent.block_network, resources=resources)
+    return await svc.driver.fork(snapshot, policy.new_id("ws"), spec, lineage)
+
+
+def _fork_key(parent_id: str, key: str) -> str:
+    # In the idempotency key's own alphabet and length: the parent and a digest of the key.
+    return f"fork-{parent_id[3:]}-{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+__all__ = ["Snapshot", "SnapshotList", "snapshot_out"]
