@@ -6,9 +6,11 @@ no workspace behind."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,3 +150,44 @@ def test_the_mcp_walkthrough_example_runs_offline_as_the_readme_shows(tmp_path: 
         auth = {"Authorization": f"Bearer {TOKEN}"}
         listed = httpx2.get(f"{served.api}/workspaces", headers=auth, timeout=60).json()
         assert listed["workspaces"] == []
+
+
+def readme_shell_block(name: str) -> str:
+    """The code of the `sh` block right after `<!-- readme-test: NAME -->` in the README."""
+    marked = re.findall(
+        rf"^<!-- readme-test: {re.escape(name)} -->\n```sh\n(.*?)^```$",
+        README.read_text(),
+        flags=re.MULTILINE | re.DOTALL,
+    )
+    assert len(marked) == 1, f"the README has {len(marked)} blocks marked {name!r}"
+    return str(marked[0])
+
+
+def test_the_readme_snapshots_section_runs_against_a_server_as_printed(tmp_path: Path) -> None:
+    if shutil.which("curl") is None or shutil.which("jq") is None:
+        pytest.skip("the section uses curl and jq (.ci/run installs them)")
+    with local_backend(tmp_path, "ghp_unused") as backend, serve(tmp_path, "", backend) as served:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", readme_shell_block("snapshots")],
+            env={**os.environ, "API": served.api, "TOKEN": TOKEN},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        lines = [line for line in done.stdout.splitlines() if line]  # writes print nothing
+        lineage = json.loads(lines[0])
+        assert lineage["parent_workspace_id"].startswith("ws-")
+        assert lineage["snapshot_id"].startswith("sn-")
+        assert lines[1] == "draft"  # the fork has the files of the snapshot
+        resumed = json.loads(lines[2])
+        assert resumed == {"state": "running", "resumed_from": lineage["snapshot_id"]}
+        assert lines[3] == "draft"  # and so has the workspace, back at it
+        ended = json.loads(lines[4])
+        assert ended["terminated"] and ended["snapshot_id"].startswith("sn-")
+        assert lines[5:] == ["running", "true", "true"]
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        left = httpx2.get(f"{served.api}/workspaces", headers=headers, timeout=30).json()
+        assert left["workspaces"] == [], "the section left a workspace behind"
+    assert list((served.data_root / "snapshots").glob("ws-*/sn-*")) == []
