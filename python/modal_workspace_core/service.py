@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from . import policy
@@ -32,7 +33,7 @@ from .errors import (
 )
 from .policy import WORKSPACE_ROOT
 
-__all__ = ["ANSWER_BY", "PROGRESS", "RESUMED", "Service", "translate_error"]
+__all__ = ["ANSWER_BY", "CALL", "PROGRESS", "Call", "Service", "translate_error"]
 
 log = logging.getLogger("modal_workspace_core.service")
 
@@ -50,9 +51,19 @@ PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 # The monotonic time by which the current call's surface must answer (GPT Actions gives up at
 # 45 s): every agent request of the call ends by then, whatever its own deadline.
 ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
-# The snapshots the current call resumed suspended workspaces from (a list shared with the tasks
-# the call starts): the call's answer says so (`resumed_from`).
-RESUMED: ContextVar[list[str] | None] = ContextVar("RESUMED", default=None)
+
+
+@dataclass
+class Call:
+    """What the operation being served learns on its way (shared with the tasks it starts)."""
+
+    # The snapshots it resumed suspended workspaces from: its answer says so (`resumed_from`).
+    resumed: list[str] = field(default_factory=list)
+
+
+# The operation being served, if any: a workspace whose agent an operation reaches is in use
+# (its idle time starts again); the gateway's own background work does not count.
+CALL: ContextVar[Call | None] = ContextVar("CALL", default=None)
 
 
 def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
@@ -147,6 +158,8 @@ class Service:
 
     async def agent(self, workspace_id: str) -> AgentClient:
         """The open channel to the workspace's agent, opened on first use and then reused."""
+        if CALL.get() is not None:
+            self.touch(workspace_id)
         lock = self._connect_locks.setdefault(workspace_id, asyncio.Lock())
         async with lock:
             client = self._clients.get(workspace_id)
@@ -159,9 +172,9 @@ class Service:
             if record.state == "suspended" and resume is not None:
                 resumed = await resume(self, workspace_id)
                 log.info("resumed %s from %s for the call that needed it", workspace_id, resumed)
-                holder = RESUMED.get()
-                if holder is not None:
-                    holder.append(resumed)
+                call = CALL.get()
+                if call is not None:
+                    call.resumed.append(resumed)
             client = await self.driver.connect(workspace_id)
             self._clients[workspace_id] = client
             if workspace_id not in self._reached:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidArgumentError, validation_error
 from ..path_view import shown
 from ..policy import WORKSPACE_ROOT
-from ..service import RESUMED, translate_error
+from ..service import CALL, Call, translate_error
 from ..surfaces.limits import Surface
 from .fields import Input, Output, path_fields
 from .pages import PageResult
@@ -63,10 +63,8 @@ async def call(service: Service, op: Operation, inp: Input) -> BaseModel:
 async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageResult:
     """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
     workspace_id = getattr(inp, "workspace_id", None)
-    if isinstance(workspace_id, str):
-        service.touch(workspace_id)
-    resumed: list[str] = []
-    token = RESUMED.set(resumed)
+    current = Call()
+    token = CALL.set(current)
     try:
         result = await op.handler(service, inp)
     except Exception as exc:
@@ -75,11 +73,11 @@ async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageRe
             raise
         raise error from None
     finally:
-        RESUMED.reset(token)
+        CALL.reset(token)
     if isinstance(result, PageResult):
         return result
     if not isinstance(result, op.output):
         result = op.output.model_validate(result)
-    if resumed and isinstance(result, Output) and result.resumed_from is None:
-        result = result.model_copy(update={"resumed_from": resumed[-1]})
+    if current.resumed and isinstance(result, Output) and result.resumed_from is None:
+        result = result.model_copy(update={"resumed_from": current.resumed[-1]})
     return shown(result, await service.root(workspace_id))

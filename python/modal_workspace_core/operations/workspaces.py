@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from .. import policy
-from ..drivers.base import Lineage, Suspension, WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
+from ..drivers.base import (
+    LifecycleNote,
+    Lineage,
+    Suspension,
+    WorkspaceRecord,
+    WorkspaceSecrets,
+    WorkspaceSpec,
+)
 from ..errors import InvalidArgumentError
 from .fields import (
     Env,
@@ -35,8 +42,8 @@ class Resources(Input):
     gpu: str | None = Field(
         None, pattern=r"^[A-Za-z0-9:._-]{1,32}$", description="GPU type (Modal)."
     )
-    timeout_seconds: int | None = Field(None, ge=60, le=86_400, description="Lifetime limit.")
-    idle_timeout_seconds: int | None = Field(None, ge=60, le=86_400, description="Idle limit.")
+    timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Lifetime limit.")
+    idle_timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Idle limit.")
 
 
 class WorkspaceCreate(Input):
@@ -96,6 +103,12 @@ class Workspace(Output):
     )
     suspension: Suspension | None = Field(
         default=None, description="Why it is suspended, and the snapshot that holds its files."
+    )
+    started_at: str | None = Field(
+        default=None, description="When it last started (created or resumed): its lifetime's start."
+    )
+    lifecycle: list[LifecycleNote] = Field(
+        default=[], description="What the server's lifecycle did to it on its own, newest last."
     )
 
 
