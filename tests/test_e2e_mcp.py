@@ -149,3 +149,33 @@ async def test_a_long_call_reports_progress(served: Served) -> None:
         await call("workspace_terminate", workspace_id=ws)
     assert seen, "no progress notification arrived"
     assert any(message and message.startswith("step") for _, message in seen)
+
+
+async def test_a_snapshot_reports_its_progress_and_lists_what_it_took(served: Served) -> None:
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    async with connect(served, "legacy") as client:
+        call = Tools(client)
+        ws = (await call("workspace_create"))["workspace_id"]
+        make = "head -c 200000000 /dev/urandom > big.bin && echo made"
+        assert (await call("workspace_exec", workspace_id=ws, command=make))["stdout"] == "made\n"
+        result = await client.call_tool(
+            "workspace_snapshot",
+            {"workspace_id": ws, "label": "big"},
+            progress_callback=on_progress,
+        )
+        assert not result.is_error, result.content
+        snapshot = result.structured_content
+        assert isinstance(snapshot, dict) and snapshot["label"] == "big"
+        listed = await call("workspace_snapshot_list", workspace_id=ws)
+        assert [s["snapshot_id"] for s in listed["snapshots"]] == [snapshot["snapshot_id"]]
+        await call("workspace_terminate", workspace_id=ws, purge=True)
+    assert seen, "no progress notification arrived"
+    progress = [p for p, message in seen if message and message.startswith("snapshot")]
+    assert progress == sorted(progress) and progress, seen
+    if snapshot["size_bytes"] is not None:  # where the driver knows the size, progress ends at it
+        assert snapshot["size_bytes"] >= 200_000_000
+        assert progress[-1] == snapshot["size_bytes"]
