@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 from agent_stack import cpu_model
-
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.service import PROGRESS
 from modal_workspace_core.surfaces.python_client import Workspaces
@@ -121,9 +120,8 @@ def main() -> None:
     }
     for key, name in names.items():
         seconds = statistics.median(times[key])
-        print(
-            f"| {name:<37} | {seconds:8.2f} | {size / seconds / 1e6:4.0f} | {seconds / base:6.2f}x |"
-        )
+        rate = size / seconds / 1e6
+        print(f"| {name:<37} | {seconds:8.2f} | {rate:4.0f} | {seconds / base:6.2f}x |")
 
 
 if __name__ == "__main__":
