@@ -137,7 +137,8 @@ async def test_event_pages_default_well_under_100000_characters(
     client: httpx2.AsyncClient,
 ) -> None:
     schema = (await client.get("/action-openapi.json")).json()
-    events = schema["paths"]["/api/workspaces/{workspace_id}/realtime-execs/{exec_id}/events"]
+    # GPT Actions reads every stream (an exec's, a watch's) through stream_events.
+    events = schema["paths"]["/api/workspaces/{workspace_id}/streams/{stream_id}/events"]
     params = {p["name"]: p["schema"] for p in events["get"]["parameters"]}
     assert params["max_bytes"]["default"] <= 60_000
     assert params["wait_seconds"]["maximum"] == 25
@@ -168,11 +169,7 @@ async def test_request_bodies_are_plain_references_and_the_loop_is_explained(
         body = op.get("requestBody")
         if body is not None:
             assert set(body["content"]["application/json"]["schema"]) == {"$ref"}, op
-    events = [
-        op
-        for op in operations(schema)
-        if op["operationId"].startswith("workspace_realtime_exec_events")
-    ]
+    events = [op for op in operations(schema) if op["operationId"].startswith("stream_events")]
     (page,) = events
     text = page["description"]
     assert "wait_seconds=25" in text and "empty page" in text and "done" in text

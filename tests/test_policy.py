@@ -48,6 +48,7 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "git_ref",
         "github_repo",
         "idempotency_key",
+        "snapshot_label",
         "github_base",
         "name_allowlist",
         "new_id",

@@ -10,6 +10,7 @@ from ._core import Page, PolicyError, __version__
 
 if _typing.TYPE_CHECKING:
     from .errors import (
+        AgentError,
         ConflictError,
         InvalidArgumentError,
         LimitError,
@@ -31,6 +32,7 @@ _LAZY = {
     "Workspace": ".surfaces.python_client",
     "WorkspaceCreation": ".surfaces.python_client",
     "Workspaces": ".surfaces.python_client",
+    "AgentError": ".errors",
     "ConflictError": ".errors",
     "InvalidArgumentError": ".errors",
     "LimitError": ".errors",
@@ -60,6 +62,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AgentError",
     "ConflictError",
     "EventRing",
     "InvalidArgumentError",

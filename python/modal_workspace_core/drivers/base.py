@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..errors import PermissionDeniedError
 
@@ -88,28 +88,36 @@ class SnapshotRecord(BaseModel):
 class Lineage(BaseModel):
     """Where a forked workspace came from."""
 
-    parent_workspace_id: str
-    snapshot_id: str
-    repos: dict[str, str] = {}  # the parent's repositories' HEADs in that snapshot
-    forked_at: str
+    parent_workspace_id: str = Field(description="The workspace it was forked from.")
+    snapshot_id: str = Field(description="The parent's snapshot it was made from.")
+    repos: dict[str, str] = Field(
+        default={}, description="The parent's repositories (path -> git HEAD) in that snapshot."
+    )
+    forked_at: str = Field(description="When it was forked (RFC 3339, UTC).")
 
 
 class Suspension(BaseModel):
     """Why a workspace is not running although its files are kept, and where they are."""
 
-    reason: SuspendReason
-    at: str
-    snapshot_id: str | None = None  # what a resume starts from (None: no snapshot was left)
-    detail: str = ""  # for failed_to_start: the entrypoint's last stderr lines
+    reason: SuspendReason = Field(
+        description="idle, lifetime, out_of_memory, terminated or failed_to_start."
+    )
+    at: str = Field(description="When it was suspended (RFC 3339, UTC).")
+    snapshot_id: str | None = Field(
+        default=None, description="The snapshot a resume starts from; null: none was left."
+    )
+    detail: str = Field(
+        default="", description="More on why: for failed_to_start, the last lines of stderr."
+    )
 
 
 class LifecycleNote(BaseModel):
     """One thing the gateway's lifecycle did to a workspace on its own (an idle suspend, a
     safety snapshot, an expired snapshot deleted), kept on the workspace for its owner to see."""
 
-    at: str
-    action: str  # suspended, snapshot, snapshot_deleted, …
-    detail: str = ""
+    at: str = Field(description="When (RFC 3339, UTC).")
+    action: str = Field(description="suspended, snapshot, snapshot_deleted or purged.")
+    detail: str = Field(default="", description="What and why, in a sentence.")
 
 
 # The most lifecycle notes a workspace keeps (the oldest go first).

@@ -75,6 +75,8 @@ class Workspaces:
             if self._driver is not None
             else Service.open(self._settings)
         )
+        # While the block runs, its workspaces' lifetimes and idle limits hold as on a server.
+        self._service.start_lifecycle()
         return self
 
     async def __aexit__(

@@ -257,8 +257,14 @@ class SocketPaths:
         self._dirs.clear()
 
 
+# The longest name the daemon gives a socket beside its own (`PATH.askpass`, for git's
+# authenticated steps): every socket it listens on must fit the kernel's limit.
+_LONGEST_SOCKET_SUFFIX = ".askpass"
+
+
 def fits_socket_path(socket_path: Path) -> bool:
-    return len(os.fsencode(str(socket_path))) <= _MAX_SOCKET_PATH
+    longest = os.fsencode(str(socket_path) + _LONGEST_SOCKET_SUFFIX)
+    return len(longest) <= _MAX_SOCKET_PATH
 
 
 def _read_pid_file(pid_file: Path) -> DaemonProcess | None:
