@@ -21,9 +21,9 @@ from .channel.client import AgentClient
 from .config import Settings
 from .drivers import create_driver
 from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
+from .drivers.mounts import volume_mount
 from .errors import (
     AgentError,
-    InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     TimeoutError_,
@@ -386,15 +386,13 @@ class Service:
         checked: dict[str, str] = {}
         for mount, name in volumes.items():
             field = f"volumes[{mount[:32]}]"
+            path = volume_mount(mount, field)
             try:
-                path = policy.workspace_path("/", mount)
                 policy.allowed(
                     name, self.settings.allowed_volumes, "MODAL_WORKSPACE_ALLOWED_VOLUMES"
                 )
             except PolicyError as exc:
                 raise from_policy_error(exc, field) from None
-            if path == "/" or path == WORKSPACE_ROOT:
-                raise InvalidArgumentError(f"{field}: cannot mount a volume over {path}", field)
             checked[path] = name
         return checked
 

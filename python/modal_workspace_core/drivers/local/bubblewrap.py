@@ -53,6 +53,9 @@ class SandboxLayout:
     # Host paths that must stay invisible even if a read-only mount would cover them (the data
     # root with every other workspace, the host user's home).
     hidden: tuple[Path, ...] = ()
+    # Volumes: (host directory, path inside), each bound read-write over its own mount point
+    # (`volumes`); none lies inside another.
+    volumes: tuple[tuple[Path, str], ...] = ()
     # Root only: the user namespace's ids are mapped by the launcher (`bubblewrap_launch`), so that
     # the agent and the workspace's commands run as different host uids.
     mapped_ids: bool = False
@@ -173,6 +176,10 @@ def bwrap_argv(
     argv += ["--bind", str(layout.home), SANDBOX_HOME]
     argv += ["--bind", str(layout.state), AGENT_STATE_DIR]
     argv += ["--bind", str(layout.socket_dir), AGENT_SOCKET_DIR]
+    # Last, so a volume inside the workspace or its home lands on the mount point made for it
+    # there; the sandbox sees the volume's directory and nothing else of the data root.
+    for host_path, inside in layout.volumes:
+        argv += ["--bind", str(host_path), inside]
     argv += ["--chdir", WORKSPACE_ROOT, "--"]
     argv += list(command)
     return argv

@@ -43,7 +43,7 @@ from ..base import (
     WorkspaceSpec,
     utc_now,
 )
-from . import bubblewrap, bubblewrap_launch, daemon, disk, uids
+from . import bubblewrap, bubblewrap_launch, daemon, disk, uids, volumes
 from .disk import DiskError, WorkspaceDisk
 from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
 from .snapshots import Parts, SnapshotStore
@@ -218,6 +218,12 @@ class LocalDriver:
                 field="block_network",
             )
         _check_resources(spec.resources)
+        mounts = volumes.check_request(
+            spec.resources.get("volumes"),
+            isolated=self.isolation.enabled,
+            why_not=self.isolation.reason,
+            sandbox_paths=bubblewrap.python_environment(),
+        )
         isolated = self.isolation.enabled
         meta: dict[str, Any] = {
             "workspace_id": workspace_id,
@@ -229,7 +235,7 @@ class LocalDriver:
             "tags": dict(spec.tags),
             "state": "running",
             "started_at": utc_now(),
-            "resources": dict(spec.resources),
+            "resources": {**spec.resources, **({"volumes": mounts} if mounts else {})},
             "block_network": spec.block_network,
             # The driver's own part of the record: how to start the daemon again.
             "local": {"isolated": isolated, "env": {**(env or {}), **spec.env}},
@@ -633,7 +639,8 @@ def _check_live(meta: dict[str, Any]) -> None:
 # (an rlimit: cgroups are not used), and the lifetime and idle limit (the gateway's lifecycle
 # suspends the workspace, with a snapshot, when one passes). CPU shares and GPUs are Modal's,
 # and a value that would only be stored is refused.
-_ENFORCED_RESOURCES = ("memory_mb", "timeout_seconds", "idle_timeout_seconds")
+# Volumes are bound into the sandbox (`volumes`).
+_ENFORCED_RESOURCES = ("memory_mb", "timeout_seconds", "idle_timeout_seconds", "volumes")
 
 
 def _check_resources(resources: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import UpstreamError
 from ...policy import WORKSPACE_ROOT
-from . import bubblewrap, bubblewrap_etc, bubblewrap_launch, daemon, uids
+from . import bubblewrap, bubblewrap_etc, bubblewrap_launch, daemon, uids, volumes
 from .disk import DiskError, WorkspaceDisk
 from .store import WorkspaceDir
 
@@ -146,6 +146,9 @@ class AgentLauncher:
                     "upstream", f"cannot mount the workspace's disk: {err}"
                 ) from err
             files, home, tmp = disk.workspace, disk.home, disk.tmp
+        mounts = self._volumes(
+            meta, ids, volumes.writable_roots(files, home, tmp, bubblewrap.SANDBOX_HOME)
+        )
         etc_files = bubblewrap_etc.write_generated(
             ws.path / "etc", inside_id, inside_id if ids else os.getgid(), bubblewrap.SANDBOX_HOME
         )
@@ -158,6 +161,7 @@ class AgentLauncher:
             etc_files=tuple(etc_files),
             block_network=bool(meta.get("block_network")),
             hidden=(self.data_root, Path.home().resolve(), Path("/root")),
+            volumes=mounts,
             mapped_ids=ids is not None,
         )
         network = None
@@ -187,6 +191,22 @@ class AgentLauncher:
             )
 
         return spawn
+
+    def _volumes(
+        self,
+        meta: dict[str, Any],
+        ids: bubblewrap_launch.HostIds | None,
+        writable: dict[str, Path],
+    ) -> tuple[tuple[Path, str], ...]:
+        """The workspace's volumes as (host directory, path inside), their directories and
+        mount points ready."""
+        requested = meta.get("resources", {}).get("volumes") or {}
+        mounts = []
+        for inside, name in sorted(requested.items()):
+            host = volumes.host_dir(self.data_root, name, ids.commands if ids else None)
+            volumes.mount_point(inside, writable)
+            mounts.append((host, inside))
+        return tuple(mounts)
 
     def _limits(self, meta: dict[str, Any]) -> dict[str, int]:
         """The rlimits of every command: the workspace's memory as each process's address

@@ -18,9 +18,9 @@ from ...policy import (
     env_name,
     name_allowlist,
     secret_allowlist,
-    workspace_path,
 )
 from ..base import ExecSecret, WorkspaceSecrets
+from ..mounts import volume_mount
 
 __all__ = [
     "ModalSecrets",
@@ -254,15 +254,7 @@ def sandbox_options(resources: Mapping[str, Any], settings: ModalSettings) -> Sa
         raise InvalidArgumentError("invalid_argument", "volumes must map paths to names", "volumes")
     for i, (mount, name) in enumerate(volumes.items()):
         checked = _allowed(str(name), settings.allowed_volumes, VOLUMES_SETTING, i, "volume")
-        try:
-            path = workspace_path("/", str(mount))
-        except PolicyError as exc:
-            raise InvalidArgumentError("invalid_argument", f"volumes: {exc}", "volumes") from None
-        if path in ("/", WORKSPACE_ROOT):
-            raise InvalidArgumentError(
-                "invalid_argument", f"volumes: cannot mount a volume over {path}", "volumes"
-            )
-        options.volumes[path] = checked
+        options.volumes[volume_mount(mount, "volumes")] = checked
     return options
 
 
