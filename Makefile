@@ -67,10 +67,13 @@ fmt: $(STAMP)
 
 # BENCH_SIZE: bytes of /dev/zero the agent's throughput row pipes through base64 (e.g. 256M).
 BENCH_SIZE ?= 1G
+# BENCH_SNAPSHOT_SIZE: the tree the snapshot rows copy (snapshot, fork, resume against cp -a).
+BENCH_SNAPSHOT_SIZE ?= 1G
 bench: build
 	cargo run --release --quiet --example ring_bench
 	$(PY) bench/ring_bench.py
 	$(PY) bench/agent_bench.py --size $(BENCH_SIZE)
+	$(PY) bench/snapshot_bench.py --size $(BENCH_SNAPSHOT_SIZE)
 
 # Longer property runs than `make test` does (PROPTEST_CASES / HYPOTHESIS profile).
 fuzz: build

@@ -121,7 +121,7 @@ def main() -> None:
     for key, name in names.items():
         seconds = statistics.median(times[key])
         rate = size / seconds / 1e6
-        print(f"| {name:<37} | {seconds:8.2f} | {rate:4.0f} | {seconds / base:6.2f}x |")
+        print(f"| {name:<45} | {seconds:8.2f} | {rate:4.0f} | {seconds / base:6.2f}x |")
 
 
 if __name__ == "__main__":
