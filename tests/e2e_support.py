@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -202,3 +203,17 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(30)
+
+
+@contextlib.contextmanager
+def api_client(served: Served) -> Iterator[httpx2.Client]:
+    """An HTTP client of the server's REST API, with the test token."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx2.Client(base_url=served.api, headers=headers, timeout=120) as client:
+        yield client
+
+
+def ok(response: httpx2.Response) -> Any:
+    """The JSON of a 200 answer (any other fails the test, showing the answer)."""
+    assert response.status_code == 200, response.text
+    return response.json()

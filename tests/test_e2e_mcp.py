@@ -130,12 +130,19 @@ async def test_the_whole_job_through_mcp(served: Served, git_server: GitServer, 
         assert gone["code"] == "not_found"
 
 
+class Progress:
+    """The progress notifications one call received: (progress, message)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str | None]] = []
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.seen.append((progress, message))
+
+
 async def test_a_long_call_reports_progress(served: Served) -> None:
-    seen: list[tuple[float, str | None]] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append((progress, message))
-
+    on_progress = Progress()
+    seen = on_progress.seen
     async with connect(served, "legacy") as client:
         call = Tools(client)
         ws = (await call("workspace_create"))["workspace_id"]
@@ -152,11 +159,8 @@ async def test_a_long_call_reports_progress(served: Served) -> None:
 
 
 async def test_a_snapshot_reports_its_progress_and_lists_what_it_took(served: Served) -> None:
-    seen: list[tuple[float, str | None]] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append((progress, message))
-
+    on_progress = Progress()
+    seen = on_progress.seen
     async with connect(served, "legacy") as client:
         call = Tools(client)
         ws = (await call("workspace_create"))["workspace_id"]

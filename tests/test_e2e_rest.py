@@ -18,8 +18,10 @@ import pytest
 from e2e_support import (
     BACKENDS,
     Served,
+    api_client,
     backend_for,
     local_backend,
+    ok,
     serve,
     workspace_files_containing,
 )
@@ -46,14 +48,8 @@ def served(
 
 @pytest.fixture
 def api(served: Served) -> Iterator[httpx2.Client]:
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx2.Client(base_url=served.api, headers=headers, timeout=120) as client:
+    with api_client(served) as client:
         yield client
-
-
-def ok(response: httpx2.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def drain(

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from e2e_support import Served, local_backend, serve
+from e2e_support import Served, api_client, local_backend, ok, serve
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from service_support import TOKEN
@@ -39,14 +39,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 @pytest.fixture
 def api(served: Served) -> Iterator[httpx2.Client]:
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx2.Client(base_url=served.api, headers=headers, timeout=120) as client:
+    with api_client(served) as client:
         yield client
-
-
-def ok(response: httpx2.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def until(what: str, check: Callable[[], Any], within: float = 60) -> Any:

@@ -29,10 +29,10 @@ README = ROOT / "README.md"
 pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
 
-def readme_block(name: str) -> str:
+def readme_block(name: str, language: str = "python") -> str:
     """The code of the fenced block right after `<!-- readme-test: NAME -->` in the README."""
     marked = re.findall(
-        rf"^<!-- readme-test: {re.escape(name)} -->\n```python\n(.*?)^```$",
+        rf"^<!-- readme-test: {re.escape(name)} -->\n```{language}\n(.*?)^```$",
         README.read_text(),
         flags=re.MULTILINE | re.DOTALL,
     )
@@ -152,23 +152,12 @@ def test_the_mcp_walkthrough_example_runs_offline_as_the_readme_shows(tmp_path: 
         assert listed["workspaces"] == []
 
 
-def readme_shell_block(name: str) -> str:
-    """The code of the `sh` block right after `<!-- readme-test: NAME -->` in the README."""
-    marked = re.findall(
-        rf"^<!-- readme-test: {re.escape(name)} -->\n```sh\n(.*?)^```$",
-        README.read_text(),
-        flags=re.MULTILINE | re.DOTALL,
-    )
-    assert len(marked) == 1, f"the README has {len(marked)} blocks marked {name!r}"
-    return str(marked[0])
-
-
 def test_the_readme_snapshots_section_runs_against_a_server_as_printed(tmp_path: Path) -> None:
     if shutil.which("curl") is None or shutil.which("jq") is None:
         pytest.skip("the section uses curl and jq (.ci/run installs them)")
     with local_backend(tmp_path, "ghp_unused") as backend, serve(tmp_path, "", backend) as served:
         done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", readme_shell_block("snapshots")],
+            ["bash", "-euo", "pipefail", "-c", readme_block("snapshots", "sh")],
             env={**os.environ, "API": served.api, "TOKEN": TOKEN},
             capture_output=True,
             text=True,

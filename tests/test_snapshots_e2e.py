@@ -13,8 +13,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from e2e_support import Served, backend_for, serve
-from service_support import TOKEN
+from e2e_support import Served, api_client, backend_for, ok, serve
 from support.git_server import GitServer
 
 pytest.importorskip("modal_workspace_core.drivers.local.driver")
@@ -33,14 +32,8 @@ def served(
 
 @pytest.fixture
 def api(served: Served) -> Iterator[httpx2.Client]:
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx2.Client(base_url=served.api, headers=headers, timeout=120) as client:
+    with api_client(served) as client:
         yield client
-
-
-def ok(response: httpx2.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def sh(api: httpx2.Client, ws: str, command: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ error naming it, never a silent fresh workspace.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,7 +26,7 @@ from ..drivers.base import (
 from .fields import IdempotencyKey, Input, Output, WorkspaceId
 from .lifecycle import resume_workspace, take_snapshot, usable_snapshot
 from .table import DESTROY, READ, WRITE, WS, Declarations
-from .workspaces import Workspace, workspace_out
+from .workspaces import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
     from ..service import Service
@@ -182,17 +183,12 @@ async def workspace_fork(svc: Service, inp: ForkInput) -> Workspace:
         for k, v in parent.tags.items()
         if k != policy.IDEMPOTENCY_TAG and k not in policy.WORKSPACE_TAGS
     }
-    if key is not None:
-        # One fork per parent and key: the key a fork records says which parent it is of.
-        tags[policy.IDEMPOTENCY_TAG] = _fork_key(inp.workspace_id, key)
-        async with svc.create_lock:
-            for record in await svc.driver.list():
-                if record.tags.get(policy.IDEMPOTENCY_TAG) == tags[policy.IDEMPOTENCY_TAG] and (
-                    record.state != "terminated"
-                ):
-                    return workspace_out(record)
-            return workspace_out(await _fork(svc, parent, inp.snapshot_id, tags))
-    return workspace_out(await _fork(svc, parent, inp.snapshot_id, tags))
+    if key is None:
+        return workspace_out(await _fork(svc, parent, inp.snapshot_id, tags))
+    # One fork per parent and key: the key a fork records says which parent it is of.
+    tags[policy.IDEMPOTENCY_TAG] = fork_key = _fork_key(inp.workspace_id, key)
+    make = functools.partial(_fork, svc, parent, inp.snapshot_id, tags)
+    return workspace_out(await once_per_key(svc, fork_key, make))
 
 
 async def _fork(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -155,13 +156,22 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     if key is None:
         return workspace_out(await _create(svc, tags, inp, resources, secrets))
     tags[policy.IDEMPOTENCY_TAG] = key
-    # The key lives in the workspace's own tags, so it holds across gateway restarts; the lock
-    # closes the window between looking and creating within this gateway.
+    return workspace_out(
+        await once_per_key(svc, key, lambda: _create(svc, tags, inp, resources, secrets))
+    )
+
+
+async def once_per_key(
+    svc: Service, key: str, make: Callable[[], Awaitable[WorkspaceRecord]]
+) -> WorkspaceRecord:
+    """The live workspace whose idempotency tag is `key`, else the one `make` creates (and
+    tags with it). The key lives in the workspace's own tags, so it holds across gateway
+    restarts; the lock closes the window between looking and creating within this gateway."""
     async with svc.create_lock:
         for record in await svc.driver.list():
             if record.tags.get(policy.IDEMPOTENCY_TAG) == key and record.state != "terminated":
-                return workspace_out(record)
-        return workspace_out(await _create(svc, tags, inp, resources, secrets))
+                return record
+        return await make()
 
 
 async def _create(

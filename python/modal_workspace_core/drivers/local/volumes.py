@@ -63,21 +63,15 @@ def check_request(
     for mount, name in volumes.items():
         field = f"volumes[{str(mount)[:32]}]"
         path = volume_mount(mount, field)
-        for host in own:
-            if path == host or path.startswith(host + "/") or host.startswith(path + "/"):
-                raise InvalidArgumentError(
-                    "invalid_argument",
-                    f"{field}: cannot mount a volume at {path}: the agent runs from {host}",
-                    field,
-                )
-        for other in checked:
-            # bubblewrap would make the inner one's mount point in the outer volume, following
-            # whatever symlink a workspace sharing that volume put there.
+        # Not over the agent's own Python; and not in or over another volume: bubblewrap would
+        # make the inner one's mount point in the outer volume, following whatever symlink a
+        # workspace sharing that volume put there.
+        clashes = [(host, f"the agent runs from {host}") for host in own]
+        clashes += [(other, f"in or over the one at {other}") for other in checked]
+        for other, why in clashes:
             if path == other or path.startswith(other + "/") or other.startswith(path + "/"):
                 raise InvalidArgumentError(
-                    "invalid_argument",
-                    f"{field}: cannot mount a volume at {path}, in or over the one at {other}",
-                    field,
+                    "invalid_argument", f"{field}: cannot mount a volume at {path}: {why}", field
                 )
         checked[path] = volume_name(name, field)
     return checked
