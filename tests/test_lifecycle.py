@@ -147,3 +147,27 @@ def test_an_expired_snapshot_is_deleted_by_the_sweep_and_the_workspace_says_so(
     assert expiring["snapshot_id"] in notes[0]["detail"]
     with contextlib.suppress(FileNotFoundError):
         assert not record.exists()
+
+
+def test_a_terminated_workspace_is_purged_after_its_retention(tmp_path: Path) -> None:
+    with local_backend(tmp_path, "ghp_unused") as backend:
+        env = {
+            **backend.env,
+            "MODAL_WORKSPACE_JANITOR_SECONDS": "1",
+            "MODAL_WORKSPACE_RETENTION_SECONDS": "2",
+        }
+        with (
+            serve(tmp_path, "", dataclasses.replace(backend, env=env)) as served,
+            api_client(served) as api,
+        ):
+            ws = ok(api.post("/workspaces", json={}))["workspace_id"]
+            ended = ok(api.request("DELETE", f"/workspaces/{ws}", params={"keep_snapshot": True}))
+            assert ended["snapshot_id"]
+            snapshots = served.data_root / "snapshots" / ws
+            assert (served.data_root / ws).is_dir() and snapshots.is_dir()
+            # Resumable until its retention ends; then nothing of it is left.
+            until("the purge", lambda: not (served.data_root / ws).exists(), within=30)
+            assert not snapshots.exists()
+            gone = api.post(f"/workspaces/{ws}/resume", json={})
+            assert gone.status_code == 404, gone.text
+            assert f"lifecycle: {ws} purged" in served.log_text()

@@ -383,7 +383,7 @@ def load_settings(
         safety_margin_seconds=_load_seconds(
             env, SAFETY_MARGIN_ENV, DEFAULT_SAFETY_MARGIN_SECONDS, 0
         ),
-        retention_seconds=_load_seconds(env, RETENTION_ENV, DEFAULT_RETENTION_SECONDS, 60),
+        retention_seconds=_load_seconds(env, RETENTION_ENV, DEFAULT_RETENTION_SECONDS, 1),
         modal=_load_modal(env) if chosen == "modal" else None,
     )
 

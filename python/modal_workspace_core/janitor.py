@@ -50,8 +50,6 @@ class Janitor:
     def __init__(self, svc: Service) -> None:
         self.svc = svc
         self.settings = svc.settings
-        # Workspaces whose safety snapshot this process took since they last started.
-        self._safety_taken: dict[str, str] = {}
 
     async def run(self) -> None:
         """Sweeps until cancelled; a failed sweep is logged and the next one tries again."""
@@ -89,13 +87,22 @@ class Janitor:
                 await self._suspend(ws, "lifetime", "exit", f"its lifetime of {lifetime} s ended")
                 return
             margin = timedelta(seconds=self.settings.safety_margin_seconds)
-            if now >= ends - margin and self._safety_taken.get(ws) != record.started_at:
-                self._safety_taken[ws] = record.started_at or ""
+            if now >= ends - margin and not await self._has_safety_snapshot(ws, started):
                 snapshot = await self._snapshot(ws, "safety")
                 await self._act(ws, "snapshot", f"safety snapshot {snapshot} before its lifetime")
         idle = record.resources.get("idle_timeout_seconds")
         if isinstance(idle, int) and await self._idle_for(ws, record) >= idle:
             await self._suspend(ws, "idle", "idle", f"idle for {idle} s")
+
+    async def _has_safety_snapshot(self, ws: str, started: datetime) -> bool:
+        """Whether this run of the workspace has its safety snapshot already: asked of the
+        driver's record, so that another gateway (or this one, restarted) does not take a
+        second."""
+        for snapshot in await self.svc.driver.list_snapshots(ws):
+            taken = _parse(snapshot.created_at)
+            if snapshot.kind == "safety" and taken is not None and taken >= started:
+                return True
+        return False
 
     async def _idle_for(self, ws: str, record: WorkspaceRecord) -> float:
         """Seconds since the workspace was last used: an operation on it, or a command of it

@@ -7,6 +7,7 @@ shape, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at `/mcp/
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -83,6 +84,19 @@ def _protected(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in PROTECTED_PREFIXES)
 
 
+def log_package_to_stderr() -> None:
+    """The package's informational log lines (a lifecycle action, a transparent resume) on
+    stderr, as uvicorn prints its own: once per process, and not where the embedding program
+    has configured the package's logger itself."""
+    logger = logging.getLogger("modal_workspace_core")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def create_app(
     service: Service,
     tokens: Sequence[str],
@@ -103,7 +117,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with mcp_app.run():
-            # A serving gateway also sweeps its workspaces' lifecycle (idle, lifetime, expiry).
+            # A serving gateway also sweeps its workspaces' lifecycle (idle, lifetime, expiry),
+            # and says what the sweep did on its own.
+            log_package_to_stderr()
             service.start_lifecycle()
             try:
                 yield
