@@ -72,7 +72,7 @@ impl Event {
             kind,
             json: json.get(..end)?.into(),
             text_start: u32::try_from(text_start).ok()?,
-            data_len: u32::try_from(data_len).ok()?,
+            data_len: u16::try_from(data_len).ok()?,
         };
         Some((event, end))
     }

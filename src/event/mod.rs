@@ -100,9 +100,13 @@ pub struct Event {
     /// such events can be coalesced by concatenating their escaped data.
     text_start: u32,
     /// The output bytes it carries ([`Event::data_len`]), known when it is made: evicting an
-    /// event (under the ring's lock) must not scan its JSON.
-    data_len: u32,
+    /// event (under the ring's lock) must not scan its JSON. At most the event's JSON length,
+    /// so 16 bits hold it (and the event stays 32 bytes, as rings hold millions of them).
+    data_len: u16,
 }
+
+// An event's output bytes never exceed its JSON's length, which this bounds.
+const _: () = assert!(MAX_EVENT_JSON <= u16::MAX as usize);
 
 impl Event {
     pub fn seq(&self) -> u64 {
@@ -311,9 +315,9 @@ pub fn encode(
 }
 
 /// The output bytes an event made from `taken` bytes of data carries (only output counts).
-fn output_len(kind: EventType, taken: usize) -> u32 {
+fn output_len(kind: EventType, taken: usize) -> u16 {
     if kind.is_output() {
-        u32::try_from(taken).unwrap_or(u32::MAX)
+        u16::try_from(taken).unwrap_or(u16::MAX)
     } else {
         0
     }
@@ -322,7 +326,7 @@ fn output_len(kind: EventType, taken: usize) -> u32 {
 /// The output bytes of an event read back from its JSON: its `data` as UTF-8, or its
 /// `data_b64` decoded; 0 for events that are not output. Output events carry no fields, so
 /// the first such key is the data's.
-pub(crate) fn scanned_data_len(kind: EventType, json: &str) -> u32 {
+pub(crate) fn scanned_data_len(kind: EventType, json: &str) -> u16 {
     if !kind.is_output() {
         return 0;
     }
@@ -337,7 +341,7 @@ pub(crate) fn scanned_data_len(kind: EventType, json: &str) -> u32 {
             None => 0,
         }
     };
-    u32::try_from(len).unwrap_or(u32::MAX)
+    u16::try_from(len).unwrap_or(u16::MAX)
 }
 
 /// Writes one event's JSON into `out`, taking at most `max_raw` bytes of text escaped to at most

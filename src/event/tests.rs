@@ -271,3 +271,9 @@ fn an_encoded_event_is_rebuilt_from_its_json() {
     assert!(Event::from_encoded("{\"seq\":x}").is_none());
     assert!(Event::from_encoded("").is_none());
 }
+
+#[test]
+fn an_event_stays_32_bytes() {
+    // Rings hold millions of events: a field more must not grow every one of them.
+    assert_eq!(std::mem::size_of::<Event>(), 32);
+}
