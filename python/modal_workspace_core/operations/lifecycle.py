@@ -84,11 +84,11 @@ async def take_snapshot(
     # A snapshot can take long (Modal's has no progress of its own): say when it starts and ends.
     if report is not None:
         await report(0.0, f"snapshot: taking {spec.snapshot_id}")
-    record = await svc.driver.snapshot(workspace_id, spec, progress)
+    taken = await svc.driver.snapshot(workspace_id, spec, progress)
     if report is not None:
-        size = record.size_bytes or 0
+        size = taken.size_bytes or 0
         await report(float(size), f"snapshot: {spec.snapshot_id} done ({size} bytes)")
-    return record
+    return taken
 
 
 async def usable_snapshot(
