@@ -6,15 +6,19 @@ leaving its files in an exit snapshot that a resume brings back."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 import modal
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
+from modal_control_plane.isolation import usable_bwrap
 from modal_control_plane.sandboxes import SandboxRecord
 from modal_proto import api_pb2
+from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.base import (
     LifecycleNote,
     Lineage,
@@ -32,6 +36,7 @@ from modal_workspace_core.errors import (
     UpstreamError,
 )
 from modal_workspace_core.policy import new_id
+from modal_workspace_core.surfaces.python_client import Workspaces
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
 
@@ -385,3 +390,41 @@ async def test_notes_are_kept_on_the_workspace_bounded_and_across_its_end(
 
     assert 1 < len(notes) <= 20 and notes[-1].detail == "last"
     await driver.note(new_id("ws"), LifecycleNote(at=utc_now(), action="x"))  # ignored
+
+
+@pytest.mark.skipif(
+    not usable_bwrap(), reason="bubblewrap does not work here (.ci/run installs it)"
+)
+async def test_after_a_lifetime_end_the_next_call_resumes_with_files_and_exec_history(
+    modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The real agent, through the service: a lifetime that ends while a command runs leaves
+    the files and the agent's exec history in the exit snapshot; the next exec resumes the
+    workspace transparently, the earlier exec's log reads back and the running one is lost."""
+    modal_control_plane.publish_image(IMAGE, "im-snapshottestimage000")
+    settings = load_settings(
+        {"MODAL_WORKSPACE_DRIVER": "modal", "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "d")}
+    )
+    driver = ModalDriver(ModalSettings(app_name="snapshot-tests", default_image_name=IMAGE))
+    async with Workspaces(driver, settings=settings) as wss:
+        ws = await wss.create()
+        printed = await ws.exec("echo the log of an exec > /dev/stderr; echo kept > out.txt")
+        running = await ws.realtime_exec_start("sleep 600")
+        modal_control_plane.end_sandbox(
+            _sandbox(modal_control_plane, ws.id).sandbox_id, Status.GENERIC_STATUS_TIMEOUT
+        )
+
+        info = await ws.refresh()
+        assert info.state == "suspended"
+        listed = cast(Any, await wss.call("workspace_snapshot_list", workspace_id=ws.id))
+        assert [s.kind for s in listed.snapshots] == ["exit"]
+
+        again = await ws.exec("cat out.txt")
+
+        assert again.stdout == "kept\n"
+        assert (await ws.refresh()).state == "running"
+        log = cast(Any, await ws.realtime_exec_events(printed.exec_id))
+        assert "the log of an exec" in json.dumps([e.model_dump() for e in log.events])
+        status = cast(Any, await ws.realtime_exec_status(running.exec_id))
+        assert status.state == "lost"
+    await driver.close()
