@@ -362,7 +362,7 @@ async def test_a_fork_has_its_lineage_its_parents_files_and_no_exec_history(
     assert forked.lineage is not None and forked.lineage.parent_workspace_id == parent
     got = await driver.get(child)
     assert got.lineage == forked.lineage and got.resources["cpu"] == [1.5, 4.0]
-    assert "secret_names" not in got.resources
+    assert "secret_names" not in got.resources and "image_name" not in got.resources
     fork_dir = _sandbox(modal_control_plane, child).directory
     assert (fork_dir / "workspace" / "shared.txt").read_text() == "from the parent"
 

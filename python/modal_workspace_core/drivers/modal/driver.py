@@ -328,7 +328,9 @@ class ModalDriver:
         if spec.secret_names:
             resources["secret_names"] = list(dict.fromkeys(spec.secret_names))
         if image is not None:
+            # A fork's image is its snapshot's, not one the resources name.
             resources.pop("image_id", None)
+            resources.pop("image_name", None)
         tags = {
             **_caller_tags(spec.tags, managed),
             **managed,
