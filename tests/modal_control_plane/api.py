@@ -15,9 +15,16 @@ from grpclib import GRPCError, Status
 from modal_proto import api_grpc, api_pb2
 
 from .objects import ObjectsServicer, request_of
-from .sandboxes import SandboxRecord, v1_id, v1_task_id, v2_sandbox_id, v2_task_id
+from .sandboxes import (
+    SandboxRecord,
+    copy_filesystem,
+    v1_id,
+    v1_task_id,
+    v2_sandbox_id,
+    v2_task_id,
+)
 from .servicing import serviced
-from .state import State
+from .state import ImageRecord, State
 
 # How many sandboxes one page of SandboxList carries.
 LIST_PAGE_SIZE = 50
@@ -84,7 +91,7 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
             )
         image = self.state.image(definition.image_id) if definition.image_id else None
         if definition.image_id and image is None:
-            raise GRPCError(Status.NOT_FOUND, f"Image {definition.image_id} not found")
+            raise self.state.image_missing(definition.image_id)
         sandbox_id = v2_sandbox_id() if version == 2 else v1_id("sb")
         record = SandboxRecord(
             sandbox_id=sandbox_id,
@@ -100,6 +107,7 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
             mapped_prefixes=self.state.mapped_prefixes,
             sandbox_token=secrets.token_hex(16) if version == 2 else "",
             bwrap=self.state.bwrap,
+            on_exit=self._take_exit_snapshot,
         )
         record.prepare(image.snapshot if image else None)
         self.state.sandboxes[sandbox_id] = record
@@ -130,6 +138,78 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
             )
         )
 
+    # -- exit snapshots -----------------------------------------------------------------------
+
+    def _take_exit_snapshot(self, record: SandboxRecord) -> None:
+        """The sandbox's files as they were when it ended, as an image (Modal's exit snapshot:
+        kept by Modal, no TTL of the caller's)."""
+        image_id = "im-" + secrets.token_hex(11)
+        target = self.state.root / "images" / image_id
+        try:
+            copy_filesystem(record.directory, target)
+        except OSError as exc:
+            record.exit_error = f"the filesystem could not be read: {exc}"
+            return
+        self.state.images[image_id] = ImageRecord(image_id, snapshot=target)
+        record.exit_image_id = image_id
+
+    async def _exit_snapshot(self, stream: Any, auth_token: bool) -> None:
+        request = await _request(self.state, stream, auth_token=auth_token)
+        record = self.state.sandbox(request.sandbox_id)
+        if not record.exit_snapshot_enabled:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT, "exit snapshot is not enabled for this Sandbox"
+            )
+        if request.timeout > 0 and record.running:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(record.finished.wait(), request.timeout)
+        response = api_pb2.SandboxGetExitSnapshotResponse()
+        if record.running:
+            response.pending.SetInParent()
+        elif record.exit_image_id is not None:
+            response.success.image_id = record.exit_image_id
+        else:
+            response.error.error_code = (
+                api_pb2.SandboxGetExitSnapshotResponse.ERROR_CODE_FILESYSTEM_INCONSISTENT
+            )
+            response.error.message = record.exit_error or "no exit snapshot was taken"
+        await stream.send_message(response)
+
+    async def SandboxGetExitSnapshotV2(self, stream: Any) -> None:
+        await self._exit_snapshot(stream, auth_token=True)
+
+    async def SandboxGetExitSnapshot(self, stream: Any) -> None:
+        await self._exit_snapshot(stream, auth_token=False)
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    async def AppFetchLogs(self, stream: Any) -> None:
+        """The entrypoint's output of one sandbox (by task or sandbox id), one item per line,
+        the last `limit` of them: what `sandbox.logs.tail()` reads after the sandbox ended."""
+        request = await _request(self.state, stream)
+        response = api_pb2.AppFetchLogsResponse()
+        for record in self.state.sandboxes.values():
+            if request.task_id not in ("", record.task_id) or request.sandbox_id not in (
+                "",
+                record.sandbox_id,
+            ):
+                continue
+            if record.entrypoint is None:
+                continue
+            stderr = request.source == api_pb2.FILE_DESCRIPTOR_STDERR
+            buffer = record.entrypoint.stderr if stderr else record.entrypoint.stdout
+            lines = bytes(buffer.data).decode(errors="replace").splitlines(keepends=True)
+            if request.limit:
+                lines = lines[-request.limit :]
+            batch = response.batches.add(task_id=record.task_id, sandbox_id=record.sandbox_id)
+            for line in lines:
+                batch.items.add(
+                    data=line,
+                    file_descriptor=request.source or api_pb2.FILE_DESCRIPTOR_STDOUT,
+                    timestamp=record.finished_at or record.created_at,
+                )
+        await stream.send_message(response)
+
     # -- task and router access ---------------------------------------------------------------
 
     def _router_access(self, record: SandboxRecord) -> api_pb2.CommandRouterAccess:
@@ -140,10 +220,9 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
     async def _task_id(self, stream: Any, auth_token: bool) -> None:
         request = await _request(self.state, stream, auth_token=auth_token)
         record = self.state.sandbox(request.sandbox_id)
-        response = api_pb2.SandboxGetTaskIdResponse()
-        if record.running:
-            response.task_id = record.task_id
-        else:
+        # An ended sandbox still names its task (its logs are found by it), with its result.
+        response = api_pb2.SandboxGetTaskIdResponse(task_id=record.task_id)
+        if not record.running:
             assert record.result is not None
             response.task_result.CopyFrom(record.result)
         await stream.send_message(response)
@@ -260,6 +339,7 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
             )
             info.task_info.id = record.task_id
             info.task_info.sandbox_id = record.sandbox_id
+            info.task_info.finished_at = record.finished_at
             if record.result is not None:
                 info.task_info.result.CopyFrom(record.result)
             info.metadata.CopyFrom(_handle_metadata(record))

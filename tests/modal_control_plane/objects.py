@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import shutil
 from typing import Any
 
+from google.protobuf import empty_pb2
 from grpclib import GRPCError, Status
 from modal_proto import api_pb2
 
@@ -68,8 +70,18 @@ class ObjectsServicer:
     async def ImageFromId(self, stream: Any) -> None:
         request = await request_of(self.state, stream)
         if self.state.image(request.image_id) is None:
-            raise GRPCError(Status.NOT_FOUND, f"Image {request.image_id} not found")
+            raise self.state.image_missing(request.image_id)
         await stream.send_message(api_pb2.ImageFromIdResponse(image_id=request.image_id))
+
+    async def ImageDelete(self, stream: Any) -> None:
+        """`modal.experimental.image_delete`: the image can no longer be used."""
+        request = await request_of(self.state, stream)
+        record = self.state.images.pop(request.image_id, None)
+        if record is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image {request.image_id} not found")
+        if record.snapshot is not None:
+            shutil.rmtree(record.snapshot, ignore_errors=True)
+        await stream.send_message(empty_pb2.Empty())
 
     async def ImageGetByTag(self, stream: Any) -> None:
         request = await request_of(self.state, stream)

@@ -5,11 +5,12 @@ the control plane handed out for that task. Every other call fails loudly as UNI
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from typing import Any
 
 from grpclib import GRPCError, Status
-from modal_proto import task_command_router_grpc
+from modal_proto import api_pb2, task_command_router_grpc
 from modal_proto import task_command_router_pb2 as sr_pb2
 
 from . import tokens
@@ -17,6 +18,8 @@ from .processes import LocalProcess
 from .sandboxes import SandboxRecord, copy_filesystem
 from .servicing import serviced
 from .state import ImageRecord, State
+
+_TERMINATED = api_pb2.GenericResult.GENERIC_STATUS_TERMINATED
 
 _STDERR_FDS = (
     sr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDERR,
@@ -144,9 +147,22 @@ class TaskCommandRouterServicer(task_command_router_grpc.TaskCommandRouterBase):
     # -- snapshots ---------------------------------------------------------------------------
 
     async def TaskSnapshotFilesystem(self, stream: Any) -> None:
+        """A copy of the sandbox's files as an image with the TTL the request carries (-1: kept
+        until deleted). The faults in `State.snapshot_faults` make it slow (a caller's deadline
+        passes first) or end the sandbox meanwhile (FAILED_PRECONDITION, nothing made)."""
         request, record = await self._task(stream)
         if not record.running:
             raise GRPCError(Status.FAILED_PRECONDITION, f"task {request.task_id} has finished")
+        faults = self.state.snapshot_faults
+        if faults.end_sandbox:
+            record.finish(api_pb2.GenericResult(status=_TERMINATED, exception="ended"))
+        if faults.delay:
+            await asyncio.sleep(faults.delay)
+        if not record.running:
+            raise GRPCError(
+                Status.FAILED_PRECONDITION,
+                f"task {request.task_id} finished while its filesystem was snapshotted",
+            )
         image_id = "im-" + request.snapshot_id.replace("-", "")[:22]
         target = self.state.root / "images" / image_id
         if image_id not in self.state.images:
@@ -161,6 +177,6 @@ class TaskCommandRouterServicer(task_command_router_grpc.TaskCommandRouterBase):
                     process.signal_group(signal.SIGCONT)
             ttl = request.ttl_seconds if request.HasField("ttl_seconds") else None
             self.state.images[image_id] = ImageRecord(
-                image_id, snapshot=target, ttl_seconds=None if ttl == -1 else ttl
+                image_id, snapshot=target, ttl_seconds=None if ttl == -1 else ttl, wire_ttl=ttl
             )
         await stream.send_message(sr_pb2.TaskSnapshotFilesystemResponse(image_id=image_id))

@@ -20,7 +20,7 @@ import signal
 import string
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +94,13 @@ class SandboxRecord:
     last_activity: float = field(default_factory=time.monotonic)
     # The last V1 stdin write applied (`SandboxStdinWrite` numbers them from 1).
     stdin_index: int = 0
+    finished_at: float = 0.0
+    # Called once the sandbox has ended and its processes are killed, to take its exit
+    # snapshot (when the sandbox was created with it enabled).
+    on_exit: Callable[[SandboxRecord], None] | None = None
+    # The exit snapshot's image id, or why there is none; both None while none was asked for.
+    exit_image_id: str | None = None
+    exit_error: str | None = None
     _watchers: list[asyncio.Task[None]] = field(default_factory=list)
 
     # -- container paths ---------------------------------------------------------------------
@@ -156,6 +163,13 @@ class SandboxRecord:
     def running(self) -> bool:
         return self.result is None
 
+    @property
+    def exit_snapshot_enabled(self) -> bool:
+        # The SDK sends `experimental_options` as strings in `experimental_options_v2`.
+        options = {**dict(self.definition.experimental_options)}
+        options.update(dict(self.definition.experimental_options_v2))
+        return str(options.get("enable_exit_snapshot", "")).lower() in ("true", "1")
+
     def prepare(self, snapshot: Path | None) -> None:
         for prefix in self.mapped_prefixes:
             (self.directory / prefix.lstrip("/")).mkdir(parents=True, exist_ok=True)
@@ -199,7 +213,7 @@ class SandboxRecord:
             if remaining <= 0:
                 self.finish(
                     api_pb2.GenericResult(
-                        status=api_pb2.GenericResult.GENERIC_STATUS_TERMINATED,
+                        status=api_pb2.GenericResult.GENERIC_STATUS_IDLE_TIMEOUT,
                         exception="idle timeout",
                     )
                 )
@@ -209,11 +223,16 @@ class SandboxRecord:
     def touch(self) -> None:
         self.last_activity = time.monotonic()
 
-    def finish(self, result: api_pb2.GenericResult) -> None:
-        """Record the sandbox's result (the first one wins) and kill everything it runs."""
-        if self.result is None:
+    def finish(self, result: api_pb2.GenericResult, *, exit_snapshot: bool = True) -> None:
+        """Record the sandbox's result (the first one wins) and kill everything it runs; the
+        first end takes the exit snapshot where it is enabled (not at the plane's shutdown)."""
+        first = self.result is None
+        if first:
             self.result = result
+            self.finished_at = time.time()
         self.kill_all()
+        if first and exit_snapshot and self.on_exit is not None and self.exit_snapshot_enabled:
+            self.on_exit(self)
         self.finished.set()
         current = asyncio.current_task()
         for task in self._watchers:

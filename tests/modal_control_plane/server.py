@@ -22,7 +22,7 @@ from .api import ModalClientServicer
 from .isolation import usable_bwrap
 from .router import TaskCommandRouterServicer
 from .sandboxes import SandboxRecord
-from .state import ImageRecord, State
+from .state import ImageRecord, SnapshotFaults, State
 
 T = TypeVar("T")
 
@@ -101,7 +101,8 @@ class ControlPlane:
     async def _shutdown(self) -> None:
         for record in list(self.state.sandboxes.values()):
             record.finish(
-                api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_TERMINATED)
+                api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_TERMINATED),
+                exit_snapshot=False,
             )
         await asyncio.gather(
             *(p.close() for r in self.state.sandboxes.values() for p in r.all_processes()),
@@ -187,3 +188,42 @@ class ControlPlane:
             return image_id
 
         return self.call(publish)
+
+    # -- what happens to sandboxes and images at Modal ----------------------------------------
+
+    def expire_snapshots(self) -> list[str]:
+        """Every filesystem snapshot image taken so far (exit snapshots too) expires at once, as
+        its TTL passing would at Modal: opening one, or creating a sandbox from it, fails
+        NOT_FOUND. Returns their ids."""
+
+        def expire() -> list[str]:
+            expired = []
+            for record in self.state.images.values():
+                if record.snapshot is not None:
+                    record.expired = True
+                    expired.append(record.image_id)
+            return expired
+
+        return self.call(expire)
+
+    def snapshot_faults(self, *, delay: float = 0.0, end_sandbox: bool = False) -> None:
+        """How the next filesystem snapshots go wrong (see `SnapshotFaults`); no arguments:
+        they go right again."""
+        faults = SnapshotFaults(delay=delay, end_sandbox=end_sandbox)
+        self.call(lambda: setattr(self.state, "snapshot_faults", faults))
+
+    def end_sandbox(
+        self,
+        sandbox_id: str,
+        status: api_pb2.GenericResult.GenericStatus.ValueType,
+        *,
+        exception: str = "",
+    ) -> None:
+        """The sandbox ends as Modal would end it (`GenericResult.GENERIC_STATUS_…`: an OOM
+        kill, a terminate from the dashboard), exit snapshot and all."""
+        result = api_pb2.GenericResult(status=status, exception=exception)
+        self.call(lambda: self.state.sandbox(sandbox_id).finish(result))
+
+    def image(self, image_id: str) -> ImageRecord | None:
+        """The image as the control plane keeps it (expired ones too), None when deleted."""
+        return self.call(lambda: self.state.images.get(image_id))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,28 @@ class ImageRecord:
     image_id: str
     # A filesystem snapshot's files, copied into new sandboxes made from it; None for built images.
     snapshot: Path | None = None
-    ttl_seconds: int | None = None
+    ttl_seconds: int | None = None  # None: kept until deleted
     dockerfile_commands: list[str] = field(default_factory=list)
+    # The TTL exactly as the request carried it (-1 is the SDK's "no expiry" sentinel).
+    wire_ttl: int | None = None
+    created_at: float = field(default_factory=time.time)
+    # Expired at Modal (`ControlPlane.expire_snapshots`, or its TTL passed): it cannot be opened.
+    expired: bool = False
+
+    def gone(self) -> bool:
+        if self.expired:
+            return True
+        return self.ttl_seconds is not None and time.time() >= self.created_at + self.ttl_seconds
+
+
+@dataclass
+class SnapshotFaults:
+    """What goes wrong with the next filesystem snapshots, as it can on Modal."""
+
+    # Seconds each snapshot takes before it answers (beyond the caller's deadline: an overrun).
+    delay: float = 0.0
+    # The sandbox ends while its snapshot is being taken (a lifetime or OOM at that moment).
+    end_sandbox: bool = False
 
 
 @dataclass
@@ -53,6 +74,7 @@ class State:
     # Uploaded file contents by sha256, and mounts as {path: sha256}.
     files: dict[str, bytes] = field(default_factory=dict)
     mounts: dict[str, dict[str, str]] = field(default_factory=dict)
+    snapshot_faults: SnapshotFaults = field(default_factory=SnapshotFaults)
 
     # -- credentials -------------------------------------------------------------------------
 
@@ -117,9 +139,17 @@ class State:
         return image_id
 
     def image(self, image_id: str) -> ImageRecord | None:
+        """A usable image; an expired or deleted snapshot image is as missing as at Modal."""
         if image_id not in self.images and image_id in BUILT_IMAGES:
             self.images[image_id] = ImageRecord(image_id)
-        return self.images.get(image_id)
+        record = self.images.get(image_id)
+        return None if record is None or record.gone() else record
+
+    def image_missing(self, image_id: str) -> GRPCError:
+        record = self.images.get(image_id)
+        if record is not None and record.gone():
+            return GRPCError(Status.NOT_FOUND, f"Image {image_id} has expired")
+        return GRPCError(Status.NOT_FOUND, f"Image {image_id} not found")
 
     def new_secret(self, env: dict[str, str]) -> str:
         secret_id = "st-" + secrets.token_hex(11)

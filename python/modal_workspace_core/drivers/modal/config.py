@@ -69,6 +69,9 @@ class ModalSettings:
     # Outside /workspace, so file listings and `git status` never show them.
     agent_state_dir: str = "/run/mwc/state"
     agent_socket: str = "/run/mwc/agent.sock"
+    # How long a filesystem snapshot may take before it is given up (the SDK's default, 55 s,
+    # is too short for a large workspace; a snapshot that overruns records nothing).
+    snapshot_timeout_seconds: int = 900
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ModalSettings:

@@ -1,0 +1,98 @@
+"""Starting a workspace's sandbox: the one `Sandbox.create` that create, resume and fork share,
+and the launch configuration the agent's daemon reads from its stdin."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import modal
+
+from ...policy import WORKSPACE_ROOT
+from .channel_key import launch_config
+from .config import ModalSettings, SandboxOptions, redacted_env
+from .exits import EXIT_SNAPSHOT_OPTIONS
+
+__all__ = ["Launch", "start_sandbox"]
+
+# A fork's files are its parent's, but its exec history starts empty: the agent's state dir in
+# the snapshot holds the parent's exec records and logs, so it is removed before the daemon
+# starts (the daemon makes a new one). A resume keeps it: that history is the workspace's own.
+_FRESH_STATE = 'rm -rf -- "$0" && exec "$@"'
+
+
+@dataclass
+class Launch:
+    """What one sandbox of a workspace starts with, every value already checked."""
+
+    workspace_id: str
+    options: SandboxOptions
+    image: modal.Image
+    tags: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    secret_names: Sequence[str] = ()
+    secret_keys: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    secret_env: dict[str, str] = field(default_factory=dict)
+    block_network: bool = False
+    fresh_state: bool = False
+
+
+async def start_sandbox(
+    app: modal.App, settings: ModalSettings, launch: Launch, channel_key: str
+) -> modal.Sandbox:
+    """Creates the sandbox (exit snapshot enabled) with the agent's daemon as its entrypoint and
+    hands the daemon its channel key."""
+    options = launch.options
+    names = list(dict.fromkeys([*options.secret_names, *launch.secret_names]))
+    keys = {**settings.secret_keys, **launch.secret_keys}
+    # The variables whose values the agent redacts from every exec: names, never values.
+    argv: tuple[str, ...] = settings.daemon_argv(redacted_env(names, keys, launch.secret_env))
+    if launch.fresh_state:
+        argv = ("sh", "-c", _FRESH_STATE, settings.agent_state_dir, *argv)
+    # With `required_keys`, Modal refuses a secret that lacks a listed variable, so a variable
+    # the agent is told to redact is one the sandbox really has.
+    secrets = [
+        modal.Secret.from_name(name, required_keys=list(keys.get(name, ()))) for name in names
+    ]
+    if launch.secret_env:
+        # Values travel inside the create request, never in argv.
+        secrets.append(modal.Secret.from_dict(dict(launch.secret_env)))
+    sandbox = await modal.Sandbox.create.aio(
+        *argv,
+        app=app,
+        name=launch.workspace_id,
+        tags=launch.tags,
+        image=launch.image,
+        env=dict[str, str | None](launch.env) or None,
+        secrets=secrets,
+        volumes={p: modal.Volume.from_name(n) for p, n in options.volumes.items()},
+        workdir=WORKSPACE_ROOT,
+        timeout=options.timeout,
+        idle_timeout=options.idle_timeout,
+        gpu=options.gpu,
+        cloud=options.cloud,
+        region=options.region,
+        cpu=options.cpu,
+        memory=options.memory,
+        block_network=launch.block_network,
+        outbound_cidr_allowlist=options.outbound_cidr_allowlist,
+        outbound_domain_allowlist=options.outbound_domain_allowlist,
+        inbound_cidr_allowlist=options.inbound_cidr_allowlist,
+        experimental_options=dict(EXIT_SNAPSHOT_OPTIONS),
+    )
+    await _send_launch_config(sandbox, channel_key)
+    return sandbox
+
+
+async def _send_launch_config(sandbox: modal.Sandbox, key: str) -> None:
+    """The daemon's launch configuration on its stdin, then end of input; a sandbox whose
+    agent did not get it cannot be reached, so it is ended rather than left running."""
+    try:
+        sandbox.stdin.write(launch_config(key))
+        sandbox.stdin.write_eof()
+        await sandbox.stdin.drain.aio()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await sandbox.terminate.aio()
+        raise
