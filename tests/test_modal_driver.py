@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
-from modal_workspace_core.drivers.base import WorkspaceSpec
+from modal_workspace_core.drivers.base import Lineage, SnapshotSpec, WorkspaceSpec
 from modal_workspace_core.drivers.modal.channel import ExecChannel
 from modal_workspace_core.drivers.modal.driver import MANAGED_BY, ModalDriver, ModalSettings
 from modal_workspace_core.errors import (
@@ -319,14 +319,21 @@ async def test_destroy_terminates_and_the_workspace_reads_as_terminated(
     workspace_id = new_id("ws")
     await driver.create(workspace_id, WorkspaceSpec())
 
-    await driver.destroy(workspace_id)
+    # Kept (its snapshots resumable): it reads as terminated.
+    await driver.destroy(workspace_id, keep_snapshots=True)
 
     assert (await driver.get(workspace_id)).state == "terminated"
     with pytest.raises(NotFoundError):
-        await driver.destroy(workspace_id)
-    with pytest.raises(NotFoundError):
         await driver.open_channel(workspace_id)
     assert not modal_control_plane.sandboxes()[0].running
+    # Not kept: it reads as never made.
+    purged = new_id("ws")
+    await driver.create(purged, WorkspaceSpec())
+    await driver.destroy(purged)
+    with pytest.raises(NotFoundError):
+        await driver.get(purged)
+    with pytest.raises(NotFoundError):
+        await driver.destroy(purged)
 
 
 async def test_list_returns_this_gateways_running_workspaces(
@@ -364,12 +371,15 @@ async def test_snapshot_is_an_image_a_new_workspace_starts_from(
     sandbox = modal_control_plane.sandboxes()[0]
     (sandbox.directory / "workspace" / "notes.txt").write_text("kept")
 
-    image_id = await driver.snapshot(source, ttl_seconds=3600)
+    snapshot = await driver.snapshot(
+        source, SnapshotSpec(snapshot_id=new_id("sn"), ttl_seconds=3600)
+    )
+    assert snapshot.expires_at is not None
     copy = new_id("ws")
-    record = await driver.create(copy, WorkspaceSpec(resources={"image_id": image_id}))
+    lineage = Lineage(parent_workspace_id=source, snapshot_id=snapshot.snapshot_id, forked_at="x")
+    record = await driver.fork(snapshot, copy, WorkspaceSpec(), lineage)
 
-    assert image_id.startswith("im-")
-    assert record.resources["image_id"] == image_id
+    assert record.lineage == lineage
     restored = next(s for s in modal_control_plane.sandboxes() if s.name == copy)
     assert (restored.directory / "workspace" / "notes.txt").read_text() == "kept"
 
@@ -428,12 +438,15 @@ async def test_an_idle_channel_closes_itself_so_the_sandbox_can_idle_out(
     assert received.ends == [None]
     assert received.data == b""
 
-    # With no exec left running, the sandbox's own idle timeout ends it.
-    async def terminated() -> None:
-        while (await driver.get(workspace_id)).state != "terminated":
+    # With no exec left running, the sandbox's own idle timeout ends it: suspended, its exit
+    # snapshot recorded.
+    async def suspended() -> None:
+        while (await driver.get(workspace_id)).state != "suspended":
             await asyncio.sleep(0.2)
 
-    await asyncio.wait_for(terminated(), 30)
+    await asyncio.wait_for(suspended(), 30)
+    suspension = (await driver.get(workspace_id)).suspension
+    assert suspension is not None and suspension.reason == "idle"
     await driver.close()
 
 
