@@ -49,6 +49,7 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "github_repo",
         "idempotency_key",
         "snapshot_label",
+        "volume_mount",
         "github_base",
         "name_allowlist",
         "new_id",

@@ -39,6 +39,7 @@ __all__ = [
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
+    "volume_mount",
     "workspace_path",
 ]
 
@@ -175,6 +176,11 @@ def idempotency_key(text: str) -> str:
 def snapshot_label(text: str) -> str:
     """Check a snapshot's label (at most 64 printable characters, spaces allowed) and return it
     unchanged. Raises `PolicyError` (rules `snapshot-label.*`)."""
+
+def volume_mount(text: str) -> str:
+    """Check where a volume may be mounted (absolute, no `..`, not at, under or above what a
+    sandbox is built from, nor over the workspace, its home or /tmp) and return it canonical.
+    Raises `PolicyError` (rules `mount.*` and `path.*`)."""
 
 # --- allowlist settings ---------------------------------------------------------------------
 

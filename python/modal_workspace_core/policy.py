@@ -28,6 +28,7 @@ from ._core import (
     secret_allowlist,
     snapshot_label,
     stored_tag,
+    volume_mount,
     workspace_path,
 )
 
@@ -55,5 +56,6 @@ __all__ = [
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
+    "volume_mount",
     "workspace_path",
 ]

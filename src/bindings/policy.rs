@@ -164,6 +164,12 @@ fn snapshot_label(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::snapshot_label(self::text(text)?).map_err(policy_error)
 }
 
+/// Checks where a volume may be mounted and returns the path in canonical form.
+#[pyfunction]
+fn volume_mount(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::volume_mount(self::text(text)?).map_err(policy_error)
+}
+
 /// Parses the secret allowlist setting into `{name: (VAR, ...)}`, in the setting's order.
 #[pyfunction]
 fn secret_allowlist<'py>(
@@ -198,6 +204,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stored_tag, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot_label, m)?)?;
+    m.add_function(wrap_pyfunction!(volume_mount, m)?)?;
     m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
     m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;
     // The managed tag names have this one home; Python reads them from here.
