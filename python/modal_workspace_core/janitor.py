@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .drivers.base import LifecycleNote, SnapshotKind, WorkspaceRecord, utc_now
+from .drivers.base import LifecycleNote, SnapshotKind, SuspendReason, WorkspaceRecord, utc_now
 from .errors import WorkspaceError
 
 if TYPE_CHECKING:
@@ -126,13 +126,13 @@ class Janitor:
 
         return (await take_snapshot(self.svc, ws, kind, label=f"{kind} (lifecycle)")).snapshot_id
 
-    async def _suspend(self, ws: str, reason: str, kind: SnapshotKind, why: str) -> None:
+    async def _suspend(self, ws: str, reason: SuspendReason, kind: SnapshotKind, why: str) -> None:
         fresh = await self.svc.driver.get(ws)
         if fresh.state not in ("running", "stopped"):
             return  # another gateway (or the provider) got there first
         snapshot = await self._snapshot(ws, kind)
         await self.svc.drop_agent(ws)
-        await self.svc.driver.suspend(ws, reason, snapshot)  # type: ignore[arg-type]
+        await self.svc.driver.suspend(ws, reason, snapshot)
         await self._act(ws, "suspended", f"{why}; its files are in snapshot {snapshot}")
 
     async def _expire_snapshots(self, ws: str, now: datetime) -> None:

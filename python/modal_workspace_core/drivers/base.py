@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
+    "LIFECYCLE_SNAPSHOTS_KEPT",
     "MAX_LIFECYCLE_NOTES",
+    "MAX_SNAPSHOTS",
     "Driver",
     "ExecSecret",
     "GatewaySecrets",
@@ -54,6 +56,13 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# The most snapshots a workspace keeps that were asked for (`workspace_snapshot`, a fork's),
+# and the most the lifecycle keeps of its own (exit, idle, safety: the oldest go first), so
+# that a workspace's snapshots, and their list, stay bounded on every driver.
+MAX_SNAPSHOTS = 16
+LIFECYCLE_SNAPSHOTS_KEPT = 4
+
+
 class SnapshotSpec(BaseModel):
     """What to snapshot: every value has passed the service's checks."""
 
@@ -62,6 +71,13 @@ class SnapshotSpec(BaseModel):
     label: str = ""
     ttl_seconds: int | None = None  # None: kept until deleted
     repos: dict[str, str] = {}  # each recorded repository's path -> its git HEAD now
+
+    def expires_at(self, created: datetime) -> str | None:
+        """When a snapshot taken at `created` expires (seconds, `Z`); None: never."""
+        if self.ttl_seconds is None:
+            return None
+        expires = created + timedelta(seconds=self.ttl_seconds)
+        return expires.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class SnapshotRecord(BaseModel):

@@ -3,12 +3,20 @@ pick the one to start from, resume from it."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import TYPE_CHECKING
 
 from .. import policy
-from ..drivers.base import SnapshotKind, SnapshotRecord, SnapshotSpec, WorkspaceRecord
-from ..errors import ConflictError, NotFoundError
+from ..drivers.base import (
+    LIFECYCLE_SNAPSHOTS_KEPT,
+    MAX_SNAPSHOTS,
+    SnapshotKind,
+    SnapshotRecord,
+    SnapshotSpec,
+    WorkspaceRecord,
+)
+from ..errors import ConflictError, LimitError, NotFoundError
 from ..git import commands as gitcmd
 from ..service import PROGRESS
 from .execs import run_to_end
@@ -67,6 +75,15 @@ async def take_snapshot(
             f"{record.suspension.snapshot_id if record.suspension else 'none'}; resume it first",
             field="workspace_id",
         )
+    held = await svc.driver.list_snapshots(workspace_id)
+    if kind == "manual" and len([s for s in held if s.kind == "manual"]) >= MAX_SNAPSHOTS:
+        raise LimitError(
+            "limit",
+            f"workspace {workspace_id} has {MAX_SNAPSHOTS} snapshots, the most it may keep: "
+            "delete one (workspace_snapshot_delete) first",
+            "snapshot_id",
+            status=429,
+        )
     spec = SnapshotSpec(
         snapshot_id=policy.new_id("sn"),
         kind=kind,
@@ -88,7 +105,22 @@ async def take_snapshot(
     if report is not None:
         size = taken.size_bytes or 0
         await report(float(size), f"snapshot: {spec.snapshot_id} done ({size} bytes)")
+    if kind != "manual":
+        await _prune_lifecycle_snapshots(svc, workspace_id, [*held, taken])
     return taken
+
+
+async def _prune_lifecycle_snapshots(
+    svc: Service, workspace_id: str, held: list[SnapshotRecord]
+) -> None:
+    """Keeps the newest `LIFECYCLE_SNAPSHOTS_KEPT` of the lifecycle's own snapshots (an idle
+    workspace is suspended again and again): older ones go, never one that was asked for."""
+    own = sorted(
+        (s for s in held if s.kind != "manual"), key=lambda s: (s.created_at, s.snapshot_id)
+    )
+    for old in own[:-LIFECYCLE_SNAPSHOTS_KEPT]:
+        with contextlib.suppress(NotFoundError):
+            await svc.driver.delete_snapshot(workspace_id, old.snapshot_id)
 
 
 async def usable_snapshot(

@@ -19,7 +19,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ...errors import ConflictError, NotFoundError, UpstreamError
@@ -91,14 +91,7 @@ class SnapshotStore:
 
                 _copy_tree(path, building / name, report)
                 copied += _size(building / name)
-            created = datetime.now(UTC)
-            expires = (
-                None
-                if spec.ttl_seconds is None
-                else (created + timedelta(seconds=spec.ttl_seconds))
-                .isoformat(timespec="seconds")
-                .replace("+00:00", "Z")
-            )
+            expires = spec.expires_at(datetime.now(UTC))
             record = SnapshotRecord(
                 snapshot_id=spec.snapshot_id,
                 workspace_id=workspace_id,

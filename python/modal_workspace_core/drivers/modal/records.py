@@ -21,13 +21,15 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from ...errors import InvalidArgumentError, LimitError
 from ...policy import WORKSPACE_TAGS
 from ..base import (
+    LIFECYCLE_SNAPSHOTS_KEPT,
     MAX_LIFECYCLE_NOTES,
+    MAX_SNAPSHOTS,
     LifecycleNote,
     Lineage,
     SnapshotRecord,
@@ -58,10 +60,9 @@ TAG_SUSPENSION = "mwc-suspension"
 TAG_LINEAGE = "mwc-lineage"
 TAG_NOTES = "mwc-notes"
 
-# Snapshots a caller (or the service's lifecycle) may take of one workspace.
-MAX_SNAPSHOTS = 16
-# Further places kept for the exit snapshots the driver records when it sees a sandbox ended.
-EXIT_RESERVE = 4
+# Snapshots are bounded as on every driver (`MAX_SNAPSHOTS`); beyond them, places kept for the
+# exit snapshots the driver records when it sees a sandbox ended.
+EXIT_RESERVE = LIFECYCLE_SNAPSHOTS_KEPT
 # The longest value of one record tag, in characters.
 MAX_RECORD_CHARS = 1024
 # A snapshot record keeps the workspace's tags whole when they fit in this; else only the
@@ -131,11 +132,7 @@ class StoredSnapshot:
         now: datetime | None = None,
     ) -> StoredSnapshot:
         created = now or datetime.now(UTC)
-        expires = (
-            None
-            if spec.ttl_seconds is None
-            else _stamp(created + timedelta(seconds=spec.ttl_seconds))
-        )
+        expires = spec.expires_at(created)
         record = SnapshotRecord(
             snapshot_id=spec.snapshot_id,
             workspace_id=workspace_id,
