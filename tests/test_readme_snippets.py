@@ -173,9 +173,11 @@ def test_the_readme_snapshots_section_runs_against_a_server_as_printed(tmp_path:
         resumed = json.loads(lines[2])
         assert resumed == {"state": "running", "resumed_from": lineage["snapshot_id"]}
         assert lines[3] == "draft"  # and so has the workspace, back at it
-        ended = json.loads(lines[4])
+        # The snapshot that answered "taking": its stream ended with it.
+        assert json.loads(lines[4]) == {"state": "finished", "snapshot": "ready"}
+        ended = json.loads(lines[5])
         assert ended["terminated"] and ended["snapshot_id"].startswith("sn-")
-        assert lines[5:] == ["running", "true", "true"]
+        assert lines[6:] == ["running", "true", "true"]
         headers = {"Authorization": f"Bearer {TOKEN}"}
         left = httpx2.get(f"{served.api}/workspaces", headers=headers, timeout=30).json()
         assert left["workspaces"] == [], "the section left a workspace behind"

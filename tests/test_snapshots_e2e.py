@@ -173,6 +173,72 @@ def test_a_deleted_or_expired_snapshot_is_refused_by_name_and_nothing_is_created
     assert {w["workspace_id"] for w in ok(api.get("/workspaces"))["workspaces"]} == before
 
 
+def test_a_snapshot_not_taken_in_time_answers_taking_and_its_stream_ends_with_it(
+    api: httpx2.Client,
+) -> None:
+    ws = ok(api.post("/workspaces", json={}))["workspace_id"]
+    sh(api, ws, "head -c 50000000 /dev/urandom > big.bin")
+    # wait_seconds=0: the call answers before the snapshot exists, as a Modal snapshot longer
+    # than GPT Actions' 45 s would.
+    taking = ok(api.post(f"/workspaces/{ws}/snapshots", json={"label": "big", "wait_seconds": 0}))
+    assert taking["state"] == "taking", taking
+    stream = taking["progress_stream_id"]
+    assert stream.startswith("tk-") and taking["label"] == "big"
+
+    events: list[dict[str, Any]] = []
+    cursor, deadline = 0, time.monotonic() + 120
+    while True:
+        page = ok(
+            api.get(
+                f"/workspaces/{ws}/streams/{stream}/events",
+                params={"cursor": cursor, "wait_seconds": 10},
+            )
+        )
+        events += page["events"]
+        cursor = page["next_cursor"]
+        if page["done"]:
+            break
+        assert time.monotonic() < deadline, events
+    assert page["state"] == "finished" and page["returncode"] == 0, page
+    assert events[0]["type"] == "status" and events[0]["state"] == "running"
+    assert events[0]["snapshot_id"] == taking["snapshot_id"]
+    progress = [e for e in events if e["type"] == "progress"]
+    done = [e["done"] for e in progress if "done" in e]
+    assert done and done == sorted(done), progress
+    exit_event = next(e for e in events if e["type"] == "exit")
+    result = exit_event["result"]
+    assert result["snapshot_id"] == taking["snapshot_id"] and result["state"] == "ready"
+    if result["size_bytes"] is not None:  # where the driver knows the size, progress ends at it
+        assert result["size_bytes"] >= 50_000_000 and done[-1] == result["size_bytes"]
+
+    listed = ok(api.get(f"/workspaces/{ws}/snapshots"))["snapshots"]
+    assert [s["snapshot_id"] for s in listed] == [taking["snapshot_id"]]
+    fork = ok(api.post(f"/workspaces/{ws}/fork", json={"snapshot_id": taking["snapshot_id"]}))
+    assert sh(api, fork["workspace_id"], "stat -c %s big.bin")["stdout"] == "50000000\n"
+
+
+def test_a_second_snapshot_while_one_is_taken_is_refused(
+    api: httpx2.Client, served: Served
+) -> None:
+    plane = served.backend.plane
+    if plane is None:
+        pytest.skip("needs a snapshot slow on purpose: the control plane's delay fault")
+    ws = ok(api.post("/workspaces", json={}))["workspace_id"]
+    plane.snapshot_faults(delay=3)
+    first = ok(api.post(f"/workspaces/{ws}/snapshots", json={"wait_seconds": 0}))
+    assert first["state"] == "taking"
+    second = api.post(f"/workspaces/{ws}/snapshots", json={})
+    assert second.status_code == 409, second.text
+    assert "being taken" in second.json()["error"]["message"]
+    plane.snapshot_faults()
+    # Once the first is taken, the next one is.
+    deadline = time.monotonic() + 60
+    while not ok(api.get(f"/workspaces/{ws}/snapshots"))["snapshots"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert ok(api.post(f"/workspaces/{ws}/snapshots", json={}))["state"] == "ready"
+
+
 def expire(served: Served, workspace_id: str, snapshot_id: str) -> None:
     """Time passes for one snapshot: its expiry moves into the past where its driver keeps it
     (the local data root's record; the control plane's snapshot image)."""

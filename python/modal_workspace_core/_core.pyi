@@ -61,7 +61,7 @@ class RingError(PolicyError):
 
 # --- policy -------------------------------------------------------------------------------------
 
-_IdKind = Literal["ws", "ex", "fw", "sn"]
+_IdKind = Literal["ws", "ex", "fw", "sn", "tk"]
 
 @final
 class GitHubRepo:
@@ -209,16 +209,17 @@ class StreamKind:
 
     EXEC: StreamKind
     WATCH: StreamKind
+    TASK: StreamKind
     @staticmethod
     def of(stream_id: str) -> StreamKind:
         """The kind of `stream_id`. Raises `PolicyError` (rule `stream.id`) unless it is an exec
-        id (`ex-…`) or a watch id (`fw-…`)."""
+        id (`ex-…`), a watch id (`fw-…`) or a task id (`tk-…`)."""
     @property
-    def value(self) -> Literal["exec", "watch"]: ...
+    def value(self) -> Literal["exec", "watch", "task"]: ...
     @property
     def has_log(self) -> bool:
-        """The agent keeps the stream's events on disk (an exec's log); a watch has only its
-        ring."""
+        """The agent keeps the stream's events on disk (an exec's log); a watch or a task has
+        only its ring."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 

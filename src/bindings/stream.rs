@@ -22,6 +22,8 @@ pub enum PyStreamKind {
     Exec,
     #[pyo3(name = "WATCH")]
     Watch,
+    #[pyo3(name = "TASK")]
+    Task,
 }
 
 impl PyStreamKind {
@@ -29,6 +31,7 @@ impl PyStreamKind {
         match self {
             Self::Exec => StreamKind::Exec,
             Self::Watch => StreamKind::Watch,
+            Self::Task => StreamKind::Task,
         }
     }
 }
@@ -38,6 +41,7 @@ impl From<StreamKind> for PyStreamKind {
         match kind {
             StreamKind::Exec => Self::Exec,
             StreamKind::Watch => Self::Watch,
+            StreamKind::Task => Self::Task,
         }
     }
 }
@@ -45,7 +49,7 @@ impl From<StreamKind> for PyStreamKind {
 #[pymethods]
 impl PyStreamKind {
     /// The kind of the stream `stream_id` names; `PolicyError` (rule `stream.id`) for anything
-    /// that is not an exec or a watch id.
+    /// that is not an exec, a watch or a task id.
     #[staticmethod]
     fn of(stream_id: &str) -> PyResult<Self> {
         StreamKind::of(stream_id)
@@ -53,13 +57,14 @@ impl PyStreamKind {
             .map_err(policy_error)
     }
 
-    /// `"exec"` or `"watch"`.
+    /// `"exec"`, `"watch"` or `"task"`.
     #[getter]
     fn value(&self) -> &'static str {
         self.kind().as_str()
     }
 
-    /// The agent keeps the stream's events on disk (an exec's log); a watch has only its ring.
+    /// The agent keeps the stream's events on disk (an exec's log); a watch or a task has only
+    /// its ring.
     #[getter]
     fn has_log(&self) -> bool {
         self.kind().has_log()

@@ -12,12 +12,15 @@ use crate::policy::{check_id, IdKind, PolicyError};
 pub enum StreamKind {
     Exec,
     Watch,
+    /// The progress of a long operation the gateway does (a snapshot), kept by the agent so
+    /// that any gateway can read it: `progress` events, then an `exit` with its result.
+    Task,
 }
 
 impl StreamKind {
-    pub const ALL: [StreamKind; 2] = [Self::Exec, Self::Watch];
+    pub const ALL: [StreamKind; 3] = [Self::Exec, Self::Watch, Self::Task];
 
-    /// The kind of the stream `id` names, checked by the id rules (`ex-…` or `fw-…`).
+    /// The kind of the stream `id` names, checked by the id rules (`ex-…`, `fw-…` or `tk-…`).
     pub fn of(id: &str) -> Result<Self, PolicyError> {
         for kind in Self::ALL {
             if check_id(kind.id_kind().prefix(), id).is_ok() {
@@ -26,8 +29,8 @@ impl StreamKind {
         }
         Err(PolicyError::new(
             "stream.id",
-            "a stream id is an exec id (ex-…) or a watch id (fw-…), each followed by 32 lowercase \
-             hex digits",
+            "a stream id is an exec id (ex-…), a watch id (fw-…) or a task id (tk-…), each \
+             followed by 32 lowercase hex digits",
             id,
         ))
     }
@@ -36,6 +39,7 @@ impl StreamKind {
         match self {
             Self::Exec => IdKind::Exec,
             Self::Watch => IdKind::Watch,
+            Self::Task => IdKind::Task,
         }
     }
 
@@ -43,28 +47,30 @@ impl StreamKind {
         match self {
             Self::Exec => "exec",
             Self::Watch => "watch",
+            Self::Task => "task",
         }
     }
 
     /// The agent keeps the stream's events on disk (an exec's log), so a reader further behind
-    /// than a cache can still read them there; a watch has only its ring.
+    /// than a cache can still read them there; a watch or a task has only its ring.
     pub fn has_log(self) -> bool {
         matches!(self, Self::Exec)
     }
 
     /// The state before any event says otherwise: an exec is `starting` until its `running`
-    /// status, a watch is `watching` from the start.
+    /// status, a watch is `watching` and a task `running` from the start.
     pub fn initial_state(self) -> StreamState {
         match self {
             Self::Exec => StreamState::Starting,
             Self::Watch => StreamState::Watching,
+            Self::Task => StreamState::Running,
         }
     }
 
     /// The state while the stream produces output or file events.
     pub fn live_state(self) -> StreamState {
         match self {
-            Self::Exec => StreamState::Running,
+            Self::Exec | Self::Task => StreamState::Running,
             Self::Watch => StreamState::Watching,
         }
     }
@@ -267,6 +273,10 @@ mod tests {
             StreamKind::of(&format!("fw-{hex}")).unwrap(),
             StreamKind::Watch
         );
+        assert_eq!(
+            StreamKind::of(&format!("tk-{hex}")).unwrap(),
+            StreamKind::Task
+        );
         for bad in [
             "ex-",
             "fw-xyz",
@@ -277,6 +287,7 @@ mod tests {
             assert_eq!(StreamKind::of(bad).unwrap_err().rule, "stream.id", "{bad}");
         }
         assert!(StreamKind::Exec.has_log() && !StreamKind::Watch.has_log());
+        assert!(!StreamKind::Task.has_log());
     }
 
     #[test]

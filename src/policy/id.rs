@@ -16,12 +16,20 @@ pub enum IdKind {
     Exec,
     Watch,
     Snapshot,
+    /// A long gateway operation's progress stream (a snapshot being taken).
+    Task,
 }
 
 impl IdKind {
-    pub const ALL: [IdKind; 4] = [Self::Workspace, Self::Exec, Self::Watch, Self::Snapshot];
+    pub const ALL: [IdKind; 5] = [
+        Self::Workspace,
+        Self::Exec,
+        Self::Watch,
+        Self::Snapshot,
+        Self::Task,
+    ];
 
-    /// Parses a kind's wire name (`ws`, `ex`, `fw`, `sn`).
+    /// Parses a kind's wire name (`ws`, `ex`, `fw`, `sn`, `tk`).
     pub fn parse(kind: &str) -> Result<Self, PolicyError> {
         Self::ALL
             .into_iter()
@@ -29,7 +37,8 @@ impl IdKind {
             .ok_or_else(|| {
                 PolicyError::new(
                     "id.kind",
-                    "unknown id kind; the kinds are ws (workspace), ex (exec), fw (watch) and sn (snapshot)",
+                    "unknown id kind; the kinds are ws (workspace), ex (exec), fw (watch), sn (snapshot) \
+                     and tk (task)",
                     kind,
                 )
             })
@@ -41,6 +50,7 @@ impl IdKind {
             Self::Exec => "ex",
             Self::Watch => "fw",
             Self::Snapshot => "sn",
+            Self::Task => "tk",
         }
     }
 
@@ -51,6 +61,7 @@ impl IdKind {
             Self::Exec => "an exec",
             Self::Watch => "a watch",
             Self::Snapshot => "a snapshot",
+            Self::Task => "a task",
         }
     }
 }
@@ -180,7 +191,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
 
         #[test]
-        fn check_id_never_panics_and_accepts_only_canonical_ids(kind in "ws|ex|fw|sn|[a-z]{0,3}", text in any::<String>()) {
+        fn check_id_never_panics_and_accepts_only_canonical_ids(kind in "ws|ex|fw|sn|tk|[a-z]{0,3}", text in any::<String>()) {
             if let Ok(out) = check_id(&kind, &text) {
                 prop_assert_eq!(&out, &text);
                 prop_assert_eq!(out.len(), 35);
@@ -189,7 +200,7 @@ mod tests {
         }
 
         #[test]
-        fn check_id_accepts_any_32_lowercase_hex_digits(kind in "ws|ex|fw|sn", digits in "[0-9a-f]{32}") {
+        fn check_id_accepts_any_32_lowercase_hex_digits(kind in "ws|ex|fw|sn|tk", digits in "[0-9a-f]{32}") {
             let id = format!("{kind}-{digits}");
             prop_assert_eq!(check_id(&kind, &id), Ok(id.clone()));
         }

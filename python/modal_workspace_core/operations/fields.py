@@ -84,7 +84,10 @@ def _stream_id(text: str) -> str:
 StreamId = Annotated[
     str,
     AfterValidator(_stream_id),
-    Field(description="A stream's id: an exec's ('ex-…') or a file watch's ('fw-…')."),
+    Field(
+        description="A stream's id: an exec's ('ex-…'), a file watch's ('fw-…') or a task's "
+        "('tk-…', a long operation's progress)."
+    ),
 ]
 WorkspacePath = Annotated[
     str,

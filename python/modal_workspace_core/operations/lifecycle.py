@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import policy
@@ -18,13 +19,16 @@ from ..drivers.base import (
 )
 from ..errors import ConflictError, LimitError, NotFoundError
 from ..git import commands as gitcmd
-from ..service import PROGRESS
 from .execs import run_to_end
+from .task_stream import TaskStream
 
 if TYPE_CHECKING:
     from ..service import Service
 
 __all__ = [
+    "SnapshotPlan",
+    "make_snapshot",
+    "plan_snapshot",
     "repo_heads",
     "resume_suspended",
     "resume_workspace",
@@ -58,16 +62,24 @@ async def repo_heads(svc: Service, record: WorkspaceRecord) -> dict[str, str]:
     return {dest: head}
 
 
-async def take_snapshot(
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """A snapshot about to be taken: what it will be, and what the workspace held before."""
+
+    spec: SnapshotSpec
+    held: list[SnapshotRecord]
+
+
+async def plan_snapshot(
     svc: Service,
     workspace_id: str,
     kind: SnapshotKind,
     *,
     label: str = "",
     ttl_seconds: int | None = None,
-) -> SnapshotRecord:
-    """A snapshot of a running workspace, with its repositories' HEADs; reports the bytes
-    copied so far where the caller listens for progress."""
+) -> SnapshotPlan:
+    """The checks before a snapshot of a running workspace (suspended: refused; the limit of
+    those asked for), its id, and its repositories' HEADs as they are now."""
     record = await svc.record(workspace_id)
     if record.state == "suspended":
         raise ConflictError(
@@ -91,23 +103,42 @@ async def take_snapshot(
         ttl_seconds=ttl_seconds,
         repos=await repo_heads(svc, record),
     )
-    report = PROGRESS.get()
+    return SnapshotPlan(spec, held)
+
+
+async def make_snapshot(
+    svc: Service, workspace_id: str, plan: SnapshotPlan, stream: TaskStream
+) -> SnapshotRecord:
+    """Takes the planned snapshot, reporting on `stream` when it starts, the bytes copied so
+    far (where the driver counts them) and when it is done."""
+    spec = plan.spec
 
     async def progress(done: int, total: int | None) -> None:
-        if report is not None:
-            of = f" of {total}" if total else ""
-            await report(float(done), f"snapshot: {done}{of} bytes copied")
+        of = f" of {total}" if total else ""
+        await stream.report(done, total, f"snapshot: {done}{of} bytes copied")
 
     # A snapshot can take long (Modal's has no progress of its own): say when it starts and ends.
-    if report is not None:
-        await report(0.0, f"snapshot: taking {spec.snapshot_id}")
+    await stream.report(0, None, f"snapshot: taking {spec.snapshot_id}")
     taken = await svc.driver.snapshot(workspace_id, spec, progress)
-    if report is not None:
-        size = taken.size_bytes or 0
-        await report(float(size), f"snapshot: {spec.snapshot_id} done ({size} bytes)")
-    if kind != "manual":
-        await _prune_lifecycle_snapshots(svc, workspace_id, [*held, taken])
+    size = taken.size_bytes or 0
+    await stream.report(size, size, f"snapshot: {spec.snapshot_id} done ({size} bytes)")
+    if spec.kind != "manual":
+        await _prune_lifecycle_snapshots(svc, workspace_id, [*plan.held, taken])
     return taken
+
+
+async def take_snapshot(
+    svc: Service,
+    workspace_id: str,
+    kind: SnapshotKind,
+    *,
+    label: str = "",
+    ttl_seconds: int | None = None,
+) -> SnapshotRecord:
+    """A snapshot of a running workspace, within the call: its progress goes to the caller's
+    progress notifications, where it listens (MCP), not to a stream."""
+    plan = await plan_snapshot(svc, workspace_id, kind, label=label, ttl_seconds=ttl_seconds)
+    return await make_snapshot(svc, workspace_id, plan, TaskStream(svc, workspace_id, None))
 
 
 async def _prune_lifecycle_snapshots(

@@ -8,9 +8,13 @@ error naming it, never a silent fresh workspace.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import hashlib
-from typing import TYPE_CHECKING, Annotated, Any
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -23,9 +27,20 @@ from ..drivers.base import (
     WorkspaceSpec,
     utc_now,
 )
+from ..errors import ConflictError, UpstreamError, WorkspaceError
+from ..service import ANSWER_BY, translate_error
+from ..surfaces.limits import Bound, Bounds
 from .fields import IdempotencyKey, Input, Output, WorkspaceId
-from .lifecycle import resume_workspace, take_snapshot, usable_snapshot
+from .lifecycle import (
+    SnapshotPlan,
+    make_snapshot,
+    plan_snapshot,
+    resume_workspace,
+    take_snapshot,
+    usable_snapshot,
+)
 from .table import DESTROY, READ, WRITE, WS, Declarations
+from .task_stream import TaskStream
 from .workspaces import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
@@ -36,6 +51,18 @@ declare = Declarations()
 SN = WS + "/snapshots"
 # The longest a snapshot may be kept when a caller gives a TTL (none: until deleted).
 MAX_TTL_SECONDS = 366 * 24 * 3600
+# The longest a call waits for its snapshot (the Modal driver's own deadline is 900 s): each
+# surface waits less (`_SNAPSHOT_BOUNDS`), and a snapshot that takes longer goes on after the
+# answer, its progress and result on its task stream.
+MAX_SNAPSHOT_WAIT = 900.0
+# How long before its surface's deadline a call answers, and how long the gateway tries to end
+# a task stream when it stops.
+_ANSWER_MARGIN_SECONDS = 2.0
+_END_REPORT_SECONDS = 2.0
+_SNAPSHOT_BOUNDS: Bounds = {
+    "actions": {"wait_seconds": Bound(30, 30)},
+    "mcp": {"wait_seconds": Bound(50, 40)},
+}
 
 
 # --- inputs --------------------------------------------------------------------------------------
@@ -60,6 +87,13 @@ class SnapshotCreate(Input):
         ge=60,
         le=MAX_TTL_SECONDS,
         description="Delete it after this many seconds; default: kept until deleted.",
+    )
+    wait_seconds: float = Field(
+        MAX_SNAPSHOT_WAIT,
+        ge=0,
+        le=MAX_SNAPSHOT_WAIT,
+        description="Answer after at most this long: a snapshot not taken by then answers "
+        "state 'taking' and goes on; follow progress_stream_id with stream_events.",
     )
 
 
@@ -94,6 +128,17 @@ class ForkInput(Input):
 
 class Snapshot(Output):
     snapshot_id: str = Field(description="The snapshot's id.")
+    state: Literal["ready", "taking"] = Field(
+        default="ready",
+        description="ready: it exists and can be resumed or forked; taking: still being taken "
+        "(follow progress_stream_id; it is listed once ready).",
+    )
+    progress_stream_id: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The task stream (tk-…) of its progress: read it with stream_events until "
+        "done; the exit event has the snapshot as 'result', or 'error'.",
+    )
     workspace_id: str = Field(description="The workspace it was taken of.")
     kind: SnapshotKind = Field(description="manual, exit, idle or safety.")
     label: str = Field(default="", description="The label it was given.")
@@ -118,8 +163,10 @@ class SnapshotDeleted(Output):
     deleted: bool = Field(description="It is deleted now.")
 
 
-def snapshot_out(record: SnapshotRecord) -> Snapshot:
-    return Snapshot.model_validate({**record.model_dump(), "expired": record.expired()})
+def snapshot_out(record: SnapshotRecord, stream_id: str | None = None) -> Snapshot:
+    return Snapshot.model_validate(
+        {**record.model_dump(), "expired": record.expired(), "progress_stream_id": stream_id}
+    )
 
 
 # --- operations ----------------------------------------------------------------------------------
@@ -130,13 +177,86 @@ def snapshot_out(record: SnapshotRecord) -> Snapshot:
     path=SN,
     hints=WRITE,
     summary="Snapshot the workspace's files (and each repository's HEAD); kept until deleted "
-    "unless ttl_seconds is given. Answers once the snapshot can be resumed or forked.",
+    "unless ttl_seconds is given. Answers once the snapshot can be resumed or forked, or after "
+    "wait_seconds with state 'taking' and the stream of its progress.",
+    bounds=_SNAPSHOT_BOUNDS,
 )
 async def workspace_snapshot(svc: Service, inp: SnapshotCreate) -> Snapshot:
-    record = await take_snapshot(
-        svc, inp.workspace_id, "manual", label=inp.label, ttl_seconds=inp.ttl_seconds
+    ws = inp.workspace_id
+    # One snapshot of a workspace at a time from a gateway: they are bounded, and a second one
+    # while the first is taken would only copy the same files.
+    key = f"snapshot:{ws}"
+    if not svc.claim(key):
+        raise ConflictError(
+            f"a snapshot of workspace {ws} is being taken; wait for it to be listed",
+            field="workspace_id",
+        )
+    try:
+        plan = await plan_snapshot(svc, ws, "manual", label=inp.label, ttl_seconds=inp.ttl_seconds)
+        stream = await TaskStream.open(
+            svc, ws, "workspace_snapshot", {"snapshot_id": plan.spec.snapshot_id}
+        )
+    except BaseException:
+        svc.release(key)
+        raise
+    job = svc.spawn(_snapshot_job(svc, ws, plan, stream, key))
+    try:
+        record = await asyncio.wait_for(asyncio.shield(job), _wait_budget(inp.wait_seconds))
+    except TimeoutError:
+        stream.reporter = None  # the caller has its answer: its notifications end here
+        return _taking(ws, plan, stream.task_id)
+    return snapshot_out(record, stream.task_id)
+
+
+async def _snapshot_job(
+    svc: Service, ws: str, plan: SnapshotPlan, stream: TaskStream, key: str
+) -> SnapshotRecord:
+    """The snapshot's work, in a task of its own: it goes on when the call that started it
+    has answered, so the call's deadline is not its own."""
+    ANSWER_BY.set(None)
+    stream.keep_alive()
+    try:
+        record = await make_snapshot(svc, ws, plan, stream)
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError):
+            error: WorkspaceError = UpstreamError(
+                f"the gateway stopped before snapshot {plan.spec.snapshot_id} was taken"
+            )
+        else:
+            error = translate_error(exc)
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(_END_REPORT_SECONDS):
+                await stream.fail(error)
+        raise
+    finally:
+        svc.release(key)
+    await stream.finish(snapshot_out(record).model_dump(mode="json"))
+    return record
+
+
+def _wait_budget(asked: float) -> float:
+    """How long the call waits for its snapshot: what it asked, within its surface's time."""
+    answer_by = ANSWER_BY.get()
+    if answer_by is None:
+        return asked
+    return max(0.0, min(asked, answer_by - time.monotonic() - _ANSWER_MARGIN_SECONDS))
+
+
+def _taking(ws: str, plan: SnapshotPlan, stream_id: str | None) -> Snapshot:
+    """The answer for a snapshot still being taken: what it will be."""
+    spec = plan.spec
+    started = datetime.now(UTC)
+    return Snapshot(
+        snapshot_id=spec.snapshot_id,
+        state="taking",
+        progress_stream_id=stream_id,
+        workspace_id=ws,
+        kind=spec.kind,
+        label=spec.label,
+        created_at=utc_now(),
+        expires_at=spec.expires_at(started),
+        repos=dict(spec.repos),
     )
-    return snapshot_out(record)
 
 
 @declare(method="GET", path=SN, hints=READ, summary="List a workspace's snapshots.")

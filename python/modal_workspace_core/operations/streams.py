@@ -25,7 +25,7 @@ class StreamEvents(EventsRead):
     method="GET",
     path=WS + "/streams/{stream_id}/events",
     hints=READ,
-    summary="Read any stream's events (exec or file watch) after a cursor.",
+    summary="Any stream's events (exec, watch, snapshot progress) after a cursor.",
     limits=PAGE_LOOP,
     bounds=PAGE_BOUNDS,
 )

@@ -14,6 +14,7 @@ mod meta;
 mod prune;
 mod record;
 mod service;
+mod tasks;
 mod watches;
 
 use std::ffi::OsString;
@@ -185,6 +186,7 @@ impl Daemon {
                 Arc::clone(&ws),
                 config.max_watches,
             ),
+            tasks: tasks::TaskStreams::default(),
             root: root_str,
             agent_dir: agent_dir.to_string_lossy().into_owned(),
             askpass: config

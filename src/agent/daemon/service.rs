@@ -1,5 +1,6 @@
 //! The daemon as the channel's [`Service`]: each op of docs/protocol.md dispatched to the exec
-//! registry, the watch streams or the file operations, and the streams subscriptions read.
+//! registry, the watch and task streams or the file operations, and the streams subscriptions
+//! read.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +10,7 @@ use serde_json::{json, Value};
 use super::execs::ExecRegistry;
 use super::file_ops;
 use super::fs_user::AsUser;
+use super::tasks::TaskStreams;
 use super::watches::WatchStreams;
 use crate::agent::exec_log::ExecLog;
 use crate::agent::files::Workspace;
@@ -28,6 +30,7 @@ pub struct Daemon {
     pub(crate) ws: Arc<Workspace>,
     pub(crate) execs: ExecRegistry,
     pub(crate) watches: WatchStreams,
+    pub(crate) tasks: TaskStreams,
     pub(crate) started: Instant,
     /// The user file operations run as (the commands'), when it is not the agent's.
     pub(crate) workspace_user: Option<CommandUser>,
@@ -109,6 +112,10 @@ impl Service for Daemon {
             AgentRequest::WatchCancel(watch) => ready(self.watches.cancel(&watch)),
             AgentRequest::WatchStatus(watch) => ready(self.watches.status(&watch)),
             AgentRequest::WatchList => ready(Ok(json!({"watches": self.watches.list()}))),
+            AgentRequest::TaskStart(start) => ready(self.tasks.start(start)),
+            AgentRequest::TaskProgress(progress) => ready(self.tasks.progress(progress)),
+            AgentRequest::TaskEnd(end) => ready(self.tasks.end(end)),
+            AgentRequest::TaskStatus(task) => ready(self.tasks.status(&task)),
             AgentRequest::File(file) => {
                 let ws = Arc::clone(&self.ws);
                 let root = self.root.clone();
@@ -126,9 +133,16 @@ impl Service for Daemon {
     }
 
     fn stream(&self, id: &str) -> Result<Arc<dyn EventSource>, ErrorBody> {
-        if StreamKind::of(id).ok() == Some(StreamKind::Watch) {
-            let entry = self.watches.entry(id)?;
-            return Ok(Arc::new(RingSource(Arc::clone(&entry.ring))));
+        match StreamKind::of(id).ok() {
+            Some(StreamKind::Watch) => {
+                let entry = self.watches.entry(id)?;
+                return Ok(Arc::new(RingSource(Arc::clone(&entry.ring))));
+            }
+            Some(StreamKind::Task) => {
+                let entry = self.tasks.entry(id)?;
+                return Ok(Arc::new(RingSource(Arc::clone(&entry.ring))));
+            }
+            Some(StreamKind::Exec) | None => {}
         }
         // Anything else is an exec id or refused as one, with the exec id's message.
         let record = self.execs.record(id).map_err(|mut e| {

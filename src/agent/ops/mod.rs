@@ -11,6 +11,7 @@ mod args;
 mod exec;
 mod file;
 mod paths;
+mod task;
 mod watch;
 
 use serde_json::{Map, Value};
@@ -26,6 +27,7 @@ pub(crate) use exec::{
 pub(crate) use file::{FileOp, FileRequest};
 pub(crate) use paths::under_root;
 pub use paths::{shown_path, CLIENT_ROOT};
+pub(crate) use task::{TaskEndRequest, TaskProgressRequest, TaskRef, TaskStartRequest};
 pub(crate) use watch::{WatchRef, WatchStartRequest};
 
 /// Every op the daemon serves.
@@ -54,10 +56,14 @@ pub enum AgentOp {
     WatchCancel,
     WatchStatus,
     WatchList,
+    TaskStart,
+    TaskProgress,
+    TaskEnd,
+    TaskStatus,
 }
 
 impl AgentOp {
-    pub const ALL: [AgentOp; 23] = [
+    pub const ALL: [AgentOp; 27] = [
         AgentOp::Ping,
         AgentOp::ExecStart,
         AgentOp::ExecInput,
@@ -81,6 +87,10 @@ impl AgentOp {
         AgentOp::WatchCancel,
         AgentOp::WatchStatus,
         AgentOp::WatchList,
+        AgentOp::TaskStart,
+        AgentOp::TaskProgress,
+        AgentOp::TaskEnd,
+        AgentOp::TaskStatus,
     ];
 
     /// The op's name on the wire.
@@ -109,6 +119,10 @@ impl AgentOp {
             AgentOp::WatchCancel => "watch.cancel",
             AgentOp::WatchStatus => "watch.status",
             AgentOp::WatchList => "watch.list",
+            AgentOp::TaskStart => "task.start",
+            AgentOp::TaskProgress => "task.progress",
+            AgentOp::TaskEnd => "task.end",
+            AgentOp::TaskStatus => "task.status",
         }
     }
 
@@ -119,8 +133,9 @@ impl AgentOp {
     /// Whether sending the op again after the channel was lost (not knowing whether the agent
     /// got it) does nothing twice. `exec.start` is: the gateway names the exec, and a second
     /// start of the same id answers the first. `exec.input` (stdin would be written twice),
-    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.remove` and
-    /// `watch.start` are not.
+    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.remove`,
+    /// `watch.start` and `task.progress` (a report would show twice) are not; `task.start` and
+    /// `task.end` are (the gateway names the task; a second end answers the first).
     pub fn repeatable(self) -> bool {
         !matches!(
             self,
@@ -129,6 +144,7 @@ impl AgentOp {
                 | AgentOp::FileEdit
                 | AgentOp::FileRemove
                 | AgentOp::WatchStart
+                | AgentOp::TaskProgress
         )
     }
 
@@ -163,6 +179,10 @@ impl AgentOp {
             AgentOp::WatchCancel => AgentRequest::WatchCancel(WatchRef::parse(&a)?),
             AgentOp::WatchStatus => AgentRequest::WatchStatus(WatchRef::parse(&a)?),
             AgentOp::WatchList => AgentRequest::WatchList,
+            AgentOp::TaskStart => AgentRequest::TaskStart(TaskStartRequest::parse(&a)?),
+            AgentOp::TaskProgress => AgentRequest::TaskProgress(TaskProgressRequest::parse(&a)?),
+            AgentOp::TaskEnd => AgentRequest::TaskEnd(TaskEndRequest::parse(&a)?),
+            AgentOp::TaskStatus => AgentRequest::TaskStatus(TaskRef::parse(&a)?),
         })
     }
 }
@@ -186,6 +206,10 @@ pub(crate) enum AgentRequest {
     WatchCancel(WatchRef),
     WatchStatus(WatchRef),
     WatchList,
+    TaskStart(TaskStartRequest),
+    TaskProgress(TaskProgressRequest),
+    TaskEnd(TaskEndRequest),
+    TaskStatus(TaskRef),
 }
 
 impl AgentRequest {

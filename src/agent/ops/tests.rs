@@ -53,6 +53,9 @@ fn the_repeatable_ops_are_those_that_do_nothing_twice() {
             "watch.cancel",
             "watch.status",
             "watch.list",
+            "task.start",
+            "task.end",
+            "task.status",
         ]
     );
 }

@@ -169,11 +169,12 @@ impl AgentChannel {
         }
     }
 
-    /// Starts caching `stream` (an exec or watch id) after `cursor` and subscribes to it.
+    /// Starts caching `stream` (an exec, watch or task id) after `cursor` and subscribes to it.
     /// `None` when it is already cached (or being subscribed): read it. Fails with `limit` when
     /// the cache is full of streams that have readers ([`pin`](Self::pin)): read the exec's
-    /// log instead (`exec.read`, which long-polls by itself). A watch has no log to fall back
-    /// on, so it is cached past the bound instead (by at most the watches being read at once).
+    /// log instead (`exec.read`, which long-polls by itself). A watch or a task has no log to
+    /// fall back on, so it is cached past the bound instead (by at most the streams being read
+    /// at once).
     pub fn subscribe(
         &mut self,
         stream: &str,
@@ -366,7 +367,7 @@ fn stream_kind(stream: &str) -> Result<StreamKind, ChannelError> {
         ChannelError::new(
             ErrorCode::InvalidArgument,
             format!(
-                "stream must be an exec id (ex-…) or a watch id (fw-…) (got {})",
+                "stream must be an exec id (ex-…), a watch id (fw-…) or a task id (tk-…) (got {})",
                 crate::policy::echo(stream)
             ),
         )
