@@ -90,7 +90,6 @@ def _workspace_id(workspace_id: str) -> str:
 def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[str, str]:
     """The caller's tags, refused where a key is malformed, is one of the driver's records, or
     would change a managed tag (the core's `stored_tag` rule)."""
-    records.refuse_internal(tags)
     out: dict[str, str] = {}
     for key, value in tags.items():
         try:

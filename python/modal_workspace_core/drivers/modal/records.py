@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ...errors import InvalidArgumentError, LimitError
+from ...errors import LimitError
 from ...policy import WORKSPACE_TAGS
 from ..base import (
     LIFECYCLE_SNAPSHOTS_KEPT,
@@ -46,10 +46,10 @@ __all__ = [
     "caller_tags",
     "exit_snapshot_id",
     "internal_tags",
-    "refuse_internal",
 ]
 
-# Every tag the driver keeps for itself starts with this; a caller may not set one.
+# Every tag the driver keeps for itself starts with this. The core reserves it (one of
+# `policy.MANAGED_TAG_PREFIXES`): neither a client nor `stored_tag` lets one through.
 INTERNAL_PREFIX = "mwc-"
 SNAPSHOT_PREFIX = "mwc-sn-"  # + the snapshot id's 32 hex digits
 TAG_RESOURCES = "mwc-resources"
@@ -92,17 +92,6 @@ def internal_tags(tags: Mapping[str, str]) -> dict[str, str]:
 def caller_tags(tags: Mapping[str, str]) -> dict[str, str]:
     """The tags a workspace record shows: everything but the driver's own records."""
     return {k: v for k, v in tags.items() if not k.startswith(INTERNAL_PREFIX)}
-
-
-def refuse_internal(tags: Mapping[str, str]) -> None:
-    for key in tags:
-        if key.startswith(INTERNAL_PREFIX):
-            field = f"tags.{key[:32]}"
-            raise InvalidArgumentError(
-                "invalid_argument",
-                f"{field}: tags starting with {INTERNAL_PREFIX!r} are the Modal driver's own",
-                field,
-            )
 
 
 def exit_snapshot_id(sandbox_id: str) -> str:
