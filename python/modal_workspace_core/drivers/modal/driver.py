@@ -59,6 +59,7 @@ from .exits import end_reason, entrypoint_stderr, exit_snapshot_image
 from .launch import Launch, start_sandbox
 from .lookup import SandboxInfo, latest_sandbox, list_sandboxes
 from .modal_errors import missing_objects, modal_errors
+from .secret_env import delete_secret_env, make_secret_env
 from .snapshots import delete_image, open_image, take_filesystem_snapshot
 
 if TYPE_CHECKING:
@@ -338,6 +339,9 @@ class ModalDriver:
         }
         if lineage is not None:
             tags[records.TAG_LINEAGE] = records.lineage_value(lineage)
+        if spec.secret_env:
+            # Refused before the Secret is made: a record too long to keep would leave it behind.
+            records.StoredSecretEnv("st-" + "0" * 22, tuple(sorted(spec.secret_env))).value()
         launch = Launch(
             workspace_id=workspace_id,
             options=options,
@@ -346,14 +350,24 @@ class ModalDriver:
             env=env,
             secret_names=spec.secret_names,
             secret_keys=spec.secret_keys,
-            secret_env=dict(spec.secret_env),
             block_network=spec.block_network,
             # A fork's files come with its parent's exec history, which is not the fork's.
             fresh_state=lineage is not None,
         )
         async with modal_errors(workspace_id), missing_objects():
             app = await self._sandbox_app()
-            await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
+            if spec.secret_env:
+                # A Secret of the workspace's own (a fork makes its own from its own spec), so
+                # that a resume attaches the same values by id.
+                launch.secret_env = await make_secret_env(str(app.app_id), spec.secret_env)
+                tags[records.TAG_SECRET_ENV] = launch.secret_env.value()
+            try:
+                await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
+            except BaseException:
+                # No workspace holds it: its values are not left at Modal.
+                if launch.secret_env is not None:
+                    await delete_secret_env(launch.secret_env)
+                raise
         return self._record(_Current(workspace_id, None, tags, None))
 
     def _image(self, options: SandboxOptions) -> modal.Image:
@@ -503,6 +517,10 @@ class ModalDriver:
             else:
                 for stored in records.snapshots(workspace_id, tags):
                     await delete_image(stored.image_id)
+                # Nothing can resume it any more: its secret_env goes with its images.
+                own = records.secret_env(tags)
+                if own is not None:
+                    await delete_secret_env(own)
                 tags = {
                     **{k: v for k, v in tags.items() if not k.startswith(records.INTERNAL_PREFIX)},
                     records.TAG_PURGED: utc_now(),
@@ -633,6 +651,8 @@ class ModalDriver:
                 image=image,
                 tags=tags,
                 secret_names=list(resources.get("secret_names") or []),
+                # The same Secret as before, by the id its record keeps: values never pass here.
+                secret_env=records.secret_env(current.tags),
                 block_network=bool(resources.get("block_network", False)),
             )
             app = await self._sandbox_app()

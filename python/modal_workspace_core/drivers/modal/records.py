@@ -42,6 +42,7 @@ __all__ = [
     "INTERNAL_PREFIX",
     "MAX_SNAPSHOTS",
     "SNAPSHOT_PREFIX",
+    "StoredSecretEnv",
     "StoredSnapshot",
     "caller_tags",
     "exit_snapshot_id",
@@ -59,6 +60,9 @@ TAG_PURGED = "mwc-purged"  # terminated by the gateway, nothing kept: reads as n
 TAG_SUSPENSION = "mwc-suspension"
 TAG_LINEAGE = "mwc-lineage"
 TAG_NOTES = "mwc-notes"
+# The Modal Secret that holds the workspace's `secret_env`: its id and variable names, never a
+# value (Modal keeps those), so that every sandbox of the workspace attaches the same one.
+TAG_SECRET_ENV = "mwc-secret-env"
 
 # Snapshots are bounded as on every driver (`MAX_SNAPSHOTS`); beyond them, places kept for the
 # exit snapshots the driver records when it sees a sandbox ended.
@@ -321,3 +325,31 @@ def with_note(tags: Mapping[str, str], note: LifecycleNote) -> dict[str, str]:
     while len(kept) > 1 and len(_dump([n.model_dump() for n in kept])) > _NOTES_CHARS:
         kept.pop(0)
     return {**tags, TAG_NOTES: _dump([n.model_dump() for n in kept])}
+
+
+@dataclass(frozen=True)
+class StoredSecretEnv:
+    """The workspace's own Modal Secret (its `secret_env`): the id it is attached by and the
+    variables the agent redacts. A fork is a new workspace and never gets its parent's."""
+
+    secret_id: str
+    keys: tuple[str, ...]
+
+    def value(self) -> str:
+        value = _dump({"i": self.secret_id, "k": list(self.keys)})
+        if len(value) > MAX_RECORD_CHARS:
+            raise LimitError(
+                f"the names of the secret_env variables take {len(value)} characters to record "
+                f"(at most {MAX_RECORD_CHARS}): pass fewer or shorter ones",
+                field="secret_env",
+            )
+        return value
+
+
+def secret_env(tags: Mapping[str, str]) -> StoredSecretEnv | None:
+    data = _load(tags.get(TAG_SECRET_ENV))
+    if not isinstance(data, dict) or not isinstance(data.get("i"), str):
+        return None
+    keys = data.get("k")
+    names = tuple(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else ()
+    return StoredSecretEnv(data["i"], names)
