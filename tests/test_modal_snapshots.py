@@ -494,3 +494,23 @@ async def test_a_resume_reattaches_the_secret_env_by_id_and_a_fork_does_not_get_
     assert holding() == []
     await driver.destroy(child)
     await driver.close()
+
+
+async def test_a_resume_whose_secret_env_secret_is_gone_changes_nothing(
+    driver: ModalDriver, modal_control_plane: ControlPlane
+) -> None:
+    ws = new_id("ws")
+    await driver.create(ws, WorkspaceSpec(secret_env={"API_TOKEN": "s3cret-gone"}))
+    snapshot = await driver.snapshot(ws, _spec())
+    before = _sandbox(modal_control_plane, ws)
+    stored = records.secret_env(before.tags)
+    assert stored is not None and stored.keys == ("API_TOKEN",)
+    modal_control_plane.call(lambda: modal_control_plane.state.secret_ids.pop(stored.secret_id))
+
+    with pytest.raises(UpstreamError) as refused:
+        await driver.resume(ws, snapshot)
+
+    assert refused.value.field == "secret_env" and stored.secret_id in refused.value.message
+    assert "nothing was changed" in refused.value.message
+    assert "s3cret-gone" not in refused.value.message
+    assert _sandbox(modal_control_plane, ws) is before and before.running

@@ -28,6 +28,7 @@ from .exits import end_reason, entrypoint_stderr, exit_snapshot_image
 from .launch import Launch, start_sandbox
 from .lookup import Current, checked_workspace_id
 from .modal_errors import missing_objects, modal_errors
+from .secret_env import open_secret_env
 from .snapshots import delete_image, open_image, take_filesystem_snapshot
 
 if TYPE_CHECKING:
@@ -195,13 +196,16 @@ class ModalLifecycle:
         """A new sandbox of the same name from the snapshot's image, with the snapshot's tags,
         the workspace's options and every record carried over. The agent's state dir is part of
         the snapshot: its exec history comes back, and the restarted daemon reports what was
-        running as lost. The image is opened before anything is ended, so a snapshot that
-        cannot be opened changes nothing."""
+        running as lost. The image (and the Secret holding the workspace's `secret_env`) is
+        opened before anything is ended, so one that cannot be opened changes nothing."""
         workspace_id = checked_workspace_id(workspace_id)
         async with modal_errors(workspace_id):
             current = await self._current(workspace_id)
             stored = await self._stored(current, snapshot.snapshot_id)
             image = await open_image(snapshot.snapshot_id, stored.image_id)
+            own_secret = records.secret_env(current.tags)
+            if own_secret is not None:
+                await open_secret_env(workspace_id, own_secret)
             resources = records.resources(current.tags)
             options = sandbox_options(resources, self.settings)
             if current.running:
@@ -228,7 +232,7 @@ class ModalLifecycle:
                 tags=tags,
                 secret_names=list(resources.get("secret_names") or []),
                 # The same Secret as before, by the id its record keeps: values never pass here.
-                secret_env=records.secret_env(current.tags),
+                secret_env=own_secret,
                 block_network=bool(resources.get("block_network", False)),
             )
             app = await self._sandbox_app()

@@ -23,10 +23,11 @@ import modal.exception
 from modal.client import _Client
 from modal_proto import api_pb2
 
+from ...errors import UpstreamError
 from .lookup import on_sdk_loop
 from .records import StoredSecretEnv
 
-__all__ = ["attach", "delete_secret_env", "make_secret_env"]
+__all__ = ["attach", "delete_secret_env", "make_secret_env", "open_secret_env"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,22 @@ def attach(stored: StoredSecretEnv) -> modal.Secret:
     `NotFoundError` then, never a sandbox quietly started without its variables."""
     # The SDK leaves `_from_id` without a return type.
     return cast("modal.Secret", modal.Secret._from_id(stored.secret_id))
+
+
+async def open_secret_env(workspace_id: str, stored: StoredSecretEnv) -> None:
+    """Asks Modal for the workspace's Secret (hydrating it from its id), so that a resume
+    refuses before it ends anything when Modal no longer has it (its app was deleted, or
+    someone deleted it): the workspace could only come back without its variables."""
+    try:
+        await attach(stored).hydrate.aio()
+    except modal.exception.NotFoundError as exc:
+        raise UpstreamError(
+            "upstream",
+            f"the Modal Secret {stored.secret_id} that holds the secret_env of workspace "
+            f"{workspace_id} is gone ({exc}); nothing was changed. Terminate the workspace "
+            "and create it again with its secret_env",
+            "secret_env",
+        ) from None
 
 
 async def _delete(secret_id: str) -> None:
