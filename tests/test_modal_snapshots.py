@@ -499,8 +499,9 @@ async def test_a_resume_reattaches_the_secret_env_by_id_and_a_fork_does_not_get_
 async def test_a_resume_whose_secret_env_secret_is_gone_changes_nothing(
     driver: ModalDriver, modal_control_plane: ControlPlane
 ) -> None:
+    value = "s3cret-gone"
     ws = new_id("ws")
-    await driver.create(ws, WorkspaceSpec(secret_env={"API_TOKEN": "s3cret-gone"}))
+    await driver.create(ws, WorkspaceSpec(secret_env={"API_TOKEN": value}))
     snapshot = await driver.snapshot(ws, _spec())
     before = _sandbox(modal_control_plane, ws)
     stored = records.secret_env(before.tags)
@@ -512,5 +513,5 @@ async def test_a_resume_whose_secret_env_secret_is_gone_changes_nothing(
 
     assert refused.value.field == "secret_env" and stored.secret_id in refused.value.message
     assert "nothing was changed" in refused.value.message
-    assert "s3cret-gone" not in refused.value.message
+    assert value not in refused.value.message
     assert _sandbox(modal_control_plane, ws) is before and before.running
