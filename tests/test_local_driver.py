@@ -66,6 +66,14 @@ async def test_create_list_get_tag_and_destroy(driver: LocalDriver) -> None:
     assert caught.value.field == "workspace_id"
 
 
+async def test_a_tag_reserved_for_driver_records_is_refused_here_too(driver: LocalDriver) -> None:
+    # One rule in the core for every driver, whether or not it keeps records in tags.
+    with pytest.raises(InvalidArgumentError) as caught:
+        await driver.create(policy.new_id("ws"), WorkspaceSpec(tags={"mwc-sn-forged": "x"}))
+    assert caught.value.field == "tags.mwc-sn-forged"
+    assert await driver.list() == []
+
+
 async def test_commands_run_in_the_workspace_with_its_environment(driver: LocalDriver) -> None:
     wid = policy.new_id("ws")
     spec = WorkspaceSpec(env={"GREETING": "hello"}, secret_env={"API_TOKEN": "s3cret-value"})

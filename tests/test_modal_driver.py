@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
+from modal_workspace_core import policy
 from modal_workspace_core.drivers.base import Lineage, SnapshotSpec, WorkspaceSpec
+from modal_workspace_core.drivers.modal import records
 from modal_workspace_core.drivers.modal.channel import ExecChannel
 from modal_workspace_core.drivers.modal.driver import MANAGED_BY, ModalDriver, ModalSettings
 from modal_workspace_core.errors import (
@@ -277,6 +279,25 @@ async def test_caller_tags_cannot_overwrite_managed_tags(
     with pytest.raises(InvalidArgumentError):
         await driver.set_tags(workspace_id, {**record.tags, key: "mine"})
     assert (await driver.get(workspace_id)).tags[key] == record.tags[key]
+
+
+async def test_a_tag_shaped_like_a_driver_record_is_refused_by_the_core_rule(
+    driver: ModalDriver, modal_control_plane: ControlPlane
+) -> None:
+    # The driver's records and the core's reserved prefix are the same namespace.
+    assert records.INTERNAL_PREFIX in policy.MANAGED_TAG_PREFIXES
+    workspace_id = new_id("ws")
+    before = modal_control_plane.calls()
+    with pytest.raises(InvalidArgumentError) as caught:
+        await driver.create(workspace_id, WorkspaceSpec(tags={"mwc-lineage": "{}"}))
+    assert caught.value.field == "tags.mwc-lineage"
+    assert "'mwc-lineage' is managed by the gateway" in caught.value.message
+    assert modal_control_plane.calls() == before
+
+    await driver.create(workspace_id, WorkspaceSpec())
+    with pytest.raises(InvalidArgumentError) as caught:
+        await driver.set_tags(workspace_id, {"mwc-resources": "{}"})
+    assert caught.value.field == "tags.mwc-resources"
 
 
 async def test_set_tags_replaces_caller_tags_and_keeps_managed_ones(driver: ModalDriver) -> None:

@@ -6,7 +6,9 @@ leaving its files in an exit snapshot that a resume brings back."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import secrets
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,6 +39,7 @@ from modal_workspace_core.errors import (
 )
 from modal_workspace_core.policy import new_id
 from modal_workspace_core.surfaces.python_client import Workspaces
+from support.agent_exec import run
 
 __all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
 
@@ -428,3 +431,87 @@ async def test_after_a_lifetime_end_the_next_call_resumes_with_files_and_exec_hi
         status = cast(Any, await ws.realtime_exec_status(running.exec_id))
         assert status.state == "lost"
     await driver.close()
+
+
+@pytest.mark.skipif(
+    not usable_bwrap(), reason="bubblewrap does not work here (.ci/run installs it)"
+)
+async def test_a_resume_reattaches_the_secret_env_by_id_and_a_fork_does_not_get_it(
+    modal_control_plane: ControlPlane,
+) -> None:
+    """The real agent: values given as `secret_env` are in a resumed workspace's commands (and
+    still redacted there), never in a fork's, and never in a tag, a name or an argv."""
+    modal_control_plane.publish_image(IMAGE, "im-snapshottestimage000")
+    driver = ModalDriver(ModalSettings(app_name="snapshot-tests", default_image_name=IMAGE))
+    value = "s3cret-" + secrets.token_hex(12)
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    # Neither command holds the value: one prints its digest, one the variable as output shows it.
+    show = 'printf %s "${API_TOKEN-unset}" | sha256sum; echo "${API_TOKEN-unset}"'
+
+    async def seen(workspace_id: str) -> list[str]:
+        client = await driver.connect(workspace_id)
+        try:
+            done = await run(client, show)
+        finally:
+            await client.close()
+        assert done.exit["returncode"] == 0, done.stderr
+        return [done.stdout.split()[0], done.stdout.splitlines()[1]]
+
+    ws = new_id("ws")
+    await driver.create(ws, WorkspaceSpec(secret_env={"API_TOKEN": value}))
+    assert (await seen(ws))[0] == digest
+    snapshot = await driver.snapshot(ws, _spec())
+    await driver.suspend(ws, "idle", snapshot.snapshot_id)
+
+    await driver.resume(ws, snapshot)
+
+    resumed_digest, printed = await seen(ws)
+    assert resumed_digest == digest
+    assert value not in printed and "REDACTED" in printed
+    child = new_id("ws")
+    await driver.fork(snapshot, child, WorkspaceSpec(), _lineage(ws, snapshot.snapshot_id))
+    assert (await seen(child))[1] == "unset"
+    assert records.TAG_SECRET_ENV not in _sandbox(modal_control_plane, child).tags
+
+    made = modal_control_plane.call(lambda: list(modal_control_plane.state.sandboxes.values()))
+    assert len([s for s in made if s.name == ws]) == 2
+    for sandbox in made:
+        recorded = [
+            sandbox.name,
+            json.dumps(sandbox.tags),
+            str(sandbox.definition),
+            *(arg for e in sandbox.execs.values() for arg in e.argv),
+        ]
+        assert not any(value in text for text in recorded), sandbox.name
+
+    # The workspace's one Secret is the only place the value is kept, and a purge deletes it.
+    def holding() -> list[str]:
+        kept = modal_control_plane.call(lambda: dict(modal_control_plane.state.secret_ids))
+        return [secret_id for secret_id, env in kept.items() if value in env.values()]
+
+    assert len(holding()) == 1
+    await driver.destroy(ws)
+    assert holding() == []
+    await driver.destroy(child)
+    await driver.close()
+
+
+async def test_a_resume_whose_secret_env_secret_is_gone_changes_nothing(
+    driver: ModalDriver, modal_control_plane: ControlPlane
+) -> None:
+    value = "s3cret-gone"
+    ws = new_id("ws")
+    await driver.create(ws, WorkspaceSpec(secret_env={"API_TOKEN": value}))
+    snapshot = await driver.snapshot(ws, _spec())
+    before = _sandbox(modal_control_plane, ws)
+    stored = records.secret_env(before.tags)
+    assert stored is not None and stored.keys == ("API_TOKEN",)
+    modal_control_plane.call(lambda: modal_control_plane.state.secret_ids.pop(stored.secret_id))
+
+    with pytest.raises(UpstreamError) as refused:
+        await driver.resume(ws, snapshot)
+
+    assert refused.value.field == "secret_env" and stored.secret_id in refused.value.message
+    assert "nothing was changed" in refused.value.message
+    assert value not in refused.value.message
+    assert _sandbox(modal_control_plane, ws) is before and before.running

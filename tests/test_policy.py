@@ -212,7 +212,7 @@ def test_the_managed_tag_names_come_from_the_core() -> None:
     assert policy.WORKSPACE_TAGS == ("managed-by", "workspace-id", "workspace-root", "created-at")
     assert (*policy.WORKSPACE_TAGS, policy.IDEMPOTENCY_TAG) == policy.MANAGED_TAGS
     assert policy.IDEMPOTENCY_TAG == "idempotency-key"
-    assert policy.MANAGED_TAG_PREFIXES == ("repo-",)
+    assert policy.MANAGED_TAG_PREFIXES == ("repo-", "mwc-")
     assert policy.MAX_TAGS == 32
 
 

@@ -150,7 +150,8 @@ IDEMPOTENCY_TAG: str
 MANAGED_TAGS: tuple[str, ...]
 """Every exact tag name the gateway manages: `WORKSPACE_TAGS` and `IDEMPOTENCY_TAG`."""
 MANAGED_TAG_PREFIXES: tuple[str, ...]
-"""Prefixes of the tags the service writes after git operations (`repo-`)."""
+"""Prefixes of the tags the gateway writes itself: the service's after git operations (`repo-`)
+and a driver's own records (`mwc-`)."""
 MAX_TAGS: int
 """Most tags a client may set on one workspace (32)."""
 
@@ -166,8 +167,9 @@ def caller_tags(tags: dict[str, str]) -> dict[str, str]:
 
 def stored_tag(key: str, value: str, fixed: str | None = None) -> None:
     """Check one tag a driver is asked to store: the key has the tag-key shape, and a workspace
-    tag (`WORKSPACE_TAGS`) keeps the value it already has (`fixed`; `None` while creating).
-    Raises `PolicyError` (rule `tag.managed` for a changed workspace tag)."""
+    tag (`WORKSPACE_TAGS`) keeps the value it already has (`fixed`; `None` while creating), and
+    the key is not one of a driver's own records (`mwc-`, which only the driver writes).
+    Raises `PolicyError` (rule `tag.managed` for a changed workspace tag or a driver record)."""
 
 def idempotency_key(text: str) -> str:
     """Check an idempotency key (1-128 ASCII letters, digits, `.`, `_`, `:` or `-`) and return

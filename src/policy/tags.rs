@@ -26,9 +26,15 @@ pub const MANAGED_TAGS: [&str; 5] = [
 ];
 /// The tag under which the service records a create's idempotency key.
 pub const IDEMPOTENCY_TAG: &str = "idempotency-key";
-/// Prefixes of the tags the service writes after a git operation (`repo-url`, `repo-path`, …):
-/// the record of what was cloned into the workspace.
-pub const MANAGED_TAG_PREFIXES: [&str; 1] = ["repo-"];
+/// Prefixes of the tags the gateway writes itself: the service's record of what a git operation
+/// cloned into the workspace (`repo-url`, `repo-path`, …), and a driver's own records
+/// ([`DRIVER_RECORD_PREFIX`]).
+pub const MANAGED_TAG_PREFIXES: [&str; 2] = ["repo-", DRIVER_RECORD_PREFIX];
+/// The prefix of the records a driver keeps in a workspace's tags (the Modal driver's snapshots,
+/// suspension, lineage, …: `mwc-sn-…`, `mwc-suspension`). Neither a client nor the service ever
+/// writes one, so unlike the `repo-` tags a driver refuses them among the tags it is asked to
+/// store (a forged one could point a resume at another image).
+const DRIVER_RECORD_PREFIX: &str = "mwc-";
 
 /// Most tags a client may set on one workspace.
 pub const MAX_TAGS: usize = 32;
@@ -126,9 +132,21 @@ pub fn caller_tags<K: AsRef<str>, V: AsRef<str>>(tags: &[(K, V)]) -> Result<(), 
 /// Checks one tag a driver is asked to store. The service hands drivers the client's tags
 /// (checked by [`caller_tags`]) together with the ones it manages, so here every key needs only
 /// the tag-key shape; but a workspace tag ([`WORKSPACE_TAGS`]) must keep the value it was
-/// created with (`fixed`: `None` while creating, when the driver writes them itself).
+/// created with (`fixed`: `None` while creating, when the driver writes them itself), and no
+/// key may be one of a driver's own records ([`DRIVER_RECORD_PREFIX`]), which only the driver
+/// writes, past this check.
 pub fn stored_tag(key: &str, value: &str, fixed: Option<&str>) -> Result<(), PolicyError> {
     let key = tag_key(key)?;
+    if key.starts_with(DRIVER_RECORD_PREFIX) {
+        return Err(PolicyError::without_echo(
+            "tag.managed",
+            format!(
+                "tag {} is managed by the gateway and cannot be set: every key starting with \
+                 {DRIVER_RECORD_PREFIX} is a driver's own record; choose another key",
+                echo(&key)
+            ),
+        ));
+    }
     if WORKSPACE_TAGS.contains(&key.as_str()) && fixed != Some(value) {
         return Err(PolicyError::without_echo(
             "tag.managed",
@@ -240,7 +258,15 @@ mod tests {
             assert_eq!(err.rule, "tag.managed", "{key}");
             assert!(err.message.contains(&format!("'{key}'")), "{}", err.message);
         }
-        for key in ["repo-url", "repo-path", "repo-", "repo-anything"] {
+        for key in [
+            "repo-url",
+            "repo-path",
+            "repo-",
+            "repo-anything",
+            "mwc-",
+            "mwc-sn-0123",
+            "mwc-suspension",
+        ] {
             assert_eq!(one(key, "x").unwrap_err().rule, "tag.managed", "{key}");
         }
         // Only the exact names and the prefix: look-alikes are ordinary labels.
@@ -250,6 +276,9 @@ mod tests {
             "repo",
             "repository",
             "my-repo-url",
+            "mwc",
+            "MWC-sn",
+            "my-mwc-tag",
         ] {
             assert_eq!(one(key, "x"), Ok(()), "{key}");
         }
@@ -338,6 +367,25 @@ mod tests {
             stored_tag("bad key", "v", None).unwrap_err().rule,
             "tag.key-chars"
         );
+    }
+
+    #[test]
+    fn a_driver_record_is_refused_to_clients_and_to_what_a_driver_stores() {
+        assert!(MANAGED_TAG_PREFIXES.contains(&DRIVER_RECORD_PREFIX));
+        for key in ["mwc-", "mwc-sn-0123", "mwc-resources", "mwc-lineage"] {
+            let err = one(key, "forged").unwrap_err();
+            assert_eq!(err.rule, "tag.managed", "{key}");
+            assert!(err.message.contains("mwc-"), "{}", err.message);
+            // Unlike the service's `repo-` tags, no request hands a driver one to store.
+            let err = stored_tag(key, "forged", None).unwrap_err();
+            assert_eq!(err.rule, "tag.managed", "{key}");
+            assert!(err.message.contains(&format!("'{key}'")), "{}", err.message);
+            assert!(!err.message.contains("forged"), "{}", err.message);
+        }
+        // The prefix is exact and case-sensitive: a tag that only resembles one is a label.
+        for key in ["mwc", "MWC-sn", "my-mwc-tag"] {
+            assert_eq!(stored_tag(key, "v", None), Ok(()), "{key}");
+        }
     }
 
     #[test]

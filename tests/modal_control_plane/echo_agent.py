@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--state-dir", default="/tmp")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--config")  # the launch configuration on stdin, which echoing ignores
+    parser.add_argument("--redact-env")  # the variables the agent redacts: nothing to redact
     args = parser.parse_args()
     if args.mode == "daemon":
         asyncio.run(daemon(Path(args.socket), Path(args.state_dir)))

@@ -21,6 +21,7 @@ from .state import ImageRecord, State
 IMAGE_BUILDER_VERSION = "2025.06"
 _CREATE_IF_MISSING = api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING
 _EPHEMERAL = api_pb2.OBJECT_CREATION_TYPE_EPHEMERAL
+_OWNED_BY_APP = api_pb2.OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP
 
 
 async def request_of(state: State, stream: Any, *, auth_token: bool = False) -> Any:
@@ -127,7 +128,12 @@ class ObjectsServicer:
 
     async def SecretGetOrCreate(self, stream: Any) -> None:
         request = await request_of(self.state, stream)
-        if request.object_creation_type == _EPHEMERAL or not request.deployment_name:
+        if request.object_creation_type == _OWNED_BY_APP:
+            # As Modal: an anonymous secret lives with the app that owns it.
+            if request.app_id not in self.state.apps.values():
+                raise GRPCError(Status.NOT_FOUND, f"App {request.app_id} not found")
+            secret_id = self.state.new_secret(dict(request.env_dict))
+        elif request.object_creation_type == _EPHEMERAL or not request.deployment_name:
             secret_id = self.state.new_secret(dict(request.env_dict))
         else:
             env = self.state.secrets.get(request.deployment_name)
@@ -142,6 +148,21 @@ class ObjectsServicer:
                 )
             secret_id = self.state.new_secret(env)
         await stream.send_message(api_pb2.SecretGetOrCreateResponse(secret_id=secret_id))
+
+    async def SecretGetInfo(self, stream: Any) -> None:
+        # What `Secret._from_id` hydrates from: the secret's variable names, never its values.
+        request = await request_of(self.state, stream)
+        env = self.state.secret_ids.get(request.secret_id)
+        if env is None:
+            raise GRPCError(Status.NOT_FOUND, f"Secret {request.secret_id} not found")
+        metadata = api_pb2.SecretMetadata(keys=sorted(env))
+        await stream.send_message(api_pb2.SecretGetInfoResponse(metadata=metadata))
+
+    async def SecretDelete(self, stream: Any) -> None:
+        request = await request_of(self.state, stream)
+        if self.state.secret_ids.pop(request.secret_id, None) is None:
+            raise GRPCError(Status.NOT_FOUND, f"Secret {request.secret_id} not found")
+        await stream.send_message(empty_pb2.Empty())
 
     async def VolumeGetOrCreate(self, stream: Any) -> None:
         request = await request_of(self.state, stream)

@@ -69,6 +69,8 @@ class ExecRecord:
     exec_id: str
     process: LocalProcess
     started_at: float = field(default_factory=time.time)
+    # The command line as the exec call carried it (what a test checks for leaked values).
+    argv: tuple[str, ...] = ()
 
 
 @dataclass
@@ -265,8 +267,9 @@ class SandboxRecord:
         env: Mapping[str, str],
         timeout_secs: int | None,
     ) -> ExecRecord:
+        argv = tuple(argv)
         process = await self._spawn(argv, workdir, env)
-        record = ExecRecord(exec_id, process)
+        record = ExecRecord(exec_id, process, argv=argv)
         self.execs[exec_id] = record
         self.touch()
         if timeout_secs:

@@ -2,7 +2,8 @@
 data root with its own agent daemon, isolated with bubblewrap where bubblewrap works.
 
 Reading a workspace never contacts its daemon; `connect` restarts a daemon that has died, and a
-restarted server finds every workspace, its daemon and its exec logs again.
+restarted server finds every workspace, its daemon and its exec logs again. Snapshots, resume,
+fork, suspend and notes are `lifecycle`'s, a mixin of this driver.
 """
 
 from __future__ import annotations
@@ -31,14 +32,7 @@ from ...errors import (
 )
 from ...policy import WORKSPACE_ROOT
 from ..base import (
-    MAX_LIFECYCLE_NOTES,
-    LifecycleNote,
     Lineage,
-    Progress,
-    SnapshotRecord,
-    SnapshotSpec,
-    SuspendReason,
-    Suspension,
     WorkspaceRecord,
     WorkspaceSpec,
     utc_now,
@@ -46,8 +40,13 @@ from ..base import (
 from . import bubblewrap, bubblewrap_launch, daemon, disk, uids, volumes
 from .disk import DiskError, WorkspaceDisk
 from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
-from .snapshots import Parts, SnapshotStore
+from .lifecycle import LocalLifecycle
+from .record import as_record, check_live, live_state, process_marker
+from .snapshots import SnapshotStore
 from .store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers, remove_tree
+
+# WORKSPACE_ID_ENV: the variable that marks a workspace's processes (by which they are found).
+__all__ = ["INSTALL_HINT", "TURNED_OFF", "WORKSPACE_ID_ENV", "IsolationMode", "LocalDriver"]
 
 TURNED_OFF = "isolation turned off"
 # What a machine without working bubblewrap needs (the README's Isolation section says more).
@@ -61,7 +60,7 @@ log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
 
-class LocalDriver:
+class LocalDriver(LocalLifecycle):
     """Workspaces as directories under `data_root`, each served by a detached agent daemon."""
 
     name = "local"
@@ -248,7 +247,7 @@ class LocalDriver:
         except BaseException:
             self._secret_env.pop(workspace_id, None)
             raise
-        return _record(meta, "running")
+        return as_record(meta, "running")
 
     async def get(self, workspace_id: str) -> WorkspaceRecord:
         ws = self._dir(workspace_id)
@@ -264,7 +263,7 @@ class LocalDriver:
 
     async def connect(self, workspace_id: str) -> AgentClient:
         ws = self._dir(workspace_id)
-        _check_live(await asyncio.to_thread(self._meta, ws))
+        check_live(await asyncio.to_thread(self._meta, ws))
         # A path that stays valid: the client reconnects by it after a lost connection.
         path = self._socket_paths.get(ws.socket)
         check = functools.partial(daemon.check_peer, ws.pid_file)
@@ -295,7 +294,7 @@ class LocalDriver:
             if not daemon.agent_stopped(ws.pid_file, isolated=isolated):
                 return False  # another caller restarted it while we waited for the lock
             log.warning("the agent of %s was stopped: restarting it", meta["workspace_id"])
-            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            daemon.stop(ws.pid_file, process_marker(meta["workspace_id"]))
             self._start_daemon(ws, meta)
         return True
 
@@ -304,108 +303,6 @@ class LocalDriver:
         await asyncio.to_thread(self._destroy_sync, ws, keep_snapshots)
         self._secret_env.pop(workspace_id, None)
         self._socket_paths.forget(ws.socket)
-
-    # --- snapshots, resume, fork, suspend ------------------------------------------------------
-
-    async def snapshot(
-        self, workspace_id: str, spec: SnapshotSpec, progress: Progress | None = None
-    ) -> SnapshotRecord:
-        ws = self._dir(workspace_id)
-        loop = asyncio.get_running_loop()
-
-        def report(done: int, total: int) -> None:
-            # From the copying thread: the reporter runs on the loop, and a slow one is skipped.
-            if progress is not None:
-                asyncio.run_coroutine_threadsafe(progress(done, total), loop)
-
-        return await asyncio.to_thread(self._snapshot_sync, ws, spec, report)
-
-    def _snapshot_sync(
-        self, ws: WorkspaceDir, spec: SnapshotSpec, report: Callable[[int, int], None]
-    ) -> SnapshotRecord:
-        meta = self._meta(ws)
-        _check_live(meta)
-        parts = self._parts(ws, meta, with_state=True)
-        return self.snapshots.take(meta["workspace_id"], spec, parts, meta.get("tags", {}), report)
-
-    async def list_snapshots(self, workspace_id: str) -> builtins.list[SnapshotRecord]:
-        ws = self._dir(workspace_id)
-        await asyncio.to_thread(self._meta, ws)
-        return await asyncio.to_thread(self.snapshots.list, workspace_id)
-
-    async def delete_snapshot(self, workspace_id: str, snapshot_id: str) -> None:
-        ws = self._dir(workspace_id)
-        await asyncio.to_thread(self._meta, ws)
-        await asyncio.to_thread(self.snapshots.delete, workspace_id, snapshot_id)
-
-    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
-        ws = self._dir(workspace_id)
-        return await asyncio.to_thread(self._resume_sync, ws, snapshot)
-
-    def _resume_sync(self, ws: WorkspaceDir, snapshot: SnapshotRecord) -> WorkspaceRecord:
-        with self._held(ws) as meta:
-            workspace_id = meta["workspace_id"]
-            # Whatever still runs goes first: its commands are reported lost by the new agent.
-            daemon.stop(ws.pid_file, _marker(workspace_id))
-            suspension = meta.get("suspension") or {}
-            untouched = suspension.get("files_kept") and (
-                suspension.get("snapshot_id") == snapshot.snapshot_id
-            )
-            if not untouched:
-                self._rebuild(ws, meta)
-                self.snapshots.restore(snapshot, self._parts(ws, meta, with_state=True))
-            meta["tags"] = dict(snapshot.tags)
-            meta.pop("suspension", None)
-            meta.pop("terminated_at", None)
-            meta["started_at"] = utc_now()
-            ws.write_meta(meta)
-            self._start_daemon(ws, meta)
-        return _record(meta, "running")
-
-    async def fork(
-        self, snapshot: SnapshotRecord, workspace_id: str, spec: WorkspaceSpec, lineage: Lineage
-    ) -> WorkspaceRecord:
-        parent = await asyncio.to_thread(self._meta, self._dir(snapshot.workspace_id))
-        # The parent's own environment goes with its files; its secrets do not.
-        env = dict(parent.get("local", {}).get("env") or {})
-
-        def fill(ws: WorkspaceDir, meta: dict[str, Any]) -> None:
-            slot = meta.get("local", {}).get("uid_slot")
-            owner = uids.host_ids(slot).commands if isinstance(slot, int) else None
-            self.snapshots.restore(snapshot, self._parts(ws, meta, with_state=False), owner)
-
-        return await self._create(workspace_id, spec, env=env, lineage=lineage, fill=fill)
-
-    async def suspend(
-        self, workspace_id: str, reason: SuspendReason, snapshot_id: str | None
-    ) -> WorkspaceRecord:
-        ws = self._dir(workspace_id)
-        return await asyncio.to_thread(self._suspend_sync, ws, reason, snapshot_id)
-
-    async def note(self, workspace_id: str, note: LifecycleNote) -> None:
-        ws = self._dir(workspace_id)
-        with contextlib.suppress(NotFoundError):
-            await asyncio.to_thread(self._note_sync, ws, note)
-
-    def _note_sync(self, ws: WorkspaceDir, note: LifecycleNote) -> None:
-        with self._held(ws) as meta:
-            notes = [*meta.get("lifecycle", []), note.model_dump()]
-            meta["lifecycle"] = notes[-MAX_LIFECYCLE_NOTES:]
-            ws.write_meta(meta)
-
-    def _suspend_sync(
-        self, ws: WorkspaceDir, reason: SuspendReason, snapshot_id: str | None
-    ) -> WorkspaceRecord:
-        with self._held(ws) as meta:
-            _check_live(meta)
-            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
-            suspension = Suspension(reason=reason, at=utc_now(), snapshot_id=snapshot_id)
-            # The files stay where they are (nothing runs to change them): resuming from this
-            # suspension's snapshot only restarts the agent.
-            meta["suspension"] = {**suspension.model_dump(), "files_kept": True}
-            ws.write_meta(meta)
-        self._socket_paths.forget(ws.socket)
-        return _record(meta, "suspended")
 
     async def close(self) -> None:
         # Daemons are not the server's to stop: they keep the workspaces running between
@@ -436,7 +333,7 @@ class LocalDriver:
                     fill(ws, meta)
                 self._start_daemon(ws, meta)
         except BaseException:
-            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            daemon.stop(ws.pid_file, process_marker(meta["workspace_id"]))
             with contextlib.suppress(UpstreamError):
                 self._release_disk(ws)
             ws.remove()
@@ -469,7 +366,7 @@ class LocalDriver:
 
     def _get_sync(self, ws: WorkspaceDir) -> WorkspaceRecord:
         meta = self._meta(ws)
-        return _record(meta, _state(ws, meta))
+        return as_record(meta, live_state(ws, meta))
 
     def _list_sync(self) -> builtins.list[WorkspaceRecord]:
         records = []
@@ -477,24 +374,24 @@ class LocalDriver:
             ws = WorkspaceDir(path)
             meta = ws.read_meta()
             if meta is not None:  # a workspace being created has no metadata yet
-                records.append(_record(meta, _state(ws, meta)))
+                records.append(as_record(meta, live_state(ws, meta)))
         return sorted(records, key=lambda r: (r.created_at, r.workspace_id))
 
     def _set_tags_sync(self, ws: WorkspaceDir, tags: dict[str, str]) -> WorkspaceRecord:
         with self._held(ws) as meta:
             meta["tags"] = {**meta.get("tags", {}), **tags}
             ws.write_meta(meta)
-        return _record(meta, _state(ws, meta))
+        return as_record(meta, live_state(ws, meta))
 
     def _ensure_daemon(self, ws: WorkspaceDir) -> None:
         with self._held(ws) as meta:
             # Suspended or ended meanwhile: only a resume starts its agent again.
-            _check_live(meta)
+            check_live(meta)
             if daemon.running(ws.pid_file) and daemon.accepts(ws.socket):
                 return  # restarted by another caller while we waited for the lock
             # Whatever remains of the earlier daemon (hung, or its sandbox's commands) goes
             # first: the new daemon reports those commands as lost, so none runs unsupervised.
-            daemon.stop(ws.pid_file, _marker(meta["workspace_id"]))
+            daemon.stop(ws.pid_file, process_marker(meta["workspace_id"]))
             if meta["workspace_id"] not in self._secret_env:
                 log.warning(
                     "restarting the agent of %s without its secret environment (not kept on disk)",
@@ -505,7 +402,7 @@ class LocalDriver:
     def _destroy_sync(self, ws: WorkspaceDir, keep_snapshots: bool) -> None:
         with self._held(ws) as meta:
             workspace_id = meta["workspace_id"]
-            daemon.stop(ws.pid_file, _marker(workspace_id))
+            daemon.stop(ws.pid_file, process_marker(workspace_id))
             self._release_disk(ws)
             if not keep_snapshots:
                 ws.remove()
@@ -521,38 +418,6 @@ class LocalDriver:
             meta.pop("suspension", None)
             meta["terminated_at"] = utc_now()
             ws.write_meta(meta)
-
-    def _parts(self, ws: WorkspaceDir, meta: dict[str, Any], *, with_state: bool) -> Parts:
-        """Where the workspace's files, home and exec history are on the host now."""
-        state = ws.state if with_state else None
-        if meta.get("local", {}).get("disk_mb"):
-            own = WorkspaceDisk(ws.path)
-            try:
-                own.mount()
-            except DiskError as err:
-                raise UpstreamError(f"cannot mount the workspace's disk: {err}") from err
-            return Parts(own.workspace, own.home, state)
-        return Parts(ws.workspace, ws.home, state)
-
-    def _rebuild(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
-        """Lays out again what a kept-but-terminated workspace lost: its directories, its own
-        disk, their owner."""
-        for part in (ws.workspace, ws.home, ws.state, ws.run):
-            part.mkdir(mode=0o700, exist_ok=True)
-        local = meta.get("local", {})
-        slot = local.get("uid_slot")
-        if not isinstance(slot, int):
-            return
-        owner = uids.host_ids(slot).commands
-        for part in (ws.workspace, ws.home):
-            os.chown(part, owner, owner)
-        size = local.get("disk_mb")
-        own = WorkspaceDisk(ws.path)
-        if size and not own.image.exists():
-            try:
-                own.create(int(size), owner)
-            except DiskError as err:
-                raise UpstreamError("upstream", f"cannot give the workspace a disk: {err}") from err
 
     def _release_disk(self, ws: WorkspaceDir) -> None:
         try:
@@ -603,36 +468,6 @@ class LocalDriver:
         if meta is None:
             raise self._not_found(ws)
         return meta
-
-
-def _record(meta: dict[str, Any], state: str) -> WorkspaceRecord:
-    return WorkspaceRecord.model_validate(
-        {**meta, "state": state, "ended_at": meta.get("terminated_at")}
-    )
-
-
-def _marker(workspace_id: str) -> str:
-    return f"{WORKSPACE_ID_ENV}={workspace_id}"
-
-
-def _state(ws: WorkspaceDir, meta: dict[str, Any]) -> str:
-    if meta.get("terminated_at"):
-        return "terminated"
-    if meta.get("suspension"):
-        return "suspended"
-    # Cheap and local: is the recorded daemon process alive? (`connect` restarts a stopped one.)
-    return "running" if daemon.running(ws.pid_file) else "stopped"
-
-
-def _check_live(meta: dict[str, Any]) -> None:
-    """Refuses to reach an agent that only a resume may start again."""
-    workspace_id = meta.get("workspace_id", "")
-    if meta.get("terminated_at"):
-        raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
-    if meta.get("suspension"):
-        raise ConflictError(
-            f"workspace {workspace_id} is suspended; resume it first", field="workspace_id"
-        )
 
 
 # What this driver can enforce of `resources`: the memory bound as each command's address space

@@ -6,7 +6,7 @@ checked before any call to Modal.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -325,10 +325,10 @@ class ModalSecrets:
 def redacted_env(
     names: Sequence[str],
     secret_keys: Mapping[str, Sequence[str]],
-    secret_env: Mapping[str, str],
+    secret_env_keys: Iterable[str],
 ) -> list[str]:
     """The variables of a sandbox's environment whose values the agent redacts from every exec:
-    those listed for its named secrets, and those of `secret_env`."""
+    those listed for its named secrets, and those of its `secret_env`."""
     out = {key for name in names for key in secret_keys.get(name, ())}
-    out.update(secret_env)
+    out.update(secret_env_keys)
     return sorted(out)

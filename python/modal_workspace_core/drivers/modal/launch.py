@@ -13,6 +13,8 @@ from ...policy import WORKSPACE_ROOT
 from .channel_key import launch_config
 from .config import ModalSettings, SandboxOptions, redacted_env
 from .exits import EXIT_SNAPSHOT_OPTIONS
+from .records import StoredSecretEnv
+from .secret_env import attach
 
 __all__ = ["Launch", "start_sandbox"]
 
@@ -33,7 +35,8 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     secret_names: Sequence[str] = ()
     secret_keys: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    secret_env: dict[str, str] = field(default_factory=dict)
+    # The workspace's own Secret (its `secret_env`), attached by id: its values never pass here.
+    secret_env: StoredSecretEnv | None = None
     block_network: bool = False
     fresh_state: bool = False
 
@@ -47,7 +50,9 @@ async def start_sandbox(
     names = list(dict.fromkeys([*options.secret_names, *launch.secret_names]))
     keys = {**settings.secret_keys, **launch.secret_keys}
     # The variables whose values the agent redacts from every exec: names, never values.
-    argv: tuple[str, ...] = settings.daemon_argv(redacted_env(names, keys, launch.secret_env))
+    own = launch.secret_env
+    redacted = redacted_env(names, keys, own.keys if own is not None else ())
+    argv: tuple[str, ...] = settings.daemon_argv(redacted)
     if launch.fresh_state:
         argv = ("sh", "-c", _FRESH_STATE, settings.agent_state_dir, *argv)
     # With `required_keys`, Modal refuses a secret that lacks a listed variable, so a variable
@@ -55,9 +60,8 @@ async def start_sandbox(
     secrets = [
         modal.Secret.from_name(name, required_keys=list(keys.get(name, ()))) for name in names
     ]
-    if launch.secret_env:
-        # Values travel inside the create request, never in argv.
-        secrets.append(modal.Secret.from_dict(dict(launch.secret_env)))
+    if own is not None:
+        secrets.append(attach(own))
     sandbox = await modal.Sandbox.create.aio(
         *argv,
         app=app,

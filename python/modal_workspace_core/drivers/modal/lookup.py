@@ -21,7 +21,19 @@ from modal.client import _Client
 from modal.sandbox._impl_v2 import SandboxImplV2
 from modal_proto import api_pb2
 
-__all__ = ["SandboxInfo", "image_exists", "latest_sandbox", "list_sandboxes", "on_sdk_loop"]
+from ..._core import PolicyError
+from ...errors import InvalidArgumentError
+from ...policy import check_id
+
+__all__ = [
+    "Current",
+    "SandboxInfo",
+    "checked_workspace_id",
+    "image_exists",
+    "latest_sandbox",
+    "list_sandboxes",
+    "on_sdk_loop",
+]
 
 T = TypeVar("T")
 
@@ -96,3 +108,36 @@ async def latest_sandbox(app_id: str, tags: Mapping[str, str]) -> SandboxInfo | 
     async for info in list_sandboxes(app_id, tags):
         return info
     return None
+
+
+def checked_workspace_id(workspace_id: str) -> str:
+    """The id a workspace is looked up by, checked by the core (a bad one is the caller's
+    `invalid_argument`, naming the field)."""
+    try:
+        return check_id("ws", workspace_id)
+    except PolicyError as exc:
+        raise InvalidArgumentError(
+            "invalid_argument", f"workspace_id: {exc}", "workspace_id"
+        ) from None
+
+
+@dataclass
+class Current:
+    """A workspace's latest sandbox: a handle when one was needed, its tags, and its result
+    (None while it runs)."""
+
+    workspace_id: str
+    sandbox: modal.Sandbox | None
+    tags: dict[str, str]
+    result: api_pb2.GenericResult | None
+    info: SandboxInfo | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.result is None
+
+    async def handle(self) -> modal.Sandbox:
+        if self.sandbox is None:
+            assert self.info is not None
+            self.sandbox = await self.info.handle()
+        return self.sandbox

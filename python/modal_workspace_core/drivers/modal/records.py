@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ...errors import InvalidArgumentError, LimitError
+from ...errors import LimitError
 from ...policy import WORKSPACE_TAGS
 from ..base import (
     LIFECYCLE_SNAPSHOTS_KEPT,
@@ -42,14 +42,15 @@ __all__ = [
     "INTERNAL_PREFIX",
     "MAX_SNAPSHOTS",
     "SNAPSHOT_PREFIX",
+    "StoredSecretEnv",
     "StoredSnapshot",
     "caller_tags",
     "exit_snapshot_id",
     "internal_tags",
-    "refuse_internal",
 ]
 
-# Every tag the driver keeps for itself starts with this; a caller may not set one.
+# Every tag the driver keeps for itself starts with this. The core reserves it (one of
+# `policy.MANAGED_TAG_PREFIXES`): neither a client nor `stored_tag` lets one through.
 INTERNAL_PREFIX = "mwc-"
 SNAPSHOT_PREFIX = "mwc-sn-"  # + the snapshot id's 32 hex digits
 TAG_RESOURCES = "mwc-resources"
@@ -59,6 +60,9 @@ TAG_PURGED = "mwc-purged"  # terminated by the gateway, nothing kept: reads as n
 TAG_SUSPENSION = "mwc-suspension"
 TAG_LINEAGE = "mwc-lineage"
 TAG_NOTES = "mwc-notes"
+# The Modal Secret that holds the workspace's `secret_env`: its id and variable names, never a
+# value (Modal keeps those), so that every sandbox of the workspace attaches the same one.
+TAG_SECRET_ENV = "mwc-secret-env"
 
 # Snapshots are bounded as on every driver (`MAX_SNAPSHOTS`); beyond them, places kept for the
 # exit snapshots the driver records when it sees a sandbox ended.
@@ -92,17 +96,6 @@ def internal_tags(tags: Mapping[str, str]) -> dict[str, str]:
 def caller_tags(tags: Mapping[str, str]) -> dict[str, str]:
     """The tags a workspace record shows: everything but the driver's own records."""
     return {k: v for k, v in tags.items() if not k.startswith(INTERNAL_PREFIX)}
-
-
-def refuse_internal(tags: Mapping[str, str]) -> None:
-    for key in tags:
-        if key.startswith(INTERNAL_PREFIX):
-            field = f"tags.{key[:32]}"
-            raise InvalidArgumentError(
-                "invalid_argument",
-                f"{field}: tags starting with {INTERNAL_PREFIX!r} are the Modal driver's own",
-                field,
-            )
 
 
 def exit_snapshot_id(sandbox_id: str) -> str:
@@ -332,3 +325,31 @@ def with_note(tags: Mapping[str, str], note: LifecycleNote) -> dict[str, str]:
     while len(kept) > 1 and len(_dump([n.model_dump() for n in kept])) > _NOTES_CHARS:
         kept.pop(0)
     return {**tags, TAG_NOTES: _dump([n.model_dump() for n in kept])}
+
+
+@dataclass(frozen=True)
+class StoredSecretEnv:
+    """The workspace's own Modal Secret (its `secret_env`): the id it is attached by and the
+    variables the agent redacts. A fork is a new workspace and never gets its parent's."""
+
+    secret_id: str
+    keys: tuple[str, ...]
+
+    def value(self) -> str:
+        value = _dump({"i": self.secret_id, "k": list(self.keys)})
+        if len(value) > MAX_RECORD_CHARS:
+            raise LimitError(
+                f"the names of the secret_env variables take {len(value)} characters to record "
+                f"(at most {MAX_RECORD_CHARS}): pass fewer or shorter ones",
+                field="secret_env",
+            )
+        return value
+
+
+def secret_env(tags: Mapping[str, str]) -> StoredSecretEnv | None:
+    data = _load(tags.get(TAG_SECRET_ENV))
+    if not isinstance(data, dict) or not isinstance(data.get("i"), str):
+        return None
+    keys = data.get("k")
+    names = tuple(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else ()
+    return StoredSecretEnv(data["i"], names)
