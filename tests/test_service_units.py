@@ -34,7 +34,14 @@ def test_default_paths_are_canonical_like_client_paths() -> None:
 def test_the_repeatable_agent_ops_come_from_the_cores_table() -> None:
     assert REPEATABLE_OPS is REPEATABLE_AGENT_OPS
     assert set(AGENT_OPS) > REPEATABLE_OPS
-    never_twice = {"exec.input", "exec.resize", "file.edit", "file.remove", "watch.start"}
+    never_twice = {
+        "exec.input",
+        "exec.resize",
+        "file.edit",
+        "file.remove",
+        "watch.start",
+        "task.progress",
+    }
     assert set(AGENT_OPS) - REPEATABLE_OPS == never_twice
     protocol = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
     for op in AGENT_OPS:

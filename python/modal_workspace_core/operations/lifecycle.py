@@ -128,16 +128,12 @@ async def make_snapshot(
 
 
 async def take_snapshot(
-    svc: Service,
-    workspace_id: str,
-    kind: SnapshotKind,
-    *,
-    label: str = "",
-    ttl_seconds: int | None = None,
+    svc: Service, workspace_id: str, kind: SnapshotKind, *, label: str
 ) -> SnapshotRecord:
-    """A snapshot of a running workspace, within the call: its progress goes to the caller's
-    progress notifications, where it listens (MCP), not to a stream."""
-    plan = await plan_snapshot(svc, workspace_id, kind, label=label, ttl_seconds=ttl_seconds)
+    """A snapshot of a running workspace kept until deleted, within the call (the lifecycle's,
+    a fork's, a terminate's): its progress goes to the caller's progress notifications, where
+    it listens (MCP), not to a stream."""
+    plan = await plan_snapshot(svc, workspace_id, kind, label=label)
     return await make_snapshot(svc, workspace_id, plan, TaskStream(svc, workspace_id, None))
 
 
