@@ -128,7 +128,7 @@ async def make_snapshot(
 
 
 async def take_snapshot(
-    svc: Service, workspace_id: str, kind: SnapshotKind, *, label: str
+    svc: Service, workspace_id: str, kind: SnapshotKind, *, label: str = ""
 ) -> SnapshotRecord:
     """A snapshot of a running workspace kept until deleted, within the call (the lifecycle's,
     a fork's, a terminate's): its progress goes to the caller's progress notifications, where
