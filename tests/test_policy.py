@@ -56,6 +56,11 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "secret_allowlist",
         "stored_tag",
         "workspace_path",
+        "allowed_function",
+        "function_allowlist",
+        "function_call_id",
+        "modal_app_name",
+        "modal_function_name",
     }
     for name in policy.__all__:
         assert getattr(policy, name) is getattr(mwc._core, name)

@@ -199,6 +199,26 @@ def name_allowlist(text: str) -> list[str]:
     """Parse a comma-separated allowlist of Modal object names (volumes). Raises `PolicyError`
     for an invalid or repeated name, or an entry with `:` (`allowlist.keys`)."""
 
+def function_allowlist(text: str) -> list[str]:
+    """Parse `MODAL_WORKSPACE_ALLOWED_FUNCTIONS`: comma-separated `APP/FUNCTION` entries, each
+    a valid app and function name listed once. Raises `PolicyError`."""
+
+def allowed_function(app: str, function: str, allowlist: Sequence[str], setting: str) -> str:
+    """Check both names, then that `app/function` is listed exactly in `allowlist`, and return
+    it. Deny by default; the message names `setting`, never the allowed names."""
+
+def modal_app_name(text: str) -> str:
+    """Check a deployed app's name (1-64 of `[A-Za-z0-9._-]`, not an app id) and return it.
+    Raises `PolicyError`."""
+
+def modal_function_name(text: str) -> str:
+    """Check a function's name inside a deployed app (1-64 of `[A-Za-z0-9_-]`; no `.`: class
+    methods are not offered) and return it. Raises `PolicyError`."""
+
+def function_call_id(text: str) -> str:
+    """Check a Modal function-call id (`fc-` and 20-32 letters or digits) and return it.
+    Raises `PolicyError`."""
+
 # --- the event ring -------------------------------------------------------------------------
 
 FINAL_STATES: frozenset[str]

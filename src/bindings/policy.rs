@@ -190,6 +190,49 @@ fn name_allowlist(text: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
     policy::name_allowlist(self::text(text)?).map_err(policy_error)
 }
 
+/// Parses the allowlist of deployed functions (`APP/FUNCTION,…`).
+#[pyfunction]
+fn function_allowlist(text: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
+    policy::function_allowlist(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks that function `function` of app `app` is allowlisted; returns `app/function`.
+#[pyfunction]
+fn allowed_function(
+    app: &Bound<'_, PyString>,
+    function: &Bound<'_, PyString>,
+    allowlist: Vec<Bound<'_, PyString>>,
+    setting: &Bound<'_, PyString>,
+) -> PyResult<String> {
+    // An entry that is not valid Unicode can never equal a valid name; lossy is exact enough.
+    let allowlist: Vec<_> = allowlist.iter().map(|s| s.to_string_lossy()).collect();
+    policy::allowed_function(
+        text(app)?,
+        text(function)?,
+        &allowlist,
+        &setting.to_string_lossy(),
+    )
+    .map_err(policy_error)
+}
+
+/// Checks a deployed app's name.
+#[pyfunction]
+fn modal_app_name(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::modal_app_name(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a function's name inside a deployed app.
+#[pyfunction]
+fn modal_function_name(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::modal_function_name(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a Modal function-call id.
+#[pyfunction]
+fn function_call_id(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::function_call_id(self::text(text)?).map_err(policy_error)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
@@ -207,6 +250,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(volume_mount, m)?)?;
     m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
     m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;
+    m.add_function(wrap_pyfunction!(function_allowlist, m)?)?;
+    m.add_function(wrap_pyfunction!(allowed_function, m)?)?;
+    m.add_function(wrap_pyfunction!(modal_app_name, m)?)?;
+    m.add_function(wrap_pyfunction!(modal_function_name, m)?)?;
+    m.add_function(wrap_pyfunction!(function_call_id, m)?)?;
     // The managed tag names have this one home; Python reads them from here.
     let py = m.py();
     m.add("MANAGED_TAGS", PyTuple::new(py, policy::MANAGED_TAGS)?)?;

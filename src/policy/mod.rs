@@ -4,6 +4,7 @@
 
 mod allowlist;
 mod error;
+mod functions;
 mod git_ref;
 mod id;
 mod mount;
@@ -14,6 +15,9 @@ mod tags;
 
 pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
 pub use error::{echo, PolicyError, ECHO_CHARS};
+pub use functions::{
+    allowed_function, function_allowlist, function_call_id, modal_app_name, modal_function_name,
+};
 pub use git_ref::{git_ref, MAX_REF_BYTES};
 pub use id::{check_id, new_id, IdKind};
 pub use mount::{volume_mount, SYSTEM_TREES, WRITABLE_DIRS};
