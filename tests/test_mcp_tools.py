@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.operations import OPERATIONS
+from modal_workspace_core.operations import OPERATIONS, offered
 from modal_workspace_core.service import Service
 from modal_workspace_core.surfaces.mcp import INSTRUCTIONS
 from modal_workspace_core.surfaces.rest.app import create_app
@@ -20,6 +20,14 @@ from service_support import TOKEN, RecordingDriver, serving
 
 MODES = ["legacy", "2026-07-28"]
 WS = "ws-" + "0" * 32
+FUNCTION_OPS = {
+    "function_call",
+    "function_spawn",
+    "function_call_get",
+    "function_call_cancel",
+    "app_get",
+    "app_list",
+}
 
 
 @pytest.fixture
@@ -44,7 +52,9 @@ def mcp_client(base_url: str, mode: str, token: str | None = TOKEN) -> Client:
 async def test_the_sdk_client_lists_one_tool_per_operation(base_url: str, mode: str) -> None:
     async with mcp_client(base_url, mode) as client:
         tools = (await client.list_tools()).tools
-    assert {t.name for t in tools} == {op.name for op in OPERATIONS}
+    # Every operation but the function ones, which no allowlist turned on here.
+    assert {t.name for t in tools} == {op.name for op in offered(load_settings({}))}
+    assert {op.name for op in OPERATIONS} - {t.name for t in tools} == FUNCTION_OPS
     for tool in tools:
         hints = tool.annotations
         assert hints is not None, tool.name
@@ -112,7 +122,7 @@ async def test_mcp_answers_at_the_path_without_a_trailing_slash(base_url: str) -
     async with Client(
         streamable_http_client(f"{base_url}/mcp", http_client=http), mode="legacy"
     ) as c:
-        assert len((await c.list_tools()).tools) == len(OPERATIONS)
+        assert len((await c.list_tools()).tools) == len(OPERATIONS) - len(FUNCTION_OPS)
 
 
 async def test_a_foreign_host_header_is_refused_on_loopback(base_url: str) -> None:

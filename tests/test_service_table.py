@@ -74,12 +74,23 @@ EXPECTED = {
     ),
     "workspace_resume": ("POST", "/workspaces/{workspace_id}/resume"),
     "workspace_fork": ("POST", "/workspaces/{workspace_id}/fork"),
+    # Issue 14: deployed Modal Functions and apps, offered when functions are allowlisted.
+    "function_call": ("POST", "/modal/function-calls"),
+    "function_spawn": ("POST", "/modal/function-spawns"),
+    "function_call_get": ("GET", "/modal/function-calls/{function_call_id}"),
+    "function_call_cancel": ("DELETE", "/modal/function-calls/{function_call_id}"),
+    "app_get": ("GET", "/modal/apps/{app_name}"),
+    "app_list": ("GET", "/modal/apps"),
 }
 
 
 @pytest.fixture
 def service() -> Service:
-    return Service(RecordingDriver(), load_settings({}))
+    # With a function allowlisted, so that every operation is offered (the function ones are
+    # absent from MCP otherwise: tests/test_modal_functions.py).
+    return Service(
+        RecordingDriver(), load_settings({"MODAL_WORKSPACE_ALLOWED_FUNCTIONS": "app/fn"})
+    )
 
 
 def test_the_table_declares_exactly_the_operations_of_the_issue() -> None:

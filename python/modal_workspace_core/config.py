@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ._core import PolicyError
-from .policy import env_name, github_base, name_allowlist, secret_allowlist
+from .policy import env_name, function_allowlist, github_base, name_allowlist, secret_allowlist
 
 if TYPE_CHECKING:
     from .drivers.modal.config import ModalSettings
@@ -58,6 +58,11 @@ MIN_CHANNEL_SECRET_CHARS = 32
 GITHUB_TOKEN_ENV = "GH_TOKEN"
 DEFAULT_GITHUB_URL = "https://github.com"
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
+
+# Deployed Modal Functions agents may call (`APP/FUNCTION,…`; empty: the function operations are
+# off), and whether those operations enter the GPT Actions schema (`operations/functions.py`).
+ALLOWED_FUNCTIONS_ENV = "MODAL_WORKSPACE_ALLOWED_FUNCTIONS"
+FUNCTIONS_IN_ACTIONS_ENV = "MODAL_WORKSPACE_FUNCTIONS_IN_ACTIONS"
 
 MIN_TOKEN_CHARS = 8
 # How long the gateway waits for a workspace agent's answer (on top of a long-poll's own wait)
@@ -123,6 +128,9 @@ class Settings(BaseModel):
     retention_seconds: int = DEFAULT_RETENTION_SECONDS
     # Modal driver: its own section (`ModalSettings`), read when the driver is Modal.
     modal: Any = None
+    # The deployed functions agents may call, as `app/function`; empty: the operations are off.
+    allowed_functions: tuple[str, ...] = ()
+    functions_in_actions: bool = False
 
     @property
     def channel_secret(self) -> bytes | None:
@@ -385,7 +393,22 @@ def load_settings(
         ),
         retention_seconds=_load_seconds(env, RETENTION_ENV, DEFAULT_RETENTION_SECONDS, 1),
         modal=_load_modal(env) if chosen == "modal" else None,
+        **_load_functions(env),
     )
+
+
+def _load_functions(env: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        allowed = tuple(function_allowlist(env.get(ALLOWED_FUNCTIONS_ENV, "")))
+    except PolicyError as exc:
+        raise ConfigError(f"{ALLOWED_FUNCTIONS_ENV}: {exc}") from None
+    in_actions = _flag(env, FUNCTIONS_IN_ACTIONS_ENV)
+    if in_actions and not allowed:
+        raise ConfigError(
+            f"{FUNCTIONS_IN_ACTIONS_ENV} is set but {ALLOWED_FUNCTIONS_ENV} is empty: list the "
+            "functions (APP/FUNCTION) agents may call, or unset it"
+        )
+    return {"allowed_functions": allowed, "functions_in_actions": in_actions}
 
 
 def _load_isolation(value: str | None) -> IsolationMode:

@@ -14,6 +14,7 @@ from google.protobuf import empty_pb2
 from grpclib import GRPCError, Status
 from modal_proto import api_grpc, api_pb2
 
+from .functions import FunctionsServicer
 from .objects import ObjectsServicer, request_of
 from .sandboxes import (
     SandboxRecord,
@@ -40,7 +41,7 @@ def _handle_metadata(record: SandboxRecord) -> api_pb2.SandboxHandleMetadata:
 
 
 @serviced
-class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
+class ModalClientServicer(ObjectsServicer, FunctionsServicer, api_grpc.ModalClientBase):
     def __init__(self, state: State) -> None:
         self.state = state
 
@@ -61,8 +62,8 @@ class ModalClientServicer(ObjectsServicer, api_grpc.ModalClientBase):
         await stream.send_message(
             api_pb2.AppGetOrCreateResponse(
                 app_id=app_id,
-                handle_metadata=api_pb2.AppHandleMetadata(
-                    app_id=app_id, environment_name=request.environment_name or "main"
+                handle_metadata=self.app_metadata(
+                    request.environment_name, request.app_name, app_id
                 ),
             )
         )

@@ -19,6 +19,8 @@ from grpclib.server import Server
 from modal_proto import api_pb2
 
 from .api import ModalClientServicer
+from .deployed import FunctionCallRecord
+from .functions import deploy
 from .isolation import usable_bwrap
 from .router import TaskCommandRouterServicer
 from .sandboxes import SandboxRecord
@@ -172,6 +174,17 @@ class ControlPlane:
 
     def add_secret(self, name: str, env: dict[str, str]) -> None:
         self.call(lambda: self.state.secrets.__setitem__(name, dict(env)))
+
+    def deploy_function(
+        self, app: str, name: str, behaviour: Callable[..., object], **options: object
+    ) -> str:
+        """Deploy fake function `app/name`: each call runs `behaviour(*args, **kwargs)` on the
+        control plane's loop (it may be async; what it raises is the call's failure; a
+        `functions.RawOutput` answers with exactly those bytes). Returns the function's id."""
+        return self.call(lambda: deploy(self.state, app, name, behaviour, **options).function_id)
+
+    def function_calls(self) -> list[FunctionCallRecord]:
+        return self.call(lambda: list(self.state.functions.calls.values()))
 
     def add_volume(self, name: str) -> None:
         def add() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from grpclib import GRPCError, Status
 
 from . import tokens
+from .deployed import FunctionsState
 from .sandboxes import SandboxRecord, v1_id
 
 # Built images are content-addressed and, as on Modal, outlive any one server: the SDK keeps image
@@ -75,6 +76,8 @@ class State:
     files: dict[str, bytes] = field(default_factory=dict)
     mounts: dict[str, dict[str, str]] = field(default_factory=dict)
     snapshot_faults: SnapshotFaults = field(default_factory=SnapshotFaults)
+    # Deployed Functions and their calls (`functions`).
+    functions: FunctionsState = field(default_factory=FunctionsState)
 
     # -- credentials -------------------------------------------------------------------------
 

@@ -4,10 +4,11 @@ order the surfaces list them."""
 
 from __future__ import annotations
 
+from ..config import Settings
 from ..errors import InvalidArgumentError
 from ..git.pending import resume_pending
 from ..service import Service
-from . import execs, files, repo, snapshots, streams, watches, workspaces
+from . import execs, files, functions, repo, snapshots, streams, watches, workspaces
 from .lifecycle import resume_suspended
 from .run import call, parse_input, parse_request, run
 from .table import Hints, Operation
@@ -16,7 +17,9 @@ __all__ = [
     "OPERATIONS",
     "Hints",
     "Operation",
+    "actions_operations",
     "call",
+    "offered",
     "operation",
     "parse_input",
     "parse_request",
@@ -25,7 +28,7 @@ __all__ = [
 
 OPERATIONS: tuple[Operation, ...] = tuple(
     op
-    for domain in (workspaces, snapshots, execs, repo, files, watches, streams)
+    for domain in (workspaces, snapshots, execs, repo, files, watches, streams, functions)
     for op in domain.declare.operations
 )
 _BY_NAME = {op.name: op for op in OPERATIONS}
@@ -35,6 +38,33 @@ _BY_NAME = {op.name: op for op in OPERATIONS}
 Service.on_first_connect = (resume_pending,)
 # A suspended workspace resumes when an operation needs it.
 Service.resume_suspended = resume_suspended
+
+
+# The most operations GPT Actions accepts in one schema.
+MAX_ACTIONS_OPERATIONS = 30
+
+
+def offered(settings: Settings) -> tuple[Operation, ...]:
+    """The operations a surface lists for a gateway with `settings`: the function operations
+    only when functions are allowlisted (they refuse, naming the setting, when called anyway)."""
+    function_ops = {op.name for op in functions.declare.operations}
+    return tuple(
+        op for op in OPERATIONS if settings.allowed_functions or op.name not in function_ops
+    )
+
+
+def actions_operations(settings: Settings) -> frozenset[str]:
+    """The names in the GPT Actions schema: those marked `in_actions`; with the functions turned
+    on there (MODAL_WORKSPACE_FUNCTIONS_IN_ACTIONS), the functions' in and the file watches out
+    (`functions.ACTIONS_SWAP`), so the schema stays within Actions' limit."""
+    names = {op.name for op in OPERATIONS if op.in_actions}
+    if settings.functions_in_actions and settings.allowed_functions:
+        names = (names - set(functions.ACTIONS_SWAP.values())) | set(functions.ACTIONS_SWAP)
+    if len(names) > MAX_ACTIONS_OPERATIONS:
+        raise RuntimeError(
+            f"{len(names)} operations for GPT Actions, over its {MAX_ACTIONS_OPERATIONS}"
+        )
+    return frozenset(names)
 
 
 def operation(name: str) -> Operation:

@@ -20,8 +20,9 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from .. import __version__
+from ..config import Settings
 from ..errors import WorkspaceError
-from ..operations import OPERATIONS, Operation, call, operation, parse_request
+from ..operations import OPERATIONS, Operation, call, offered, operation, parse_request
 from ..service import PROGRESS, Reporter, Service
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
@@ -66,8 +67,9 @@ def _tool(op: Operation) -> types.Tool:
     )
 
 
-def tools() -> list[types.Tool]:
-    return [_tool(op) for op in OPERATIONS]
+def tools(settings: Settings | None = None) -> list[types.Tool]:
+    """Every operation's tool, or those a gateway with `settings` offers."""
+    return [_tool(op) for op in (OPERATIONS if settings is None else offered(settings))]
 
 
 def _error_result(err: WorkspaceError) -> types.CallToolResult:
@@ -100,7 +102,7 @@ def _progress_reporter(ctx: Any) -> Reporter | None:
 
 def build_server(service: Service) -> Server[Any]:
     """The MCP server object (transport-free): tools/list and tools/call over the table."""
-    listed = tools()
+    listed = tools(service.settings)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=listed)

@@ -25,6 +25,7 @@ from ...errors import (
     WorkspaceError,
     invalid_from_details,
 )
+from ...operations import actions_operations
 from ...operations.fields import ErrorResponse
 from ...service import Service
 from ..mcp import McpEndpoint
@@ -162,7 +163,8 @@ def create_app(
     @app.get("/action-openapi.json", include_in_schema=False)
     async def action_openapi(request: Request) -> JSONResponse:
         public = service.settings.public_url or _server_url(request, public_scheme)
-        return JSONResponse(actions_schema(app.openapi(), public))
+        wanted = actions_operations(service.settings)
+        return JSONResponse(actions_schema(app.openapi(), public, wanted))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -8,6 +8,7 @@ descriptions of at most 700; these limits are enforced here and asserted by the 
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from typing import Any
 
 from ...operations import OPERATIONS
@@ -82,10 +83,14 @@ def _clip_descriptions(node: Any, limit: int) -> None:
             _clip_descriptions(value, limit)
 
 
-def actions_schema(full: dict[str, Any], server_url: str) -> dict[str, Any]:
-    """The GPT Actions document: only the operations marked for Actions, within its limits,
-    with `servers` set to the URL the client used."""
-    wanted = {op.name for op in OPERATIONS if op.in_actions}
+def actions_schema(
+    full: dict[str, Any], server_url: str, wanted: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The GPT Actions document: only the operations `wanted` there (by default those marked for
+    Actions; the gateway's settings may swap some, `operations.actions_operations`), within its
+    limits, with `servers` set to the URL the client used."""
+    if wanted is None:
+        wanted = {op.name for op in OPERATIONS if op.in_actions}
     paths: dict[str, Any] = {}
     for path, item in full.get("paths", {}).items():
         kept = {

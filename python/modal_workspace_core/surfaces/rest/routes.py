@@ -34,6 +34,9 @@ ID_PATTERNS = {
     "watch_id": "^fw-[0-9a-f]{32}$",
     "stream_id": "^(ex|fw)-[0-9a-f]{32}$",
     "snapshot_id": "^sn-[0-9a-f]{32}$",
+    # Modal's names and ids (`operations/functions.py`); the core's policy has the full rules.
+    "function_call_id": "^fc-[A-Za-z0-9]{20,32}$",
+    "app_name": "^[A-Za-z0-9._-]{1,64}$",
 }
 
 
