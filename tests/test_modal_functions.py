@@ -338,3 +338,36 @@ async def test_a_result_too_big_for_gpt_actions_is_a_413_over_rest(plane: Contro
     assert response.status_code == 413, response.text
     assert response.json()["error"]["field"] == "max_result_chars"
     assert ok.status_code == 200 and len(ok.json()["result"]) == 70_000
+
+
+async def test_mcp_offers_the_functions_as_open_world_tools_and_calls_them(
+    plane: ControlPlane,
+) -> None:
+    from mcp import Client
+    from modal_workspace_core.surfaces.mcp import build_server
+
+    async with Client(build_server(service()), mode="legacy") as client:  # type: ignore[arg-type]
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        answer = await client.call_tool(
+            "function_call", {"app_name": "ml", "function_name": "predict", "args": [2]}
+        )
+        refused = await client.call_tool(
+            "function_call", {"app_name": "ml", "function_name": "other"}
+        )
+    hints = tools["function_call"].annotations
+    assert hints is not None and hints.open_world_hint and not hints.read_only_hint
+    assert answer.structured_content is not None
+    assert answer.structured_content["result"] == {"y": 2}
+    assert refused.is_error
+    assert len(plane.function_calls()) == 1
+
+
+async def test_the_python_api_calls_an_allowlisted_function(plane: ControlPlane) -> None:
+    from modal_workspace_core import Workspaces
+
+    settings = load_settings({"MODAL_WORKSPACE_ALLOWED_FUNCTIONS": "ml/predict"})
+    async with Workspaces(RecordingDriver(), settings=settings) as wss:  # type: ignore[arg-type]
+        answer: Any = await wss.call(
+            "function_call", app_name="ml", function_name="predict", kwargs={"x": 5}
+        )
+    assert answer.result == {"y": 5}

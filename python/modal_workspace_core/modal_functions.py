@@ -41,7 +41,6 @@ class AppSummary:
     name: str
     description: str
     functions: tuple[str, ...]
-    state: str | None = None
 
 
 def json_value(value: Any, where: str = "result", depth: int = 0) -> Any:
@@ -137,6 +136,16 @@ async def _on_sdk_loop(coro: Coroutine[Any, Any, Any]) -> Any:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
+def _summary(name: str, info: Any) -> AppSummary:
+    """An app as the SDK's `AppInfo` describes it."""
+    return AppSummary(
+        app_id=info.app_id,
+        name=name,
+        description=info.description,
+        functions=tuple(sorted(info.functions)),
+    )
+
+
 class DeployedFunctions:
     """The SDK's handles of the allowlisted functions, hydrated once per process (a cache: a
     handle whose function is gone is dropped and looked up again)."""
@@ -219,22 +228,14 @@ class DeployedFunctions:
         import modal.exception
 
         call = modal.FunctionCall.from_id(call_id)
-        try:
-            await call.hydrate.aio()  # no call: the handle only learns its client
-            outcome: CallOutcome = await _on_sdk_loop(_read_output(_impl(call), wait_seconds))
-        except modal.exception.FunctionTimeoutError as exc:
-            return CallOutcome("timed_out", error=_bounded(str(exc)))
-        except modal.exception.RemoteError as exc:
-            return CallOutcome("failed", error=_bounded(str(exc)) or "the call failed")
-        except WorkspaceError:
-            raise
-        except modal.exception.NotFoundError:
-            raise NotFoundError(f"function call {call_id} was not found at Modal") from None
-        except modal.exception.Error as exc:
-            raise UpstreamError(
-                f"Modal failed for function call {call_id}: {type(exc).__name__}: "
-                f"{_bounded(str(exc))}"
-            ) from None
+        async with _sdk_errors(f"function call {call_id}"):
+            try:
+                await call.hydrate.aio()  # no call: the handle only learns its client
+                outcome: CallOutcome = await _on_sdk_loop(_read_output(_impl(call), wait_seconds))
+            except modal.exception.FunctionTimeoutError as exc:
+                return CallOutcome("timed_out", error=_bounded(str(exc)))
+            except modal.exception.RemoteError as exc:
+                return CallOutcome("failed", error=_bounded(str(exc)) or "the call failed")
         if outcome.state != "succeeded":
             return outcome
         return CallOutcome("succeeded", result=json_value(outcome.result))
@@ -251,28 +252,12 @@ class DeployedFunctions:
 
         async with _sdk_errors(f"app {name}"):
             app = await modal.App.lookup.aio(name, create_if_missing=False)
-            info = await app.info.aio()
-        return AppSummary(
-            app_id=info.app_id,
-            name=name,
-            description=info.description,
-            functions=tuple(sorted(info.functions)),
-        )
+            return _summary(name, await app.info.aio())
 
     async def apps(self) -> list[AppSummary]:
         import modal
 
         async with _sdk_errors("the environment's apps"):
             listed = await modal.Environment.from_context().apps.list.aio()
-        out = []
-        for app in listed:
-            info = await app.info.aio()
-            out.append(
-                AppSummary(
-                    app_id=info.app_id,
-                    name=app.name or "",
-                    description=info.description,
-                    functions=tuple(sorted(info.functions)),
-                )
-            )
-        return out
+        # Each handle carries its info from the list's answer: `info()` makes no call.
+        return [_summary(app.name or "", await app.info.aio()) for app in listed]

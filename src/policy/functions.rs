@@ -4,7 +4,7 @@
 //! Deny by default: an empty allowlist allows nothing, and a denial never lists what is allowed.
 
 use super::error::{echo, PolicyError};
-use super::names::MAX_MODAL_NAME_CHARS;
+use super::names::{modal_name, MAX_MODAL_NAME_CHARS};
 
 /// Shortest and longest run of alphanumerics after `fc-` in a function-call id. Modal's ids are
 /// a prefix and 22 base62 characters (older objects) or a 26-character ULID; the bounds leave
@@ -16,22 +16,16 @@ pub const MAX_CALL_ID_CHARS: usize = 32;
 /// `is_valid_object_name`): 1-64 of `[A-Za-z0-9._-]`, and not shaped like an app id
 /// (`ap-` and 22 alphanumerics), which Modal would read as an id instead of a name.
 pub fn modal_app_name(text: &str) -> Result<String, PolicyError> {
-    let what = "an app name must be 1-64 letters, digits, '.', '_' or '-', and not an app id";
-    if text.is_empty() {
-        return Err(PolicyError::new("app-name.empty", what, text));
-    }
-    if text.len() > MAX_MODAL_NAME_CHARS {
-        return Err(PolicyError::new("app-name.too-long", what, text));
-    }
-    let ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
-    if !text.bytes().all(ok) {
-        return Err(PolicyError::new("app-name.chars", what, text));
-    }
-    let rest = text.strip_prefix("ap-").unwrap_or("");
+    let name = modal_name(text)?;
+    let rest = name.strip_prefix("ap-").unwrap_or("");
     if rest.len() == 22 && rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(PolicyError::new("app-name.app-id", what, text));
+        return Err(PolicyError::new(
+            "app-name.app-id",
+            "an app name must not be shaped like an app id ('ap-' and 22 letters or digits)",
+            text,
+        ));
     }
-    Ok(text.to_owned())
+    Ok(name)
 }
 
 /// A function's name inside a deployed app: 1-64 letters, digits, `_` or `-`. No `.`: the SDK
@@ -151,11 +145,11 @@ mod tests {
         }
         let long = "x".repeat(65);
         for (bad, rule) in [
-            ("", "app-name.empty"),
-            (long.as_str(), "app-name.too-long"),
-            ("a/b", "app-name.chars"),
-            ("a b", "app-name.chars"),
-            ("é", "app-name.chars"),
+            ("", "modal-name.empty"),
+            (long.as_str(), "modal-name.too-long"),
+            ("a/b", "modal-name.chars"),
+            ("a b", "modal-name.chars"),
+            ("é", "modal-name.chars"),
             ("ap-1234567890abcdefghijKL", "app-name.app-id"),
         ] {
             assert_eq!(modal_app_name(bad).unwrap_err().rule, rule, "{bad:?}");
@@ -187,7 +181,7 @@ mod tests {
         for (bad, rule) in [
             ("ml", "function.shape"),
             ("ml/a/b", "function-name.chars"),
-            ("/f", "app-name.empty"),
+            ("/f", "modal-name.empty"),
             ("ml/", "function-name.empty"),
             ("ml/f,ml/f", "allowlist.duplicate"),
         ] {
