@@ -7,6 +7,7 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "AGENT_OPS",
+    "CHANNEL_KEEPALIVE_SECONDS",
     "FINAL_STATES",
     "IDEMPOTENCY_TAG",
     "MANAGED_TAGS",
@@ -372,7 +373,11 @@ channel's own `subscribe` and `unsubscribe` are not among them."""
 REPEATABLE_AGENT_OPS: frozenset[str]
 """The ops that may be sent again after a lost channel without doing anything twice (a start
 with the gateway's `exec_id` answers the first start); `exec.input`, `exec.resize`,
-`file.edit`, `file.remove` and `watch.start` are not."""
+`file.edit`, `file.remove`, `watch.start` and `task.progress` are not."""
+
+CHANNEL_KEEPALIVE_SECONDS: int
+"""How often a gateway sends a frame on an idle channel by default (the agent closes one silent
+for three times as long)."""
 
 def agent_main(argv: list[str]) -> int:
     """Run the workspace agent's command line (`mwc-agent`) and return its exit code.
@@ -411,9 +416,17 @@ class AgentChannel:
         max_streams: int = 64,
         credit: int = 1048576,
         key: str | None = None,
+        keepalive_seconds: int = 10,
     ) -> Self:
         """`key`: the workspace's channel key, sent in every Hello (an agent started with one
-        refuses a peer without it)."""
+        refuses a peer without it). `keepalive_seconds` (1 to 300): the Hello promises a frame at
+        least that often, and the agent closes a connection silent for three times as long."""
+    @property
+    def keepalive_seconds(self) -> int:
+        """How often this channel promised the agent a frame."""
+    def keepalive(self) -> bool:
+        """Queues a keepalive frame if the agent's Hello says it takes them (True when one was
+        queued): call it every `keepalive_seconds`, then send `take_outgoing()`."""
     def feed(
         self, data: bytes | bytearray | memoryview
     ) -> tuple[str | None, list[_Response], list[str]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import policy
+from ..._core import CHANNEL_KEEPALIVE_SECONDS
 from ...channel.client import AgentClient, AgentError
 from ...config import DEFAULT_DISK_MB, ISOLATION_ENV, IsolationMode
 from ...errors import (
@@ -79,6 +80,7 @@ class LocalDriver(LocalLifecycle):
         host_ports: tuple[int, ...] = (),
         limits: dict[str, int] | None = None,
         disk_mb: int = DEFAULT_DISK_MB,
+        keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS,
     ) -> None:
         """`data_root` defaults to `$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory.
         `isolation` (`Settings.isolation`): `auto` uses bubblewrap when it works here and warns
@@ -86,6 +88,8 @@ class LocalDriver(LocalLifecycle):
         host's loopback ports workspaces may reach, `disk_mb` each workspace's own disk (where
         one can be mounted). `agent_argv` is the command that runs `mwc-agent` (its subcommand
         follows)."""
+        # How often a channel's Hello promises the agent a frame (`Settings`).
+        self.keepalive_seconds = keepalive_seconds
         self.data_root = Path(data_root) if data_root is not None else default_data_root()
         self.data_root = self.data_root.expanduser().resolve()
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -269,12 +273,16 @@ class LocalDriver(LocalLifecycle):
         check = functools.partial(daemon.check_peer, ws.pid_file)
         key = await asyncio.to_thread(ws.channel_key)
         with contextlib.suppress(OSError, AgentError):
-            return await AgentClient.connect_unix(path, check=check, key=key)
+            return await AgentClient.connect_unix(
+                path, check=check, key=key, keepalive_seconds=self.keepalive_seconds
+            )
         # Dead, or alive and not answering: (re)start it, once, under the workspace's lock.
         await asyncio.to_thread(self._ensure_daemon, ws)
         key = await asyncio.to_thread(ws.channel_key)
         try:
-            return await AgentClient.connect_unix(path, check=check, key=key)
+            return await AgentClient.connect_unix(
+                path, check=check, key=key, keepalive_seconds=self.keepalive_seconds
+            )
         except (OSError, AgentError) as err:
             raise UpstreamError(
                 "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"

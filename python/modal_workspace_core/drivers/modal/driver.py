@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import modal
 import modal.exception
 
-from ..._core import PolicyError
+from ..._core import CHANNEL_KEEPALIVE_SECONDS, PolicyError
 from ...errors import (
     ConflictError,
     InvalidArgumentError,
@@ -92,9 +92,15 @@ class ModalDriver(ModalLifecycle):
     keeps_snapshots = True
 
     def __init__(
-        self, settings: ModalSettings | None = None, *, channel_secret: bytes | None = None
+        self,
+        settings: ModalSettings | None = None,
+        *,
+        channel_secret: bytes | None = None,
+        keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS,
     ) -> None:
         self.settings = settings or ModalSettings()
+        # How often a channel's Hello promises the agent a frame (`Settings`).
+        self.keepalive_seconds = keepalive_seconds
         # Resolved at first use, so that building a driver makes no Modal lookups.
         self._configured_channel_secret = channel_secret
         self._channel_secret: bytes | None = None
@@ -372,6 +378,7 @@ class ModalDriver(ModalLifecycle):
                     channel.transport,
                     resume=previous if previous is not None and previous.closed else None,
                     key=self._channel_key(workspace_id),
+                    keepalive_seconds=self.keepalive_seconds,
                 )
             except AgentError as exc:
                 await channel.close()
