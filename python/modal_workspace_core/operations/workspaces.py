@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -16,7 +18,7 @@ from ..drivers.base import (
     WorkspaceSecrets,
     WorkspaceSpec,
 )
-from ..errors import InvalidArgumentError
+from ..errors import ConflictError, InvalidArgumentError, NotFoundError
 from .fields import (
     Env,
     IdempotencyKey,
@@ -24,6 +26,7 @@ from .fields import (
     Output,
     Tags,
     WorkspaceId,
+    derived_id,
 )
 from .lifecycle import take_snapshot
 from .table import DESTROY, READ, WRITE, WS, Declarations
@@ -154,28 +157,60 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     tags = dict(inp.tags)
     key = inp.idempotency_key
     if key is None:
-        return workspace_out(await _create(svc, tags, inp, resources, secrets))
+        return workspace_out(await _create(svc, policy.new_id("ws"), tags, inp, resources, secrets))
     tags[policy.IDEMPOTENCY_TAG] = key
-    return workspace_out(
-        await once_per_key(svc, key, lambda: _create(svc, tags, inp, resources, secrets))
+    made = await once_per_key(
+        svc, "create", key, lambda ws: _create(svc, ws, tags, inp, resources, secrets)
     )
+    return workspace_out(made)
+
+
+# How long a gateway that lost the race for a key waits for the winner's workspace to show.
+_KEYED_WAIT_SECONDS = 10.0
 
 
 async def once_per_key(
-    svc: Service, key: str, make: Callable[[], Awaitable[WorkspaceRecord]]
+    svc: Service, scope: str, key: str, make: Callable[[str], Awaitable[WorkspaceRecord]]
 ) -> WorkspaceRecord:
-    """The live workspace whose idempotency tag is `key`, else the one `make` creates (and
-    tags with it). The key lives in the workspace's own tags, so it holds across gateway
-    restarts; the lock closes the window between looking and creating within this gateway."""
-    async with svc.create_lock:
-        for record in await svc.driver.list():
-            if record.tags.get(policy.IDEMPOTENCY_TAG) == key and record.state != "terminated":
-                return record
-        return await make()
+    """The workspace the idempotency `key` names within `scope`, made by `make` (given its id)
+    the first time. The key decides the id (`derived_id`), so the driver's own uniqueness of ids
+    (a Modal sandbox's name, a data-root directory) settles a race between two gateways, or two
+    requests of one: the loser finds the winner's workspace. The key names that one workspace
+    for good: once it is terminated, the key is refused, not reused."""
+    workspace_id = derived_id("ws", scope, key, svc.settings.idempotency_secret)
+    found = await _keyed(svc, workspace_id)
+    if found is not None:
+        return found
+    try:
+        return await make(workspace_id)
+    except ConflictError:
+        # Another request made it first: its workspace shows as soon as it is recorded.
+        deadline = time.monotonic() + _KEYED_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            found = await _keyed(svc, workspace_id)
+            if found is not None:
+                return found
+            await asyncio.sleep(0.2)
+        raise
+
+
+async def _keyed(svc: Service, workspace_id: str) -> WorkspaceRecord | None:
+    try:
+        record = await svc.driver.get(workspace_id)
+    except NotFoundError:
+        return None
+    if record.state == "terminated":
+        raise ConflictError(
+            f"this idempotency key made workspace {workspace_id}, which was terminated: resume "
+            "it (workspace_resume) or use another key",
+            field="idempotency_key",
+        )
+    return record
 
 
 async def _create(
     svc: Service,
+    workspace_id: str,
     tags: dict[str, str],
     inp: WorkspaceCreate,
     resources: dict[str, object],
@@ -188,7 +223,7 @@ async def _create(
         resources=resources,
         **secrets.model_dump(),
     )
-    return await svc.driver.create(policy.new_id("ws"), spec)
+    return await svc.driver.create(workspace_id, spec)
 
 
 @declare(method="GET", path="/workspaces", hints=READ, summary="List the workspaces.")

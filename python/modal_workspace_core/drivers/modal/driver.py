@@ -109,6 +109,11 @@ class ModalDriver(ModalLifecycle):
         self._channels: set[ExecChannel] = set()
         # The last client per workspace: a new channel resumes its streams from their cursors.
         self._clients: dict[str, AgentClient] = {}
+        # The running sandbox of each workspace as this process last saw it: a handle that
+        # already knows its task and its command router, so that a channel opens without a
+        # lookup. A cache, never the record: dropped when this gateway ends or replaces the
+        # sandbox, and when an exec on it fails (it ended some other way); then looked up.
+        self._handles: dict[str, modal.Sandbox] = {}
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
@@ -156,6 +161,7 @@ class ModalDriver(ModalLifecycle):
             sandbox = None
         if sandbox is not None and sandbox.returncode is None:
             found = await sandbox.get_tags.aio() if tags else {}
+            self._handles[workspace_id] = sandbox
             return Current(workspace_id, sandbox, found, None)
         wanted = {TAG_MANAGED_BY: MANAGED_BY, TAG_WORKSPACE_ID: workspace_id}
         info = await latest_sandbox(await self._app_id(), wanted)
@@ -276,13 +282,16 @@ class ModalDriver(ModalLifecycle):
                 launch.secret_env = await make_secret_env(str(app.app_id), spec.secret_env)
                 tags[records.TAG_SECRET_ENV] = launch.secret_env.value()
             try:
-                await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
+                sandbox = await start_sandbox(
+                    app, self.settings, launch, self._channel_key(workspace_id)
+                )
             except BaseException:
                 # No workspace holds it: its values are not left at Modal.
                 if launch.secret_env is not None:
                     await delete_secret_env(launch.secret_env)
                 raise
-        return self._record(Current(workspace_id, None, tags, None))
+        self._handles[workspace_id] = sandbox
+        return self._record(Current(workspace_id, sandbox, tags, None))
 
     def _image(self, options: SandboxOptions) -> modal.Image:
         if options.image_id:
@@ -346,10 +355,20 @@ class ModalDriver(ModalLifecycle):
     async def open_channel(self, workspace_id: str) -> ExecChannel:
         """One exec of the agent's `connect` mode, as a byte stream both ways."""
         workspace_id = checked_workspace_id(workspace_id)
-        async with modal_errors(workspace_id):
-            current = await self._running(workspace_id, tags=False)
-            sandbox = await current.handle()
-            process = await sandbox.exec.aio(*self.settings.connect_argv(), text=False)
+        argv = self.settings.connect_argv()
+        process = None
+        known = self._handles.get(workspace_id)
+        if known is not None:
+            try:
+                process = await known.exec.aio(*argv, text=False)
+            except Exception as exc:  # it ended since: the lookup below says how
+                log.debug("the known sandbox of %s took no exec: %s", workspace_id, exc)
+                self._handles.pop(workspace_id, None)
+        if process is None:
+            async with modal_errors(workspace_id):
+                current = await self._running(workspace_id, tags=False)
+                sandbox = await current.handle()
+                process = await sandbox.exec.aio(*argv, text=False)
         channel = ExecChannel(
             process,
             idle_seconds=self.settings.channel_idle_seconds,
@@ -399,6 +418,9 @@ class ModalDriver(ModalLifecycle):
             return cast("AgentClient", ChannelClient(client, channel))
 
     async def _drop_client(self, workspace_id: str) -> None:
+        """Forgets the workspace's channel and its sandbox's handle (it is being ended or
+        replaced)."""
+        self._handles.pop(workspace_id, None)
         client = self._clients.pop(workspace_id, None)
         if client is not None:
             await client.close()

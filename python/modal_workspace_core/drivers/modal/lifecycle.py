@@ -64,6 +64,7 @@ class ModalLifecycle:
     the driver is declared below; the driver defines it."""
 
     settings: ModalSettings
+    _handles: dict[str, modal.Sandbox]
 
     if TYPE_CHECKING:
 
@@ -237,8 +238,11 @@ class ModalLifecycle:
             )
             app = await self._sandbox_app()
             async with missing_objects():
-                await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
-        return self._record(Current(workspace_id, None, tags, None))
+                sandbox = await start_sandbox(
+                    app, self.settings, launch, self._channel_key(workspace_id)
+                )
+        self._handles[workspace_id] = sandbox
+        return self._record(Current(workspace_id, sandbox, tags, None))
 
     async def fork(
         self, snapshot: SnapshotRecord, workspace_id: str, spec: WorkspaceSpec, lineage: Lineage
