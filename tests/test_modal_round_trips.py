@@ -116,3 +116,16 @@ async def test_listing_fifty_workspaces_costs_what_listing_one_does(
         assert "SandboxTagsGetV2" not in costs[1], "no read per workspace"
     finally:
         await driver.close()
+
+
+async def test_an_exec_sent_while_the_container_starts_waits_for_it(
+    workspaces: Workspaces, modal_control_plane: ControlPlane
+) -> None:
+    modal_control_plane.start_delay(3)
+    ws = await workspaces.create()
+    # At once: the container has no task yet, then its daemon is not listening yet.
+    result = await ws.exec("echo started")
+    assert (result.returncode, result.stdout) == (0, "started\n")
+    # One exec of `connect` (it waits for the daemon's socket itself), not one per retry.
+    sandbox = next(s for s in modal_control_plane.sandboxes() if s.name == ws.id)
+    assert sum("connect" in e.argv for e in sandbox.execs.values()) == 1

@@ -20,10 +20,18 @@ from ._core import FINAL_STATES, REPEATABLE_AGENT_OPS, Page, PolicyError
 from .channel.client import AgentClient
 from .config import Settings
 from .drivers import create_driver
-from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
+from .drivers.base import (
+    Driver,
+    ExecSecret,
+    WorkspaceRecord,
+    WorkspaceSecrets,
+    failed_start,
+    secret_source,
+)
 from .drivers.mounts import volume_mount
 from .errors import (
     AgentError,
+    ConflictError,
     NotFoundError,
     PermissionDeniedError,
     TimeoutError_,
@@ -196,6 +204,16 @@ class Service:
             # that died), a suspended one resumes; only a terminated one is gone.
             record = await self.record(workspace_id)
             resume = type(self).resume_suspended  # a plain function, not bound to self
+            suspension = record.suspension
+            if (
+                record.state == "suspended"
+                and suspension
+                and suspension.reason == "failed_to_start"
+            ):
+                # Resuming would start the same thing again: say why it did not run instead.
+                raise ConflictError(
+                    failed_start(workspace_id, suspension.detail), field="workspace_id"
+                )
             if record.state == "suspended" and resume is not None:
                 resumed = await resume(self, workspace_id)
                 log.info("resumed %s from %s for the call that needed it", workspace_id, resumed)

@@ -75,6 +75,9 @@ class State:
     files: dict[str, bytes] = field(default_factory=dict)
     mounts: dict[str, dict[str, str]] = field(default_factory=dict)
     snapshot_faults: SnapshotFaults = field(default_factory=SnapshotFaults)
+    # Seconds a new sandbox's container takes to start (scheduling, pulling its image): until
+    # then it has no task, as on Modal, and the SDK waits for one.
+    start_delay: float = 0.0
 
     # -- credentials -------------------------------------------------------------------------
 

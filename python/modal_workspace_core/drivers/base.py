@@ -112,6 +112,16 @@ class Lineage(BaseModel):
     forked_at: str = Field(description="When it was forked (RFC 3339, UTC).")
 
 
+def failed_start(workspace_id: str, detail: str) -> str:
+    """What a caller is told of a workspace that failed to start: why, and that resuming would
+    only start the same thing again."""
+    why = f": {detail}" if detail else ""
+    return (
+        f"workspace {workspace_id} failed to start{why}. It cannot run as it is: terminate it, "
+        "or fix the cause (its image, its resources) and create a new one"
+    )
+
+
 class Suspension(BaseModel):
     """Why a workspace is not running although its files are kept, and where they are."""
 

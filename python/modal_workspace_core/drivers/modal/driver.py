@@ -36,6 +36,7 @@ from ..base import (
     Suspension,
     WorkspaceRecord,
     WorkspaceSpec,
+    failed_start,
     utc_now,
 )
 from . import records
@@ -177,12 +178,31 @@ class ModalDriver(ModalLifecycle):
         current = await self._current(workspace_id, tags=tags)
         if current.running:
             return current
+        # Ended some other way: what it left (its exit, its stderr) is recorded first, so that
+        # the refusal says why.
+        current = await self._observe(current)
         if records.TAG_ENDED in current.tags:
             raise NotFoundError(
                 "not_found", f"workspace {workspace_id} was terminated", "workspace_id"
             )
+        # Why it ended, from its record or else from Modal's result, so the caller can act.
+        suspension = records.suspension(current.tags)
+        reason: str = "ended"
+        if suspension is not None:
+            reason = suspension.reason
+        elif current.result is not None:
+            reason = end_reason(current.result)
+        detail = f": {suspension.detail}" if suspension and suspension.detail else ""
+        if reason == "failed_to_start":
+            raise ConflictError(
+                "conflict",
+                failed_start(workspace_id, suspension.detail if suspension else ""),
+                "workspace_id",
+            )
         raise ConflictError(
-            "conflict", f"workspace {workspace_id} is suspended; resume it first", "workspace_id"
+            "conflict",
+            f"workspace {workspace_id} is suspended ({reason}{detail}); resume it first",
+            "workspace_id",
         )
 
     def _record(self, current: Current) -> WorkspaceRecord:
