@@ -22,7 +22,9 @@ NO_AGENT = ("sh", "-c", "echo 'sh: 1: mwc-agent: not found' >&2; exit 127")
 
 
 @pytest.fixture
-async def workspaces(modal_control_plane: ControlPlane, tmp_path: Path) -> AsyncIterator[Workspaces]:
+async def workspaces(
+    modal_control_plane: ControlPlane, tmp_path: Path
+) -> AsyncIterator[Workspaces]:
     modal_control_plane.publish_image(IMAGE, "im-noagentimage0000000")
     settings = load_settings(
         {"MODAL_WORKSPACE_DRIVER": "modal", "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data")}

@@ -129,3 +129,35 @@ async def test_an_exec_sent_while_the_container_starts_waits_for_it(
     # One exec of `connect` (it waits for the daemon's socket itself), not one per retry.
     sandbox = next(s for s in modal_control_plane.sandboxes() if s.name == ws.id)
     assert sum("connect" in e.argv for e in sandbox.execs.values()) == 1
+
+
+async def test_the_sweep_leaves_idleness_to_modal_and_opens_no_channel(
+    modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    from modal_workspace_core.janitor import Janitor
+
+    modal_control_plane.publish_image(IMAGE, "im-roundtripimage00000")
+    settings = load_settings(
+        {
+            "MODAL_WORKSPACE_DRIVER": "modal",
+            "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data"),
+            "MODAL_WORKSPACE_JANITOR_SECONDS": "0",
+        }
+    )
+    driver = ModalDriver(
+        ModalSettings(
+            app_name="round-trip-sweep",
+            default_image_name=IMAGE,
+            agent_command=(sys.executable, str(ECHO_AGENT)),
+        )
+    )
+    async with Workspaces(driver, settings=settings) as wss:
+        ws = await wss.create(resources={"idle_timeout_seconds": 60})
+        before = modal_control_plane.calls()
+        await Janitor(wss.service).sweep()
+        swept = spent(modal_control_plane, before)
+        # A channel would keep the sandbox active and so never idle: Modal's own idle timeout
+        # ends it (with its exit snapshot), whichever gateway served it last.
+        assert "TaskExecStart" not in swept, swept
+        assert (await ws.refresh()).state == "running"
+    await driver.close()

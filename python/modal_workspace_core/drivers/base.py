@@ -257,6 +257,11 @@ class Driver(Protocol):
     # Whether `workspace_terminate` keeps a snapshot unless told otherwise (Modal: a sandbox
     # costs nothing once ended, and its files are otherwise gone).
     keeps_snapshots: bool
+    # Whether the provider ends a workspace idle past its `idle_timeout_seconds` itself, leaving
+    # a snapshot (Modal: the sandbox's idle timeout, then its exit snapshot). The sweep then
+    # leaves idleness alone: a gateway knows only its own calls (several may serve one
+    # workspace), and looking would itself be use (a channel keeps a sandbox active).
+    ends_idle_workspaces: bool
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord: ...
     async def get(self, workspace_id: str) -> WorkspaceRecord: ...  # raises NotFoundError

@@ -66,6 +66,7 @@ class LocalDriver(LocalLifecycle):
 
     name = "local"
     keeps_snapshots = False
+    ends_idle_workspaces = False
     # A workspace made without bubblewrap runs its commands in its host directory, and reports
     # that as its root (see `path_view`); bubblewrap's show `/workspace`.
     roots_vary = True

@@ -91,6 +91,7 @@ class ModalDriver(ModalLifecycle):
 
     name = "modal"
     keeps_snapshots = True
+    ends_idle_workspaces = True
 
     def __init__(
         self,
