@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from modal_proto import api_pb2
 from e2e_support import Served, api_client, modal_backend, ok, serve
 
 pytest.importorskip("modal_workspace_core.drivers.modal.driver")
@@ -75,3 +76,24 @@ def test_two_gateways_given_one_key_at_once_make_one_workspace(
         refused = api.post("/workspaces", json={"idempotency_key": "job-7"})
         assert refused.status_code == 409, refused.text
         assert ws in refused.json()["error"]["message"]
+
+
+def test_two_gateways_that_need_one_suspended_workspace_at_once_resume_it_once(
+    two_gateways: tuple[Served, Served],
+) -> None:
+    plane = two_gateways[0].backend.plane
+    assert plane is not None
+    with api_client(two_gateways[0]) as api:
+        ws = ok(api.post("/workspaces", json={}))["workspace_id"]
+        ok(api.post(f"/workspaces/{ws}/exec", json={"command": "echo kept > notes.txt"}))
+    (running,) = [s for s in plane.sandboxes() if s.name == ws and s.result is None]
+    # Ended from outside the gateways (a lifetime, the dashboard): it reads suspended.
+    plane.end_sandbox(running.sandbox_id, api_pb2.GenericResult.GENERIC_STATUS_TERMINATED)
+
+    ran = at_once(two_gateways, f"/workspaces/{ws}/exec", {"command": "cat notes.txt"})
+
+    assert [r["stdout"] for r in ran] == ["kept\n", "kept\n"], ran
+    live = [s for s in plane.sandboxes() if s.name == ws and s.result is None]
+    assert len(live) == 1, "resumed once: neither gateway ended the other's sandbox"
+    started = [s for s in plane.sandboxes() if s.name == ws]
+    assert len(started) == 2, "the first sandbox and one resume"

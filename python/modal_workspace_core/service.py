@@ -101,7 +101,9 @@ class Service:
     on_first_connect: ClassVar[tuple[Callable[[Service, str], Coroutine[Any, Any, None]], ...]] = ()
     # How a suspended workspace comes back when an operation needs its agent (set by
     # `operations`): resumes it from its suspension's snapshot, returns that snapshot's id.
-    resume_suspended: ClassVar[Callable[[Service, str], Coroutine[Any, Any, str]] | None] = None
+    resume_suspended: ClassVar[Callable[[Service, str], Coroutine[Any, Any, str | None]] | None] = (
+        None
+    )
 
     def __init__(self, driver: Driver, settings: Settings) -> None:
         self.driver = driver
@@ -216,10 +218,13 @@ class Service:
                 )
             if record.state == "suspended" and resume is not None:
                 resumed = await resume(self, workspace_id)
-                log.info("resumed %s from %s for the call that needed it", workspace_id, resumed)
                 call = CALL.get()
-                if call is not None:
-                    call.resumed.append(resumed)
+                if resumed is not None:
+                    log.info(
+                        "resumed %s from %s for the call that needed it", workspace_id, resumed
+                    )
+                    if call is not None:
+                        call.resumed.append(resumed)
                 self.forget_record(workspace_id)
                 record = await self.record(workspace_id)
             client = await self.driver.connect(workspace_id)

@@ -293,10 +293,14 @@ class Driver(Protocol):
 
     async def delete_snapshot(self, workspace_id: str, snapshot_id: str) -> None: ...
 
-    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
+    async def resume(
+        self, workspace_id: str, snapshot: SnapshotRecord, *, only_if_suspended: bool = False
+    ) -> WorkspaceRecord:
         """The same workspace id running again from `snapshot` (one of its own, not expired):
         files, tags and repositories as they were; whatever ran before is ended first. An
-        unreadable snapshot is a `ConflictError` naming it, never a fresh workspace."""
+        unreadable snapshot is a `ConflictError` naming it, never a fresh workspace. With
+        `only_if_suspended`, one that runs (another gateway resumed it first) is a
+        `ConflictError` and nothing changes."""
         ...
 
     async def fork(

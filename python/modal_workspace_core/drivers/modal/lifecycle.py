@@ -193,7 +193,9 @@ class ModalLifecycle:
             await sandbox.set_tags.aio(records.without_snapshot(current.tags, snapshot_id))
             await delete_image(stored.image_id)
 
-    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
+    async def resume(
+        self, workspace_id: str, snapshot: SnapshotRecord, *, only_if_suspended: bool = False
+    ) -> WorkspaceRecord:
         """A new sandbox of the same name from the snapshot's image, with the snapshot's tags,
         the workspace's options and every record carried over. The agent's state dir is part of
         the snapshot: its exec history comes back, and the restarted daemon reports what was
@@ -202,6 +204,10 @@ class ModalLifecycle:
         workspace_id = checked_workspace_id(workspace_id)
         async with modal_errors(workspace_id):
             current = await self._current(workspace_id)
+            if only_if_suspended and current.running:
+                raise ConflictError(
+                    "conflict", f"workspace {workspace_id} is running already", "workspace_id"
+                )
             stored = await self._stored(current, snapshot.snapshot_id)
             image = await open_image(snapshot.snapshot_id, stored.image_id)
             own_secret = records.secret_env(current.tags)
