@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modal_proto import api_pb2
 from e2e_support import Served, api_client, modal_backend, ok, serve
+from modal_proto import api_pb2
 
 pytest.importorskip("modal_workspace_core.drivers.modal.driver")
 
