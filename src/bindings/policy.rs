@@ -249,10 +249,14 @@ fn outbound_allowlists(
     block_network: bool,
     cidrs: Option<Vec<Bound<'_, PyString>>>,
     domains: Option<Vec<Bound<'_, PyString>>>,
-) -> PyResult<(Option<Vec<String>>, Option<Vec<String>>)> {
+) -> PyResult<policy::Allowlists> {
     let texts = |list: &Option<Vec<Bound<'_, PyString>>>| {
         list.as_ref()
-            .map(|l| l.iter().map(|s| text(s).map(str::to_owned)).collect::<PyResult<Vec<_>>>())
+            .map(|l| {
+                l.iter()
+                    .map(|s| text(s).map(str::to_owned))
+                    .collect::<PyResult<Vec<_>>>()
+            })
             .transpose()
     };
     let (cidrs, domains) = (texts(&cidrs)?, texts(&domains)?);

@@ -15,9 +15,7 @@ pub const MAX_MEMORY_MIB: i64 = 262_144;
 /// A CPU request in cores, canonical: whole thousandths, because the SDK sends millicores and
 /// would silently truncate anything finer.
 pub fn cpu_cores(value: f64) -> Result<f64, PolicyError> {
-    let what = format!(
-        "CPU is from {MIN_CPU_CORES} to {MAX_CPU_CORES} cores, in steps of 0.001"
-    );
+    let what = format!("CPU is from {MIN_CPU_CORES} to {MAX_CPU_CORES} cores, in steps of 0.001");
     if !value.is_finite() || !(MIN_CPU_CORES..=MAX_CPU_CORES).contains(&value) {
         return Err(PolicyError::new("cpu.range", what, &value.to_string()));
     }
@@ -113,7 +111,10 @@ mod tests {
         assert_eq!(cpu_limit(None, 1.0005).unwrap_err().rule, "cpu.precision");
         for bad in [0, 127, -5, 262_145, i64::MAX] {
             assert_eq!(memory_mib(bad).unwrap_err().rule, "memory.range");
-            assert_eq!(memory_limit_mib(None, bad).unwrap_err().rule, "memory.range");
+            assert_eq!(
+                memory_limit_mib(None, bad).unwrap_err().rule,
+                "memory.range"
+            );
         }
     }
 }

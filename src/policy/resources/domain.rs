@@ -36,13 +36,17 @@ pub fn outbound_domain(text: &str) -> Result<String, PolicyError> {
             && l.len() <= MAX_LABEL_CHARS
             && !l.starts_with('-')
             && !l.ends_with('-')
-            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     };
     if name.len() > MAX_DOMAIN_CHARS || labels.len() < 2 || !labels.iter().all(label_ok) {
         return Err(PolicyError::new("domain.shape", what, text));
     }
     // A last label of digits only makes an IP address, not a name.
-    if labels.last().is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit())) {
+    if labels
+        .last()
+        .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
+    {
         return Err(PolicyError::new(
             "domain.address",
             "an address is not a domain: put it in resources.outbound_cidr_allowlist",

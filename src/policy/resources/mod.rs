@@ -35,6 +35,9 @@ pub fn regions<S: AsRef<str>>(list: &[S]) -> Result<Vec<String>, PolicyError> {
     checked_list(list, MAX_REGIONS, region)
 }
 
+/// A workspace's outbound allowlists, CIDRs then domains; `None` where none was given.
+pub type Allowlists = (Option<Vec<String>>, Option<Vec<String>>);
+
 /// The outbound allowlists of a workspace. Either may be absent (`None`); an empty list is an
 /// allowlist with nothing on it. Modal cannot combine either with a blocked network; the
 /// message of that refusal names the list at fault.
@@ -42,7 +45,7 @@ pub fn outbound_allowlists<S: AsRef<str>>(
     block_network: bool,
     cidrs: Option<&[S]>,
     domains: Option<&[S]>,
-) -> Result<(Option<Vec<String>>, Option<Vec<String>>), PolicyError> {
+) -> Result<Allowlists, PolicyError> {
     if block_network && (cidrs.is_some() || domains.is_some()) {
         let field = if cidrs.is_some() {
             "outbound_cidr_allowlist"
@@ -120,11 +123,17 @@ mod tests {
 
     #[test]
     fn counts_are_bounded() {
-        let many: Vec<String> = (0..=MAX_LIST_ENTRIES).map(|i| format!("8.8.{i}.0/24")).collect();
+        let many: Vec<String> = (0..=MAX_LIST_ENTRIES)
+            .map(|i| format!("8.8.{i}.0/24"))
+            .collect();
         let e = outbound_allowlists(false, Some(&many[..]), None).unwrap_err();
         assert_eq!(e.rule, "resources.too-many");
-        let regions_given: Vec<String> = (0..=MAX_REGIONS).map(|i| format!("us-east-{i}")).collect();
-        assert_eq!(regions(&regions_given).unwrap_err().rule, "resources.too-many");
+        let regions_given: Vec<String> =
+            (0..=MAX_REGIONS).map(|i| format!("us-east-{i}")).collect();
+        assert_eq!(
+            regions(&regions_given).unwrap_err().rule,
+            "resources.too-many"
+        );
         let none: [&str; 0] = [];
         assert_eq!(regions(&none).unwrap_err().rule, "region.empty");
     }

@@ -12,7 +12,10 @@ use crate::policy::error::PolicyError;
 pub const REFUSED_RANGES: [(&str, &str); 19] = [
     ("0.0.0.0/8", "'this network'"),
     ("10.0.0.0/8", "private"),
-    ("100.64.0.0/10", "shared (carrier-grade NAT, cloud-internal services)"),
+    (
+        "100.64.0.0/10",
+        "shared (carrier-grade NAT, cloud-internal services)",
+    ),
     ("127.0.0.0/8", "loopback"),
     ("169.254.0.0/16", "link-local (cloud metadata services)"),
     ("172.16.0.0/12", "private"),
@@ -22,7 +25,10 @@ pub const REFUSED_RANGES: [(&str, &str); 19] = [
     ("224.0.0.0/4", "multicast"),
     ("240.0.0.0/4", "reserved and broadcast"),
     ("::/127", "unspecified and loopback"),
-    ("::ffff:0:0/96", "IPv4-mapped (write the IPv4 address instead)"),
+    (
+        "::ffff:0:0/96",
+        "IPv4-mapped (write the IPv4 address instead)",
+    ),
     ("64:ff9b::/96", "NAT64 (it reaches IPv4 addresses)"),
     ("64:ff9b:1::/48", "local NAT64 (it reaches IPv4 addresses)"),
     ("2002::/16", "6to4 (it reaches IPv4 addresses)"),
@@ -39,9 +45,7 @@ pub fn outbound_cidr(text: &str) -> Result<String, PolicyError> {
     if canonical != addr {
         return Err(PolicyError::new(
             "cidr.host-bits",
-            format!(
-                "a CIDR's address must be its network's: did you mean {canonical}/{prefix}?"
-            ),
+            format!("a CIDR's address must be its network's: did you mean {canonical}/{prefix}?"),
             text,
         ));
     }
@@ -164,7 +168,10 @@ mod tests {
         ] {
             assert_eq!(outbound_cidr(bad).unwrap_err().rule, rule, "{bad:?}");
         }
-        assert!(outbound_cidr("8.8.8.1/24").unwrap_err().message.contains("8.8.8.0/24"));
+        assert!(outbound_cidr("8.8.8.1/24")
+            .unwrap_err()
+            .message
+            .contains("8.8.8.0/24"));
     }
 
     #[test]

@@ -21,7 +21,9 @@ pub fn region(text: &str) -> Result<String, PolicyError> {
         && parts.len() <= MAX_PARTS
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && parts.iter().all(|p| {
-            !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         });
     if !ok {
         return Err(PolicyError::new("region.shape", what, text));
@@ -36,8 +38,18 @@ mod tests {
     #[test]
     fn modals_documented_forms_pass_lowercased() {
         for name in [
-            "us", "eu", "ap", "us-east", "us-west", "eu-west", "us-east-1", "us-central1",
-            "us-ashburn-1", "asia-northeast1", "westus2", "us-east-1-atl-1",
+            "us",
+            "eu",
+            "ap",
+            "us-east",
+            "us-west",
+            "eu-west",
+            "us-east-1",
+            "us-central1",
+            "us-ashburn-1",
+            "asia-northeast1",
+            "westus2",
+            "us-east-1-atl-1",
         ] {
             assert_eq!(region(name).unwrap(), name);
         }
@@ -47,8 +59,19 @@ mod tests {
     #[test]
     fn anything_else_is_refused() {
         for bad in [
-            "", "-us", "us-", "us--east", "1us", "us east", "us_east", "us.east", "us/east",
-            "a-b-c-d-e-f", "ü", "us-east\n", &"a".repeat(33),
+            "",
+            "-us",
+            "us-",
+            "us--east",
+            "1us",
+            "us east",
+            "us_east",
+            "us.east",
+            "us/east",
+            "a-b-c-d-e-f",
+            "ü",
+            "us-east\n",
+            &"a".repeat(33),
         ] {
             assert_eq!(region(bad).unwrap_err().rule, "region.shape", "{bad:?}");
         }
