@@ -28,20 +28,17 @@ pub fn cpu_cores(value: f64) -> Result<f64, PolicyError> {
 
 /// A hard CPU limit in cores: a CPU value (`cpu_cores`) not below the request, when there is one.
 pub fn cpu_limit(request: Option<f64>, limit: f64) -> Result<f64, PolicyError> {
-    let limit = cpu_cores(limit)?;
-    if let Some(request) = request.map(cpu_cores).transpose()? {
-        if limit < request {
-            return Err(PolicyError::without_echo(
-                "cpu.limit-below-request",
-                format!(
-                    "the limit ({limit} cores) must be at least the request, resources.cpu \
-                     ({request}): the limit is where Modal throttles the workspace, the request \
-                     what it reserves"
-                ),
-            ));
-        }
-    }
-    Ok(limit)
+    let request = request.map(cpu_cores).transpose()?;
+    at_least_request(
+        request,
+        cpu_cores(limit)?,
+        LimitRule {
+            rule: "cpu.limit-below-request",
+            unit: "cores",
+            request_field: "resources.cpu",
+            why: "the limit is where Modal throttles the workspace, the request what it reserves",
+        },
+    )
 }
 
 /// A memory request in MiB, within Modal's bounds.
@@ -59,19 +56,42 @@ pub fn memory_mib(value: i64) -> Result<i64, PolicyError> {
 /// A hard memory limit in MiB: a memory value (`memory_mib`) not below the request, when there
 /// is one.
 pub fn memory_limit_mib(request: Option<i64>, limit: i64) -> Result<i64, PolicyError> {
-    let limit = memory_mib(limit)?;
-    if let Some(request) = request.map(memory_mib).transpose()? {
-        if limit < request {
-            return Err(PolicyError::without_echo(
-                "memory.limit-below-request",
-                format!(
-                    "the limit ({limit} MiB) must be at least the request, resources.memory_mb \
-                     ({request}): past the limit the workspace's processes are killed"
-                ),
-            ));
-        }
+    let request = request.map(memory_mib).transpose()?;
+    at_least_request(
+        request,
+        memory_mib(limit)?,
+        LimitRule {
+            rule: "memory.limit-below-request",
+            unit: "MiB",
+            request_field: "resources.memory_mb",
+            why: "past the limit the workspace's processes are killed",
+        },
+    )
+}
+
+/// How a limit below its request is refused.
+struct LimitRule {
+    rule: &'static str,
+    unit: &'static str,
+    request_field: &'static str,
+    why: &'static str,
+}
+
+fn at_least_request<T: PartialOrd + std::fmt::Display>(
+    request: Option<T>,
+    limit: T,
+    r: LimitRule,
+) -> Result<T, PolicyError> {
+    match request {
+        Some(request) if limit < request => Err(PolicyError::without_echo(
+            r.rule,
+            format!(
+                "the limit ({limit} {}) must be at least the request, {} ({request}): {}",
+                r.unit, r.request_field, r.why
+            ),
+        )),
+        _ => Ok(limit),
     }
-    Ok(limit)
 }
 
 #[cfg(test)]

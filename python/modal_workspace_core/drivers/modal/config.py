@@ -171,23 +171,6 @@ def _number(value: Any, field_name: str, kind: tuple[type, ...]) -> Any:
     return value
 
 
-def _request_and_limit(
-    r: Mapping[str, Any], field_name: str, limit_name: str, kind: tuple[type, ...]
-) -> tuple[Any, Any, str]:
-    """`field_name` and `limit_name` as given, and the field that holds the limit: a record
-    keeps both as `[request, limit]` in `field_name`."""
-    value, limit = r.get(field_name), r.get(limit_name)
-    if isinstance(value, list | tuple):
-        if len(value) != 2 or limit is not None:
-            raise InvalidArgumentError(
-                "invalid_argument", f"{field_name} must be a number or [request, limit]", field_name
-            )
-        (value, limit), limit_name = value, field_name
-    request = None if value is None else _number(value, field_name, kind)
-    limit = None if limit is None else _number(limit, limit_name, kind)
-    return request, limit, limit_name
-
-
 def _checked(rule: Callable[..., T], field_name: str, *args: Any) -> T:
     try:
         return rule(*args)
@@ -195,29 +178,42 @@ def _checked(rule: Callable[..., T], field_name: str, *args: Any) -> T:
         raise from_policy_error(exc, field_name) from None
 
 
-def _cpu(r: Mapping[str, Any]) -> tuple[float, float]:
-    """The CPU request and limit: as given, else the predecessor's defaults (a lone request
-    keeps the default limit unless it is above it; a lone limit lowers the request to it)."""
-    request, limit, limit_name = _request_and_limit(r, "cpu", "cpu_limit", (int, float))
-    if request is not None:
-        request = _checked(policy.cpu_cores, "cpu", request)
+def _pair(
+    r: Mapping[str, Any],
+    names: tuple[str, str],
+    kinds: tuple[type, ...],
+    rules: tuple[Callable[..., Any], Callable[..., Any]],
+    default: tuple[Any, Any],
+) -> tuple[Any, Any]:
+    """A request and its limit (`names`), as given or in a record's `[request, limit]` form,
+    through the core's `rules`; else the predecessor's `default`: a lone request keeps the
+    default limit unless it is above it, a lone limit lowers the default request to it."""
+    field_name, limit_name = names
+    value, limit = r.get(field_name), r.get(limit_name)
+    if isinstance(value, list | tuple):
+        if len(value) != 2 or limit is not None:
+            raise InvalidArgumentError(
+                "invalid_argument", f"{field_name} must be a number or [request, limit]", field_name
+            )
+        (value, limit), limit_name = value, field_name
+    if value is not None:
+        value = _checked(rules[0], field_name, _number(value, field_name, kinds))
+    request = value
     if limit is not None:
-        limit = _checked(policy.cpu_limit, limit_name, request, limit)
+        limit = _checked(rules[1], limit_name, request, _number(limit, limit_name, kinds))
     if limit is None:
-        limit = max(request or DEFAULT_CPU[0], DEFAULT_CPU[1])
-    return (min(DEFAULT_CPU[0], limit) if request is None else request), limit
+        limit = max(request or default[0], default[1])
+    return (min(default[0], limit) if request is None else request), limit
+
+
+def _cpu(r: Mapping[str, Any]) -> tuple[float, float]:
+    rules = (policy.cpu_cores, policy.cpu_limit)
+    return _pair(r, ("cpu", "cpu_limit"), (int, float), rules, DEFAULT_CPU)
 
 
 def _memory(r: Mapping[str, Any]) -> tuple[int, int]:
-    """The memory request and limit in MiB, defaults as for the CPU."""
-    request, limit, limit_name = _request_and_limit(r, "memory_mb", "memory_limit_mb", (int,))
-    if request is not None:
-        request = _checked(policy.memory_mib, "memory_mb", request)
-    if limit is not None:
-        limit = _checked(policy.memory_limit_mib, limit_name, request, limit)
-    if limit is None:
-        limit = max(request or DEFAULT_MEMORY_MIB[0], DEFAULT_MEMORY_MIB[1])
-    return (min(DEFAULT_MEMORY_MIB[0], limit) if request is None else request), limit
+    rules = (policy.memory_mib, policy.memory_limit_mib)
+    return _pair(r, ("memory_mb", "memory_limit_mb"), (int,), rules, DEFAULT_MEMORY_MIB)
 
 
 def _entries(value: Any, field_name: str, rule: Callable[[str], str]) -> list[str] | None:
