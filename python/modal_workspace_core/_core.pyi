@@ -12,7 +12,13 @@ __all__ = [
     "IDEMPOTENCY_TAG",
     "MANAGED_TAGS",
     "MANAGED_TAG_PREFIXES",
+    "MAX_ALLOWLIST_ENTRIES",
+    "MAX_CPU_CORES",
+    "MAX_MEMORY_MIB",
+    "MAX_REGIONS",
     "MAX_TAGS",
+    "MIN_CPU_CORES",
+    "MIN_MEMORY_MIB",
     "REPEATABLE_AGENT_OPS",
     "WORKSPACE_TAGS",
     "AgentChannel",
@@ -29,14 +35,23 @@ __all__ = [
     "allowed",
     "caller_tags",
     "check_id",
+    "cpu_cores",
+    "cpu_limit",
     "env_name",
     "git_ref",
     "github_base",
     "github_repo",
     "idempotency_key",
+    "memory_limit_mib",
+    "memory_mib",
     "name_allowlist",
     "new_id",
+    "outbound_allowlists",
+    "outbound_cidr",
+    "outbound_domain",
     "parse_page",
+    "region",
+    "regions",
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
@@ -184,6 +199,74 @@ def volume_mount(text: str) -> str:
     """Check where a volume may be mounted (absolute, no `..`, not at, under or above what a
     sandbox is built from, nor over the workspace, its home or /tmp) and return it canonical.
     Raises `PolicyError` (rules `mount.*` and `path.*`)."""
+
+# --- resources ------------------------------------------------------------------------------
+
+MIN_CPU_CORES: float
+"""Modal's smallest CPU request, in physical cores (0.125)."""
+MAX_CPU_CORES: float
+"""The most cores a workspace may request or be limited to (64)."""
+MIN_MEMORY_MIB: int
+"""Modal's smallest memory request, in MiB (128)."""
+MAX_MEMORY_MIB: int
+"""The most memory a workspace may request or be limited to, in MiB (262 144)."""
+MAX_REGIONS: int
+"""The most regions one workspace may name (8)."""
+MAX_ALLOWLIST_ENTRIES: int
+"""The most entries of one outbound allowlist (16): the record of a workspace's resources is
+one Modal tag of at most 1024 characters."""
+
+def cpu_cores(value: float) -> float:
+    """Check a CPU request in cores (`MIN_CPU_CORES` to `MAX_CPU_CORES`, whole thousandths)
+    and return it canonical. Raises `PolicyError` (rules `cpu.range`, `cpu.precision`)."""
+
+def cpu_limit(request: float | None, limit: float) -> float:
+    """Check a hard CPU limit in cores: a CPU value not below `request` (`None`: no request
+    given). Raises `PolicyError` (also rule `cpu.limit-below-request`)."""
+
+def memory_mib(value: int) -> int:
+    """Check a memory request in MiB (`MIN_MEMORY_MIB` to `MAX_MEMORY_MIB`) and return it.
+    Raises `PolicyError` (rule `memory.range`)."""
+
+def memory_limit_mib(request: int | None, limit: int) -> int:
+    """Check a hard memory limit in MiB: a memory value not below `request` (`None`: no request
+    given). Raises `PolicyError` (also rule `memory.limit-below-request`)."""
+
+def region(text: str) -> str:
+    """Check one region name in the forms Modal documents (`us`, `us-east`, `us-east-1`,
+    `us-central1`: lowercase letters and digits in up to five `-`-separated parts, starting
+    with a letter, at most 32 characters) and return it lowercased. Raises `PolicyError`
+    (rule `region.shape`)."""
+
+def outbound_cidr(text: str) -> str:
+    """Check one outbound CIDR (`ADDRESS/PREFIX` or one address) and return it canonical
+    (`ADDRESS/PREFIX`, IPv6 compressed). Refused: host bits set, leading zeros, zone ids, and
+    any overlap with a private, loopback, link-local (metadata), shared, multicast, reserved or
+    IPv4-embedding range. Raises `PolicyError` (rules `cidr.*`)."""
+
+def outbound_domain(text: str) -> str:
+    """Check one outbound domain (`name.tld` or `*.name.tld`, ASCII, at most 253 characters)
+    and return it lowercase without a trailing dot. Refused: `*` alone, addresses, and names
+    under `.localhost`, `.local`, `.internal` or `.arpa`. Raises `PolicyError` (rules
+    `domain.*`)."""
+
+def regions(names: Sequence[str]) -> list[str]:
+    """Check the regions a workspace may run in (1 to `MAX_REGIONS` names in the forms Modal
+    documents: `us`, `us-east`, `us-east-1`, `us-central1`) and return them lowercased without
+    repeats. Raises `PolicyError` (rules `region.*`, `resources.too-many`) naming the entry."""
+
+def outbound_allowlists(
+    block_network: bool,
+    cidrs: Sequence[str] | None = None,
+    domains: Sequence[str] | None = None,
+) -> tuple[list[str] | None, list[str] | None]:
+    """Check a workspace's outbound CIDR and domain allowlists (`None`: no such list; an empty
+    list allows nothing) and return them canonical without repeats: CIDRs as `ADDRESS/PREFIX`
+    with no host bits, none overlapping a private, loopback, link-local, shared, multicast or
+    IPv4-embedding range; domains lowercase, `name.tld` or `*.name.tld`, none under `.local`,
+    `.internal`, `.localhost` or `.arpa`. At most `MAX_ALLOWLIST_ENTRIES` each; refused with
+    `block_network`. Raises `PolicyError` (rules `cidr.*`, `domain.*`, `network.*`,
+    `resources.too-many`) naming the field and entry."""
 
 # --- allowlist settings ---------------------------------------------------------------------
 

@@ -480,20 +480,35 @@ class LocalDriver(LocalLifecycle):
 
 
 # What this driver can enforce of `resources`: the memory bound as each command's address space
-# (an rlimit: cgroups are not used), and the lifetime and idle limit (the gateway's lifecycle
-# suspends the workspace, with a snapshot, when one passes). CPU shares and GPUs are Modal's,
-# and a value that would only be stored is refused.
+# (an rlimit: cgroups are not used; the limit when one is given, else the request), and the
+# lifetime and idle limit (the gateway's lifecycle suspends the workspace, with a snapshot, when
+# one passes). CPU shares and GPUs are Modal's, and a value that would only be stored is refused.
 # Volumes are bound into the sandbox (`volumes`).
-_ENFORCED_RESOURCES = ("memory_mb", "timeout_seconds", "idle_timeout_seconds", "volumes")
+_ENFORCED_RESOURCES = (
+    "memory_mb",
+    "memory_limit_mb",
+    "timeout_seconds",
+    "idle_timeout_seconds",
+    "volumes",
+)
+# Why the fields a client may well send cannot apply here (others get the general reason).
+_WHY_NOT = {
+    "cpu": "this machine offers no CPU controller to reserve cores with",
+    "cpu_limit": "this machine offers no CPU controller to throttle with",
+    "region": "a local workspace runs on this machine",
+    "outbound_cidr_allowlist": "its only network rule is block_network (all or nothing)",
+    "outbound_domain_allowlist": "its only network rule is block_network (all or nothing)",
+}
 
 
 def _check_resources(resources: dict[str, Any]) -> None:
     for key, value in resources.items():
         if value is not None and key not in _ENFORCED_RESOURCES:
+            why = _WHY_NOT.get(key, f"it applies {', '.join(_ENFORCED_RESOURCES)}")
             raise InvalidArgumentError(
                 "invalid_argument",
-                f"resources.{key[:32]} cannot be enforced by the local driver (it applies "
-                f"{', '.join(_ENFORCED_RESOURCES)}); leave it out, or use the Modal driver",
+                f"resources.{key[:32]} cannot be enforced by the local driver ({why}); leave it "
+                "out, or use the Modal driver",
                 f"resources.{key[:32]}",
             )
 

@@ -256,7 +256,7 @@ class ModalDriver(ModalLifecycle):
         lineage: Lineage | None = None,
     ) -> WorkspaceRecord:
         workspace_id = checked_workspace_id(workspace_id)
-        options = sandbox_options(spec.resources, self.settings)
+        options = sandbox_options(spec.resources, self.settings, block_network=spec.block_network)
         env = check_env(spec.env)
         now = utc_now()
         managed = {
