@@ -112,6 +112,7 @@ class Served:
     log: Path
     github_token: str
     backend: Backend
+    pid: int = 0  # the server process (its own session: a killpg ends it and its children)
 
     @property
     def files_root(self) -> Path:
@@ -174,7 +175,7 @@ def serve(
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(process, base_url, log)
-        yield Served(base_url, data_root, log, github_token, backend)
+        yield Served(base_url, data_root, log, github_token, backend, process.pid)
     finally:
         if terminate_all:
             terminate_every_workspace(base_url)

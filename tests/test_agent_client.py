@@ -628,3 +628,10 @@ async def test_a_slow_reader_of_a_flood_is_served_from_the_cache_and_loses_nothi
             assert log_reads == 0, "a slow reader was sent to the agent's log"
         finally:
             await client.close()
+
+
+def test_a_channel_promises_the_default_keepalive_unless_told() -> None:
+    from modal_workspace_core._core import CHANNEL_KEEPALIVE_SECONDS, AgentChannel
+
+    assert AgentChannel().keepalive_seconds == CHANNEL_KEEPALIVE_SECONDS
+    assert AgentChannel(keepalive_seconds=3).keepalive_seconds == 3

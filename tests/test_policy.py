@@ -61,6 +61,22 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "function_call_id",
         "modal_app_name",
         "modal_function_name",
+        # The resource rules (src/policy/resources/).
+        "MAX_ALLOWLIST_ENTRIES",
+        "MAX_CPU_CORES",
+        "MAX_MEMORY_MIB",
+        "MAX_REGIONS",
+        "MIN_CPU_CORES",
+        "MIN_MEMORY_MIB",
+        "cpu_cores",
+        "cpu_limit",
+        "memory_limit_mib",
+        "memory_mib",
+        "outbound_allowlists",
+        "outbound_cidr",
+        "outbound_domain",
+        "region",
+        "regions",
     }
     for name in policy.__all__:
         assert getattr(policy, name) is getattr(mwc._core, name)

@@ -7,11 +7,18 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "AGENT_OPS",
+    "CHANNEL_KEEPALIVE_SECONDS",
     "FINAL_STATES",
     "IDEMPOTENCY_TAG",
     "MANAGED_TAGS",
     "MANAGED_TAG_PREFIXES",
+    "MAX_ALLOWLIST_ENTRIES",
+    "MAX_CPU_CORES",
+    "MAX_MEMORY_MIB",
+    "MAX_REGIONS",
     "MAX_TAGS",
+    "MIN_CPU_CORES",
+    "MIN_MEMORY_MIB",
     "REPEATABLE_AGENT_OPS",
     "WORKSPACE_TAGS",
     "AgentChannel",
@@ -29,6 +36,8 @@ __all__ = [
     "allowed_function",
     "caller_tags",
     "check_id",
+    "cpu_cores",
+    "cpu_limit",
     "env_name",
     "function_allowlist",
     "function_call_id",
@@ -36,11 +45,18 @@ __all__ = [
     "github_base",
     "github_repo",
     "idempotency_key",
+    "memory_limit_mib",
+    "memory_mib",
     "modal_app_name",
     "modal_function_name",
     "name_allowlist",
     "new_id",
+    "outbound_allowlists",
+    "outbound_cidr",
+    "outbound_domain",
     "parse_page",
+    "region",
+    "regions",
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
@@ -188,6 +204,74 @@ def volume_mount(text: str) -> str:
     """Check where a volume may be mounted (absolute, no `..`, not at, under or above what a
     sandbox is built from, nor over the workspace, its home or /tmp) and return it canonical.
     Raises `PolicyError` (rules `mount.*` and `path.*`)."""
+
+# --- resources ------------------------------------------------------------------------------
+
+MIN_CPU_CORES: float
+"""Modal's smallest CPU request, in physical cores (0.125)."""
+MAX_CPU_CORES: float
+"""The most cores a workspace may request or be limited to (64)."""
+MIN_MEMORY_MIB: int
+"""Modal's smallest memory request, in MiB (128)."""
+MAX_MEMORY_MIB: int
+"""The most memory a workspace may request or be limited to, in MiB (262 144)."""
+MAX_REGIONS: int
+"""The most regions one workspace may name (8)."""
+MAX_ALLOWLIST_ENTRIES: int
+"""The most entries of one outbound allowlist (16): the record of a workspace's resources is
+one Modal tag of at most 1024 characters."""
+
+def cpu_cores(value: float) -> float:
+    """Check a CPU request in cores (`MIN_CPU_CORES` to `MAX_CPU_CORES`, whole thousandths)
+    and return it canonical. Raises `PolicyError` (rules `cpu.range`, `cpu.precision`)."""
+
+def cpu_limit(request: float | None, limit: float) -> float:
+    """Check a hard CPU limit in cores: a CPU value not below `request` (`None`: no request
+    given). Raises `PolicyError` (also rule `cpu.limit-below-request`)."""
+
+def memory_mib(value: int) -> int:
+    """Check a memory request in MiB (`MIN_MEMORY_MIB` to `MAX_MEMORY_MIB`) and return it.
+    Raises `PolicyError` (rule `memory.range`)."""
+
+def memory_limit_mib(request: int | None, limit: int) -> int:
+    """Check a hard memory limit in MiB: a memory value not below `request` (`None`: no request
+    given). Raises `PolicyError` (also rule `memory.limit-below-request`)."""
+
+def region(text: str) -> str:
+    """Check one region name in the forms Modal documents (`us`, `us-east`, `us-east-1`,
+    `us-central1`: lowercase letters and digits in up to five `-`-separated parts, starting
+    with a letter, at most 32 characters) and return it lowercased. Raises `PolicyError`
+    (rule `region.shape`)."""
+
+def outbound_cidr(text: str) -> str:
+    """Check one outbound CIDR (`ADDRESS/PREFIX` or one address) and return it canonical
+    (`ADDRESS/PREFIX`, IPv6 compressed). Refused: host bits set, leading zeros, zone ids, and
+    any overlap with a private, loopback, link-local (metadata), shared, multicast, reserved or
+    IPv4-embedding range. Raises `PolicyError` (rules `cidr.*`)."""
+
+def outbound_domain(text: str) -> str:
+    """Check one outbound domain (`name.tld` or `*.name.tld`, ASCII, at most 253 characters)
+    and return it lowercase without a trailing dot. Refused: `*` alone, addresses, and names
+    under `.localhost`, `.local`, `.internal` or `.arpa`. Raises `PolicyError` (rules
+    `domain.*`)."""
+
+def regions(names: Sequence[str]) -> list[str]:
+    """Check the regions a workspace may run in (1 to `MAX_REGIONS` names in the forms Modal
+    documents: `us`, `us-east`, `us-east-1`, `us-central1`) and return them lowercased without
+    repeats. Raises `PolicyError` (rules `region.*`, `resources.too-many`) naming the entry."""
+
+def outbound_allowlists(
+    block_network: bool,
+    cidrs: Sequence[str] | None = None,
+    domains: Sequence[str] | None = None,
+) -> tuple[list[str] | None, list[str] | None]:
+    """Check a workspace's outbound CIDR and domain allowlists (`None`: no such list; an empty
+    list allows nothing) and return them canonical without repeats: CIDRs as `ADDRESS/PREFIX`
+    with no host bits, none overlapping a private, loopback, link-local, shared, multicast or
+    IPv4-embedding range; domains lowercase, `name.tld` or `*.name.tld`, none under `.local`,
+    `.internal`, `.localhost` or `.arpa`. At most `MAX_ALLOWLIST_ENTRIES` each; refused with
+    `block_network`. Raises `PolicyError` (rules `cidr.*`, `domain.*`, `network.*`,
+    `resources.too-many`) naming the field and entry."""
 
 # --- allowlist settings ---------------------------------------------------------------------
 
@@ -397,7 +481,11 @@ channel's own `subscribe` and `unsubscribe` are not among them."""
 REPEATABLE_AGENT_OPS: frozenset[str]
 """The ops that may be sent again after a lost channel without doing anything twice (a start
 with the gateway's `exec_id` answers the first start); `exec.input`, `exec.resize`,
-`file.edit`, `file.remove` and `watch.start` are not."""
+`file.edit`, `file.remove`, `watch.start` and `task.progress` are not."""
+
+CHANNEL_KEEPALIVE_SECONDS: int
+"""How often a gateway sends a frame on an idle channel by default (the agent closes one silent
+for three times as long)."""
 
 def agent_main(argv: list[str]) -> int:
     """Run the workspace agent's command line (`mwc-agent`) and return its exit code.
@@ -436,9 +524,17 @@ class AgentChannel:
         max_streams: int = 64,
         credit: int = 1048576,
         key: str | None = None,
+        keepalive_seconds: int = 10,
     ) -> Self:
         """`key`: the workspace's channel key, sent in every Hello (an agent started with one
-        refuses a peer without it)."""
+        refuses a peer without it). `keepalive_seconds` (1 to 300): the Hello promises a frame at
+        least that often, and the agent closes a connection silent for three times as long."""
+    @property
+    def keepalive_seconds(self) -> int:
+        """How often this channel promised the agent a frame."""
+    def keepalive(self) -> bool:
+        """Queues a keepalive frame if the agent's Hello says it takes them (True when one was
+        queued): call it every `keepalive_seconds`, then send `take_outgoing()`."""
     def feed(
         self, data: bytes | bytearray | memoryview
     ) -> tuple[str | None, list[_Response], list[str]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ._core import PolicyError
+from ._core import CHANNEL_KEEPALIVE_SECONDS, PolicyError
 from .policy import env_name, function_allowlist, github_base, name_allowlist, secret_allowlist
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ JANITOR_SECONDS_ENV = "MODAL_WORKSPACE_JANITOR_SECONDS"
 SAFETY_MARGIN_ENV = "MODAL_WORKSPACE_SAFETY_MARGIN_SECONDS"
 RETENTION_ENV = "MODAL_WORKSPACE_RETENTION_SECONDS"
 DEFAULT_JANITOR_SECONDS = 30
+# How often a gateway sends a frame on an open agent channel (the agent ends a connection
+# silent for three times as long: a killed gateway leaves nothing running after that).
+KEEPALIVE_ENV = "MODAL_WORKSPACE_CHANNEL_KEEPALIVE_SECONDS"
 DEFAULT_SAFETY_MARGIN_SECONDS = 300
 DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
 DEFAULT_DISK_MB = 10_240
@@ -126,6 +129,7 @@ class Settings(BaseModel):
     janitor_seconds: int = DEFAULT_JANITOR_SECONDS
     safety_margin_seconds: int = DEFAULT_SAFETY_MARGIN_SECONDS
     retention_seconds: int = DEFAULT_RETENTION_SECONDS
+    channel_keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS
     # Modal driver: its own section (`ModalSettings`), read when the driver is Modal.
     modal: Any = None
     # The deployed functions agents may call, as `app/function`; empty: the operations are off.
@@ -392,6 +396,9 @@ def load_settings(
             env, SAFETY_MARGIN_ENV, DEFAULT_SAFETY_MARGIN_SECONDS, 0
         ),
         retention_seconds=_load_seconds(env, RETENTION_ENV, DEFAULT_RETENTION_SECONDS, 1),
+        channel_keepalive_seconds=_load_seconds(
+            env, KEEPALIVE_ENV, CHANNEL_KEEPALIVE_SECONDS, 1, most=300
+        ),
         modal=_load_modal(env) if chosen == "modal" else None,
         **_load_functions(env),
     )
@@ -418,11 +425,12 @@ def _load_isolation(value: str | None) -> IsolationMode:
     return mode  # type: ignore[return-value]  # checked just above
 
 
-def _load_seconds(env: Mapping[str, str], name: str, default: int, least: int) -> int:
+def _load_seconds(
+    env: Mapping[str, str], name: str, default: int, least: int, most: int = 366 * 24 * 3600
+) -> int:
     value = (env.get(name) or "").strip()
     if not value:
         return default
-    most = 366 * 24 * 3600
     if not value.isdigit() or not least <= int(value) <= most:
         raise ConfigError(f"{name} must be seconds from {least} to {most}, not {value[:16]!r}")
     return int(value)

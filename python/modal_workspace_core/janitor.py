@@ -2,7 +2,8 @@
 
 Every `MODAL_WORKSPACE_JANITOR_SECONDS` it looks at every workspace once and, where one is due:
 - suspends a workspace idle past its `idle_timeout_seconds` (a snapshot, then nothing runs; the
-  next operation that needs it resumes it);
+  next operation that needs it resumes it), where the provider does not (Modal ends an idle
+  sandbox itself, with its exit snapshot: `Driver.ends_idle_workspaces`);
 - takes a safety snapshot `MODAL_WORKSPACE_SAFETY_MARGIN_SECONDS` before a workspace's lifetime
   (`timeout_seconds`) ends, and at the end suspends it with a final snapshot (where the provider
   ends it first, as Modal does, its exit snapshot is that final one);
@@ -91,6 +92,8 @@ class Janitor:
                 snapshot = await self._snapshot(ws, "safety")
                 await self._act(ws, "snapshot", f"safety snapshot {snapshot} before its lifetime")
         idle = record.resources.get("idle_timeout_seconds")
+        if getattr(self.svc.driver, "ends_idle_workspaces", False):
+            return  # the provider ends an idle one, with its exit snapshot
         if isinstance(idle, int) and await self._idle_for(ws, record) >= idle:
             await self._suspend(ws, "idle", "idle", f"idle for {idle} s")
 

@@ -20,10 +20,18 @@ from ._core import FINAL_STATES, REPEATABLE_AGENT_OPS, Page, PolicyError
 from .channel.client import AgentClient
 from .config import Settings
 from .drivers import create_driver
-from .drivers.base import Driver, ExecSecret, WorkspaceRecord, WorkspaceSecrets, secret_source
+from .drivers.base import (
+    Driver,
+    ExecSecret,
+    WorkspaceRecord,
+    WorkspaceSecrets,
+    failed_start,
+    secret_source,
+)
 from .drivers.mounts import volume_mount
 from .errors import (
     AgentError,
+    ConflictError,
     NotFoundError,
     PermissionDeniedError,
     TimeoutError_,
@@ -59,6 +67,9 @@ class Call:
 
     # The snapshots it resumed suspended workspaces from: its answer says so (`resumed_from`).
     resumed: list[str] = field(default_factory=list)
+    # The records it read, by workspace: one operation reads each workspace's record once (on
+    # Modal each read is a lookup and a tag read); what it changes it replaces or forgets.
+    records: dict[str, WorkspaceRecord] = field(default_factory=dict)
 
 
 # The operation being served, if any: a workspace whose agent an operation reaches is in use
@@ -90,7 +101,9 @@ class Service:
     on_first_connect: ClassVar[tuple[Callable[[Service, str], Coroutine[Any, Any, None]], ...]] = ()
     # How a suspended workspace comes back when an operation needs its agent (set by
     # `operations`): resumes it from its suspension's snapshot, returns that snapshot's id.
-    resume_suspended: ClassVar[Callable[[Service, str], Coroutine[Any, Any, str]] | None] = None
+    resume_suspended: ClassVar[Callable[[Service, str], Coroutine[Any, Any, str | None]] | None] = (
+        None
+    )
 
     def __init__(self, driver: Driver, settings: Settings) -> None:
         self.driver = driver
@@ -98,9 +111,10 @@ class Service:
         # Each driver resolves secrets its own way; the service only checks the allowlist.
         self.secrets = secret_source(driver, settings)
         self._clients: dict[str, AgentClient] = {}
+        # The record each open channel was opened with (`live_record`), dropped with it.
+        self._live_records: dict[str, WorkspaceRecord] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._tag_locks: dict[str, asyncio.Lock] = {}
-        self.create_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._claimed: set[str] = set()
         self._reached: set[str] = set()
@@ -126,12 +140,35 @@ class Service:
     # --- workspaces and channels ----------------------------------------------------------------
 
     async def record(self, workspace_id: str) -> WorkspaceRecord:
-        """The workspace's record; a terminated workspace is as missing as one never made."""
-        record = await self.driver.get(workspace_id)
+        """The workspace's record; a terminated workspace is as missing as one never made.
+        Read from the driver once per operation (`Call.records`)."""
+        call = CALL.get()
+        record = call.records.get(workspace_id) if call is not None else None
+        if record is None:
+            record = await self.driver.get(workspace_id)
         if record.state == "terminated":
             raise NotFoundError(f"workspace {workspace_id} was terminated", field="workspace_id")
         self._remember_root(workspace_id, record.root)
+        if call is not None:
+            call.records[workspace_id] = record
         return record
+
+    async def live_record(self, workspace_id: str) -> WorkspaceRecord:
+        """The record as of when the workspace's open channel was opened, for operations that
+        need only what a workspace keeps while it runs (its id, root, resources): a channel
+        that is open proves the workspace runs, so they cost no driver call. Invalidated with
+        the channel (it closes when the sandbox ends, whoever ended it); without one, `record`."""
+        client = self._clients.get(workspace_id)
+        known = self._live_records.get(workspace_id)
+        if client is not None and not client.closed and known is not None:
+            return known
+        return await self.record(workspace_id)
+
+    def forget_record(self, workspace_id: str) -> None:
+        """What this operation read of the workspace is out of date (it changed it)."""
+        call = CALL.get()
+        if call is not None:
+            call.records.pop(workspace_id, None)
 
     async def root(self, workspace_id: object) -> str:
         """The root commands of this workspace see (`/workspace` unless it runs unisolated), as
@@ -169,14 +206,30 @@ class Service:
             # that died), a suspended one resumes; only a terminated one is gone.
             record = await self.record(workspace_id)
             resume = type(self).resume_suspended  # a plain function, not bound to self
+            suspension = record.suspension
+            if (
+                record.state == "suspended"
+                and suspension
+                and suspension.reason == "failed_to_start"
+            ):
+                # Resuming would start the same thing again: say why it did not run instead.
+                raise ConflictError(
+                    failed_start(workspace_id, suspension.detail), field="workspace_id"
+                )
             if record.state == "suspended" and resume is not None:
                 resumed = await resume(self, workspace_id)
-                log.info("resumed %s from %s for the call that needed it", workspace_id, resumed)
                 call = CALL.get()
-                if call is not None:
-                    call.resumed.append(resumed)
+                if resumed is not None:
+                    log.info(
+                        "resumed %s from %s for the call that needed it", workspace_id, resumed
+                    )
+                    if call is not None:
+                        call.resumed.append(resumed)
+                self.forget_record(workspace_id)
+                record = await self.record(workspace_id)
             client = await self.driver.connect(workspace_id)
             self._clients[workspace_id] = client
+            self._live_records[workspace_id] = record
             if workspace_id not in self._reached:
                 self._reached.add(workspace_id)
                 for owed in self.on_first_connect:
@@ -198,6 +251,7 @@ class Service:
         self._reached.discard(workspace_id)
 
     async def drop_agent(self, workspace_id: str) -> None:
+        self._live_records.pop(workspace_id, None)
         client = self._clients.pop(workspace_id, None)
         if client is not None:
             await _close_quietly(client)
@@ -348,7 +402,11 @@ class Service:
         lock = self._tag_locks.setdefault(workspace_id, asyncio.Lock())
         async with lock:
             record = await self.driver.get(workspace_id)
-            return await self.driver.set_tags(workspace_id, {**record.tags, **updates})
+            changed = await self.driver.set_tags(workspace_id, {**record.tags, **updates})
+        call = CALL.get()
+        if call is not None:
+            call.records[workspace_id] = changed
+        return changed
 
     # --- inputs that need the configuration -----------------------------------------------------
 

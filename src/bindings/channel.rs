@@ -12,6 +12,7 @@ use super::errors::{policy_error, ring_error};
 use super::ring::PyPage;
 use crate::channel::client::{
     read_ring, AgentChannel, CacheConfig, CacheRead, ChannelError, Fed, ReceivedPage,
+    KEEPALIVE_SECONDS,
 };
 
 /// Feeds larger than this are handled with the GIL released (pages are parsed and mirrored).
@@ -42,19 +43,26 @@ impl PyAgentChannel {
 #[pymethods]
 impl PyAgentChannel {
     #[new]
-    #[pyo3(signature = (*, stream_bytes=1_048_576, max_streams=64, credit=1_048_576, key=None))]
+    // The default is `KEEPALIVE_SECONDS` spelt as a literal, so that the signature shows it
+    // (a test holds the two equal).
+    #[pyo3(signature = (
+        *, stream_bytes=1_048_576, max_streams=64, credit=1_048_576, key=None,
+        keepalive_seconds=10
+    ))]
     fn new(
         stream_bytes: usize,
         max_streams: usize,
         credit: usize,
         key: Option<String>,
+        keepalive_seconds: u32,
     ) -> PyResult<Self> {
         let config = CacheConfig {
             stream_bytes,
             max_streams,
             credit,
         };
-        let channel = AgentChannel::with_key(config, key).map_err(policy_error)?;
+        let channel =
+            AgentChannel::configured(config, key, keepalive_seconds).map_err(policy_error)?;
         Ok(Self {
             inner: Mutex::new(channel),
             scratch: Mutex::new(Vec::new()),
@@ -97,6 +105,18 @@ impl PyAgentChannel {
     }
 
     /// The bytes to write to the transport now (possibly empty).
+    /// Queues a keepalive frame if the agent takes them (True when one was queued): call it
+    /// every `keepalive_seconds`, then send `take_outgoing()`.
+    fn keepalive(&self) -> bool {
+        self.inner.lock().keepalive()
+    }
+
+    /// How often this channel promised the agent a frame.
+    #[getter]
+    fn keepalive_seconds(&self) -> u32 {
+        self.inner.lock().keepalive_seconds()
+    }
+
     fn take_outgoing<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         let bytes = self.inner.lock().take_outgoing();
         PyBytes::new(py, &bytes)
@@ -288,5 +308,6 @@ fn dumps(py: Python<'_>, args: &Bound<'_, PyDict>) -> PyResult<String> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAgentChannel>()?;
     m.add_function(wrap_pyfunction!(parse_page, m)?)?;
+    m.add("CHANNEL_KEEPALIVE_SECONDS", KEEPALIVE_SECONDS)?;
     Ok(())
 }

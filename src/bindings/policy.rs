@@ -233,6 +233,80 @@ fn function_call_id(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::function_call_id(self::text(text)?).map_err(policy_error)
 }
 
+/// Checks a CPU request in cores and returns it canonical (whole thousandths).
+#[pyfunction]
+fn cpu_cores(value: f64) -> PyResult<f64> {
+    policy::cpu_cores(value).map_err(policy_error)
+}
+
+/// Checks a hard CPU limit in cores against the request (None: none given).
+#[pyfunction]
+#[pyo3(signature = (request, limit))]
+fn cpu_limit(request: Option<f64>, limit: f64) -> PyResult<f64> {
+    policy::cpu_limit(request, limit).map_err(policy_error)
+}
+
+/// Checks a memory request in MiB and returns it.
+#[pyfunction]
+fn memory_mib(value: i64) -> PyResult<i64> {
+    policy::memory_mib(value).map_err(policy_error)
+}
+
+/// Checks a hard memory limit in MiB against the request (None: none given).
+#[pyfunction]
+#[pyo3(signature = (request, limit))]
+fn memory_limit_mib(request: Option<i64>, limit: i64) -> PyResult<i64> {
+    policy::memory_limit_mib(request, limit).map_err(policy_error)
+}
+
+/// Checks one region name and returns it lowercased.
+#[pyfunction]
+fn region(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::region(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks one outbound CIDR and returns it canonical.
+#[pyfunction]
+fn outbound_cidr(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::outbound_cidr(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks one outbound domain and returns it canonical.
+#[pyfunction]
+fn outbound_domain(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::outbound_domain(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks the regions a workspace may run in and returns them canonical, without repeats.
+#[pyfunction]
+fn regions(names: Vec<Bound<'_, PyString>>) -> PyResult<Vec<String>> {
+    let names = names.iter().map(text).collect::<PyResult<Vec<_>>>()?;
+    policy::regions(&names).map_err(policy_error)
+}
+
+/// Checks a workspace's outbound CIDR and domain allowlists (either may be None) against
+/// each other, `block_network` and their rules; returns them canonical, without repeats.
+#[pyfunction]
+#[pyo3(signature = (block_network, cidrs=None, domains=None))]
+fn outbound_allowlists(
+    block_network: bool,
+    cidrs: Option<Vec<Bound<'_, PyString>>>,
+    domains: Option<Vec<Bound<'_, PyString>>>,
+) -> PyResult<policy::Allowlists> {
+    let texts = |list: &Option<Vec<Bound<'_, PyString>>>| {
+        list.as_ref()
+            .map(|l| {
+                l.iter()
+                    .map(|s| text(s).map(str::to_owned))
+                    .collect::<PyResult<Vec<_>>>()
+            })
+            .transpose()
+    };
+    let (cidrs, domains) = (texts(&cidrs)?, texts(&domains)?);
+    policy::outbound_allowlists(block_network, cidrs.as_deref(), domains.as_deref())
+        .map_err(policy_error)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
@@ -255,6 +329,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(modal_app_name, m)?)?;
     m.add_function(wrap_pyfunction!(modal_function_name, m)?)?;
     m.add_function(wrap_pyfunction!(function_call_id, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_cores, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_mib, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_limit_mib, m)?)?;
+    m.add_function(wrap_pyfunction!(region, m)?)?;
+    m.add_function(wrap_pyfunction!(outbound_cidr, m)?)?;
+    m.add_function(wrap_pyfunction!(outbound_domain, m)?)?;
+    m.add_function(wrap_pyfunction!(regions, m)?)?;
+    m.add_function(wrap_pyfunction!(outbound_allowlists, m)?)?;
     // The managed tag names have this one home; Python reads them from here.
     let py = m.py();
     m.add("MANAGED_TAGS", PyTuple::new(py, policy::MANAGED_TAGS)?)?;
@@ -265,5 +348,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WORKSPACE_TAGS", PyTuple::new(py, policy::WORKSPACE_TAGS)?)?;
     m.add("IDEMPOTENCY_TAG", policy::IDEMPOTENCY_TAG)?;
     m.add("MAX_TAGS", policy::MAX_TAGS)?;
+    // The resource bounds have this one home; the operations' field limits read them.
+    m.add("MIN_CPU_CORES", policy::MIN_CPU_CORES)?;
+    m.add("MAX_CPU_CORES", policy::MAX_CPU_CORES)?;
+    m.add("MIN_MEMORY_MIB", policy::MIN_MEMORY_MIB)?;
+    m.add("MAX_MEMORY_MIB", policy::MAX_MEMORY_MIB)?;
+    m.add("MAX_REGIONS", policy::MAX_REGIONS)?;
+    m.add("MAX_ALLOWLIST_ENTRIES", policy::MAX_LIST_ENTRIES)?;
     Ok(())
 }

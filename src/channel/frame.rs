@@ -27,6 +27,9 @@ pub enum FrameKind {
     Events = 4,
     /// Flow control: the gateway grants a stream more bytes.
     Credit = 5,
+    /// The gateway is still there (empty header and payload); sent only to an agent whose
+    /// Hello says it takes them.
+    Keepalive = 6,
 }
 
 impl FrameKind {
@@ -37,6 +40,7 @@ impl FrameKind {
             3 => Self::Response,
             4 => Self::Events,
             5 => Self::Credit,
+            6 => Self::Keepalive,
             _ => return None,
         })
     }

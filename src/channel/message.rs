@@ -31,6 +31,16 @@ pub struct Hello {
     /// peer without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// The gateway's promise: it sends a frame at least this often (a `Keepalive` when it has
+    /// nothing else to say), so an agent may close a connection silent for
+    /// [`KEEPALIVE_MISSES`] times as long: its gateway is gone (killed, its container
+    /// replaced) and nothing else would ever end the connection and its `connect` process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_seconds: Option<u32>,
+    /// The agent's: it takes `Keepalive` frames. A gateway sends them only to an agent that
+    /// says so (an older agent, kept in a snapshot's image, does not know the frame).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keepalive: bool,
 }
 
 impl Hello {
@@ -40,9 +50,18 @@ impl Hello {
             build: BUILD.to_owned(),
             role,
             key: None,
+            keepalive_seconds: None,
+            keepalive: role == Role::Agent,
         }
     }
 }
+
+/// How often a gateway sends a frame on an idle channel unless configured otherwise.
+pub const KEEPALIVE_SECONDS: u32 = 10;
+/// The shortest and longest keepalive a gateway may promise.
+pub const KEEPALIVE_RANGE: std::ops::RangeInclusive<u32> = 1..=300;
+/// How many keepalives in a row an agent waits for before it closes the connection.
+pub const KEEPALIVE_MISSES: u32 = 3;
 
 /// A request's header; its payload travels beside it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

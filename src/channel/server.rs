@@ -15,7 +15,7 @@ use super::decoder::FrameDecoder;
 use super::frame::{Frame, FrameKind};
 use super::message::{
     frame, parse_header, response_bytes, CreditHeader, ErrorBody, ErrorCode, Hello, RequestHeader,
-    Role,
+    Role, KEEPALIVE_MISSES, KEEPALIVE_RANGE,
 };
 use super::subscription::{pump, Control, EventSource};
 use crate::ring::MIN_PAGE_BYTES;
@@ -172,12 +172,26 @@ async fn converse<R: AsyncRead + Unpin>(
         Err(_) => return Err("no Hello from the peer in time".into()),
     };
     check_hello(&first, out, service.channel_key()).await?;
+    let silence = allowed_silence(&first);
 
     let (control_tx, control_rx) = mpsc::channel::<Control>(64);
     let pump_task = tokio::spawn(pump(control_rx, out.clone()));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let result = loop {
-        let frame = match frames.next().await {
+        let next = match silence {
+            None => frames.next().await,
+            Some(limit) => match tokio::time::timeout(limit, frames.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    break Err(format!(
+                        "the gateway sent nothing for {} s although it promised a keepalive: \
+                         it is gone",
+                        limit.as_secs()
+                    ))
+                }
+            },
+        };
+        let frame = match next {
             Ok(Some(frame)) => frame,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
@@ -231,12 +245,26 @@ async fn converse<R: AsyncRead + Unpin>(
                     break Ok(());
                 }
             }
+            // Its arrival is all it says: the wait for the next frame starts again.
+            FrameKind::Keepalive => {}
             other => break Err(format!("a gateway may not send {other:?} frames")),
         }
     };
     drop(control_tx);
     pump_task.abort();
     result
+}
+
+/// How long the connection may stay silent: [`KEEPALIVE_MISSES`] times the keepalive the
+/// gateway's Hello promised (within [`KEEPALIVE_RANGE`]); without a promise, for ever (an
+/// older gateway, or a peer on a socket that closes when its process ends).
+fn allowed_silence(hello: &Frame) -> Option<Duration> {
+    let peer: Value = serde_json::from_slice(&hello.header).ok()?;
+    let promised = peer.get("keepalive_seconds")?.as_u64()?;
+    let promised = u32::try_from(promised)
+        .ok()?
+        .clamp(*KEEPALIVE_RANGE.start(), *KEEPALIVE_RANGE.end());
+    Some(Duration::from_secs(u64::from(promised * KEEPALIVE_MISSES)))
 }
 
 /// Answers the peer's Hello: equal protocol numbers continue, anything else is refused with

@@ -252,3 +252,68 @@ async fn a_peer_with_the_channel_key_is_served() {
     assert_eq!(response["id"], 1);
     assert_eq!(response["result"]["n"], 1);
 }
+
+/// A peer that promised a keepalive in its Hello.
+async fn connect_promising(keepalive_seconds: u32) -> Peer {
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let (reader, writer) = tokio::io::split(theirs);
+    tokio::spawn(serve(reader, writer, Arc::new(Fake { streams: vec![] })));
+    let mut peer = Peer {
+        io: ours,
+        decoder: FrameDecoder::new(),
+    };
+    let (_, hello) = peer.header().await;
+    assert_eq!(
+        hello["keepalive"], true,
+        "the agent says it takes keepalives"
+    );
+    let hello = json!({"protocol": 1, "build": "test", "role": "gateway",
+                       "keepalive_seconds": keepalive_seconds});
+    peer.send(FrameKind::Hello, hello, b"").await;
+    peer
+}
+
+#[tokio::test]
+async fn a_gateway_that_goes_quiet_after_promising_keepalives_is_disconnected() {
+    let mut peer = connect_promising(1).await;
+    let started = std::time::Instant::now();
+    // Nothing more is sent: three missed keepalives later the agent closes the connection.
+    assert!(peer.next().await.is_none(), "the connection closes");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(2900), "{waited:?}");
+}
+
+#[tokio::test]
+async fn keepalives_keep_a_quiet_connection_open() {
+    let mut peer = connect_promising(1).await;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        peer.send(FrameKind::Keepalive, json!(null), b"").await;
+    }
+    // Still served, 4.5 s after the Hello: longer than three keepalives.
+    peer.send(
+        FrameKind::Request,
+        json!({"id": 1, "op": "x", "args": {}}),
+        b"",
+    )
+    .await;
+    let (kind, response) = peer.header().await;
+    assert_eq!(
+        (kind, response["id"].as_u64()),
+        (FrameKind::Response, Some(1))
+    );
+}
+
+#[tokio::test]
+async fn a_gateway_that_promised_nothing_may_stay_quiet() {
+    let mut peer = connect(Vec::new(), 1).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    peer.send(
+        FrameKind::Request,
+        json!({"id": 1, "op": "x", "args": {}}),
+        b"",
+    )
+    .await;
+    let (_, response) = peer.header().await;
+    assert_eq!(response["id"], 1);
+}

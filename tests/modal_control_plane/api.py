@@ -112,8 +112,17 @@ class ModalClientServicer(ObjectsServicer, FunctionsServicer, api_grpc.ModalClie
         )
         record.prepare(image.snapshot if image else None)
         self.state.sandboxes[sandbox_id] = record
-        await record.start()
+        if self.state.start_delay > 0:
+            record.starting = True
+            record._watchers.append(asyncio.create_task(self._start_later(record)))
+        else:
+            await record.start()
         return record
+
+    async def _start_later(self, record: SandboxRecord) -> None:
+        await asyncio.sleep(self.state.start_delay)
+        await record.start()
+        record.starting = False
 
     async def SandboxCreateV2(self, stream: Any) -> None:
         request = await _request(self.state, stream, auth_token=True)
@@ -122,7 +131,7 @@ class ModalClientServicer(ObjectsServicer, FunctionsServicer, api_grpc.ModalClie
         await stream.send_message(
             api_pb2.SandboxCreateV2Response(
                 sandbox_id=record.sandbox_id,
-                task_id=record.task_id,
+                task_id="" if record.starting else record.task_id,
                 metadata=_handle_metadata(record),
                 sandbox_token=record.sandbox_token,
                 command_router_access=self._router_access(record),
@@ -221,8 +230,10 @@ class ModalClientServicer(ObjectsServicer, FunctionsServicer, api_grpc.ModalClie
     async def _task_id(self, stream: Any, auth_token: bool) -> None:
         request = await _request(self.state, stream, auth_token=auth_token)
         record = self.state.sandbox(request.sandbox_id)
-        # An ended sandbox still names its task (its logs are found by it), with its result.
-        response = api_pb2.SandboxGetTaskIdResponse(task_id=record.task_id)
+        # An ended sandbox still names its task (its logs are found by it), with its result;
+        # one still starting has none yet (the SDK asks again).
+        task_id = "" if record.starting else record.task_id
+        response = api_pb2.SandboxGetTaskIdResponse(task_id=task_id)
         if not record.running:
             assert record.result is not None
             response.task_result.CopyFrom(record.result)
@@ -235,6 +246,8 @@ class ModalClientServicer(ObjectsServicer, FunctionsServicer, api_grpc.ModalClie
         await self._task_id(stream, auth_token=False)
 
     async def _access(self, record: SandboxRecord) -> api_pb2.CommandRouterAccess:
+        if record.starting:
+            raise GRPCError(Status.FAILED_PRECONDITION, f"Sandbox {record.sandbox_id} is starting")
         if not record.running:
             raise GRPCError(Status.FAILED_PRECONDITION, f"Sandbox {record.sandbox_id} has finished")
         return self._router_access(record)

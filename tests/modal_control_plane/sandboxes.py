@@ -104,6 +104,8 @@ class SandboxRecord:
     exit_image_id: str | None = None
     exit_error: str | None = None
     _watchers: list[asyncio.Task[None]] = field(default_factory=list)
+    # Its container is still starting: no task yet (see `State.start_delay`).
+    starting: bool = False
 
     # -- container paths ---------------------------------------------------------------------
 

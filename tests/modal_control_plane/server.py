@@ -219,6 +219,10 @@ class ControlPlane:
 
         return self.call(expire)
 
+    def start_delay(self, seconds: float) -> None:
+        """New sandboxes' containers take this long to start (0: at once)."""
+        self.call(lambda: setattr(self.state, "start_delay", seconds))
+
     def snapshot_faults(self, *, delay: float = 0.0, end_sandbox: bool = False) -> None:
         """How the next filesystem snapshots go wrong (see `SnapshotFaults`); no arguments:
         they go right again."""

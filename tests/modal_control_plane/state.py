@@ -78,6 +78,9 @@ class State:
     snapshot_faults: SnapshotFaults = field(default_factory=SnapshotFaults)
     # Deployed Functions and their calls (`functions`).
     functions: FunctionsState = field(default_factory=FunctionsState)
+    # Seconds a new sandbox's container takes to start (scheduling, pulling its image): until
+    # then it has no task, as on Modal, and the SDK waits for one.
+    start_delay: float = 0.0
 
     # -- credentials -------------------------------------------------------------------------
 

@@ -57,6 +57,8 @@ class AgentClient:
         self._shut = False
         # The deadline of a request that names none (a long-poll names its own).
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
+        # The next keepalive: the agent closes a channel whose gateway stops sending them.
+        self._keepalive: asyncio.TimerHandle | None = None
 
     # --- connecting ---------------------------------------------------------------------------
 
@@ -139,8 +141,12 @@ class AgentClient:
     ) -> AgentClient:
         """A client on a new channel, or on `resume`'s channel (its cache, whose open streams
         are resubscribed from the last seq held). `cache` sets the bounds of a new channel:
-        `stream_bytes`, `max_streams`, `credit`."""
+        `stream_bytes`, `max_streams`, `credit`, and `keepalive_seconds` (how often the Hello
+        promises a frame; a resumed channel keeps its own)."""
+        keepalive = cache.pop("keepalive_seconds", None)
         if resume is None:
+            if keepalive is not None:
+                cache["keepalive_seconds"] = keepalive
             return cls(AgentChannel(**cache, key=key), connector)
         if cache:
             raise ValueError("a resumed client keeps the cache bounds of the one it resumes")
@@ -168,6 +174,26 @@ class AgentClient:
         except AgentError:
             await self._close_transport()
             raise
+        self._schedule_keepalive()
+
+    def _schedule_keepalive(self) -> None:
+        """Keeps the promise of the channel's Hello: a frame every `keepalive_seconds`, so that
+        the agent can tell a gateway that is gone (killed, its container replaced: nothing ends
+        its connection) from one with nothing to say, and end the connection (on Modal, the
+        `connect` exec that would keep the sandbox running)."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        self._keepalive = self._loop.call_later(
+            self._channel.keepalive_seconds, self._send_keepalive
+        )
+
+    def _send_keepalive(self) -> None:
+        self._keepalive = None
+        if self._shut or self._lost is not None:
+            return
+        if self._channel.keepalive():
+            self._flush()
+        self._schedule_keepalive()
 
     async def reconnect(
         self,
@@ -200,6 +226,8 @@ class AgentClient:
     async def close(self) -> None:
         """Closes the transport; pending requests and waiting reads fail with `unavailable`."""
         self._shut = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         self._fail(AgentError("unavailable", "the client was closed"))
         await self._close_transport()
         if self._releasing:

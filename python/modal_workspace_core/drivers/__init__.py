@@ -28,11 +28,16 @@ def create_driver(settings: Settings) -> Driver:
             isolation=settings.isolation,
             host_ports=settings.host_ports,
             disk_mb=settings.disk_mb,
+            keepalive_seconds=settings.channel_keepalive_seconds,
         )
     if settings.driver == "modal":
         from .modal.driver import ModalDriver
 
-        return ModalDriver(settings.modal, channel_secret=settings.channel_secret)
+        return ModalDriver(
+            settings.modal,
+            channel_secret=settings.channel_secret,
+            keepalive_seconds=settings.channel_keepalive_seconds,
+        )
     raise InvalidArgumentError(
         f"unknown driver {settings.driver[:32]!r}; use one of {', '.join(DRIVER_NAMES)}"
     )

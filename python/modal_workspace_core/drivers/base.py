@@ -112,6 +112,16 @@ class Lineage(BaseModel):
     forked_at: str = Field(description="When it was forked (RFC 3339, UTC).")
 
 
+def failed_start(workspace_id: str, detail: str) -> str:
+    """What a caller is told of a workspace that failed to start: why, and that resuming would
+    only start the same thing again."""
+    why = f": {detail}" if detail else ""
+    return (
+        f"workspace {workspace_id} failed to start{why}. It cannot run as it is: terminate it, "
+        "or fix the cause (its image, its resources) and create a new one"
+    )
+
+
 class Suspension(BaseModel):
     """Why a workspace is not running although its files are kept, and where they are."""
 
@@ -247,6 +257,11 @@ class Driver(Protocol):
     # Whether `workspace_terminate` keeps a snapshot unless told otherwise (Modal: a sandbox
     # costs nothing once ended, and its files are otherwise gone).
     keeps_snapshots: bool
+    # Whether the provider ends a workspace idle past its `idle_timeout_seconds` itself, leaving
+    # a snapshot (Modal: the sandbox's idle timeout, then its exit snapshot). The sweep then
+    # leaves idleness alone: a gateway knows only its own calls (several may serve one
+    # workspace), and looking would itself be use (a channel keeps a sandbox active).
+    ends_idle_workspaces: bool
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord: ...
     async def get(self, workspace_id: str) -> WorkspaceRecord: ...  # raises NotFoundError
@@ -278,10 +293,14 @@ class Driver(Protocol):
 
     async def delete_snapshot(self, workspace_id: str, snapshot_id: str) -> None: ...
 
-    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
+    async def resume(
+        self, workspace_id: str, snapshot: SnapshotRecord, *, only_if_suspended: bool = False
+    ) -> WorkspaceRecord:
         """The same workspace id running again from `snapshot` (one of its own, not expired):
         files, tags and repositories as they were; whatever ran before is ended first. An
-        unreadable snapshot is a `ConflictError` naming it, never a fresh workspace."""
+        unreadable snapshot is a `ConflictError` naming it, never a fresh workspace. With
+        `only_if_suspended`, one that runs (another gateway resumed it first) is a
+        `ConflictError` and nothing changes."""
         ...
 
     async def fork(

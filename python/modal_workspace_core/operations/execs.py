@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import hmac
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,6 +36,7 @@ from .fields import (
     WorkspaceId,
     WorkspacePath,
     decode_input,
+    derived_id,
 )
 from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
 from .table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
@@ -194,12 +193,9 @@ _CANCEL_SLACK = 2.0
 
 
 def derived_exec_id(workspace_id: str, key: str, secret: bytes) -> str:
-    """The exec id an idempotency key names in one workspace: the same key, the same exec.
-    Keyed with a secret of the gateway's, so that nothing in the workspace can compute the id
-    ahead of the client and start an exec of its own under it."""
-    message = f"{workspace_id}\x00{key}".encode()
-    digest = hmac.new(secret, message, hashlib.sha256).hexdigest()
-    return policy.check_id("ex", f"ex-{digest[:32]}")
+    """The exec id an idempotency key names in one workspace: the same key, the same exec
+    (see `derived_id`: nothing in the workspace can start an exec of its own under it)."""
+    return derived_id("ex", workspace_id, key, secret)
 
 
 def exec_args(
@@ -355,7 +351,7 @@ async def run_to_end(
     },
 )
 async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
-    record = await svc.record(inp.workspace_id)
+    record = await svc.live_record(inp.workspace_id)
     done = await run_to_end(
         svc,
         record,
@@ -393,7 +389,7 @@ async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
     limits="The same idempotency_key returns the exec it started.",
 )
 async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) -> ExecStatus:
-    record = await svc.record(inp.workspace_id)
+    record = await svc.live_record(inp.workspace_id)
     if inp.idempotency_key is not None:
         exec_id = derived_exec_id(
             inp.workspace_id, inp.idempotency_key, svc.settings.idempotency_secret

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args
@@ -198,3 +200,12 @@ def decode_input(text: str, encoding: str, field: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArgumentError(f"{field}: not valid base64", field=field) from None
+
+
+def derived_id(kind: Literal["ws", "ex"], scope: str, key: str, secret: bytes) -> str:
+    """The id of `kind` an idempotency key names within `scope`: the same key, the same id, on
+    every gateway of a deployment (they share `secret`), so that the driver's own uniqueness of
+    ids settles a race between two of them. Keyed with the gateway's secret, so that nothing in
+    a workspace can compute the id ahead of the client and take it first."""
+    digest = hmac.new(secret, f"{scope}\x00{key}".encode(), hashlib.sha256).hexdigest()
+    return policy.check_id(kind, f"{kind}-{digest[:32]}")

@@ -181,21 +181,29 @@ async def usable_snapshot(
 
 
 async def resume_workspace(
-    svc: Service, workspace_id: str, snapshot_id: str | None
+    svc: Service, workspace_id: str, snapshot_id: str | None, *, only_if_suspended: bool = False
 ) -> tuple[WorkspaceRecord, SnapshotRecord]:
     """The workspace running again from a snapshot (its latest by default)."""
     await svc.driver.get(workspace_id)  # a workspace never made is a 404 before anything else
     snapshot = await usable_snapshot(svc, workspace_id, snapshot_id)
     await svc.drop_agent(workspace_id)
-    record = await svc.driver.resume(workspace_id, snapshot)
+    record = await svc.driver.resume(workspace_id, snapshot, only_if_suspended=only_if_suspended)
     svc.forget_reached(workspace_id)  # the resumed agent's unsettled notes are owed again
     return record, snapshot
 
 
-async def resume_suspended(svc: Service, workspace_id: str) -> str:
+async def resume_suspended(svc: Service, workspace_id: str) -> str | None:
     """A suspended workspace running again from the snapshot its suspension names (else its
-    latest): what `Service` calls when an operation needs the agent of one."""
+    latest): what `Service` calls when an operation needs the agent of one. None when it runs
+    already: another gateway (or another call) resumed it first, and that one is used."""
     record = await svc.driver.get(workspace_id)
+    if record.state != "suspended":
+        return None
     snapshot_id = record.suspension.snapshot_id if record.suspension else None
-    _, snapshot = await resume_workspace(svc, workspace_id, snapshot_id)
+    try:
+        _, snapshot = await resume_workspace(svc, workspace_id, snapshot_id, only_if_suspended=True)
+    except ConflictError:
+        if (await svc.driver.get(workspace_id)).state == "running":
+            return None
+        raise
     return snapshot.snapshot_id

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import time
 from datetime import UTC, datetime
@@ -304,15 +303,22 @@ async def workspace_fork(svc: Service, inp: ForkInput) -> Workspace:
         if k != policy.IDEMPOTENCY_TAG and k not in policy.WORKSPACE_TAGS
     }
     if key is None:
-        return workspace_out(await _fork(svc, parent, inp.snapshot_id, tags))
+        return workspace_out(await _fork(svc, policy.new_id("ws"), parent, inp.snapshot_id, tags))
     # One fork per parent and key: the key a fork records says which parent it is of.
-    tags[policy.IDEMPOTENCY_TAG] = fork_key = _fork_key(inp.workspace_id, key)
-    make = functools.partial(_fork, svc, parent, inp.snapshot_id, tags)
-    return workspace_out(await once_per_key(svc, fork_key, make))
+    tags[policy.IDEMPOTENCY_TAG] = _fork_key(inp.workspace_id, key)
+    scope = f"fork\x00{inp.workspace_id}"
+    forked = await once_per_key(
+        svc, scope, key, lambda ws: _fork(svc, ws, parent, inp.snapshot_id, tags)
+    )
+    return workspace_out(forked)
 
 
 async def _fork(
-    svc: Service, parent: WorkspaceRecord, snapshot_id: str | None, tags: dict[str, str]
+    svc: Service,
+    workspace_id: str,
+    parent: WorkspaceRecord,
+    snapshot_id: str | None,
+    tags: dict[str, str],
 ) -> WorkspaceRecord:
     if snapshot_id is None:
         snapshot = await take_snapshot(svc, parent.workspace_id, "manual", label="fork")
@@ -330,7 +336,7 @@ async def _fork(
     # Resources and network as the parent's; secrets are not inherited (a fork asks anew).
     resources: dict[str, Any] = dict(parent.resources)
     spec = WorkspaceSpec(tags=tags, block_network=parent.block_network, resources=resources)
-    return await svc.driver.fork(snapshot, policy.new_id("ws"), spec, lineage)
+    return await svc.driver.fork(snapshot, workspace_id, spec, lineage)
 
 
 def _fork_key(parent_id: str, key: str) -> str:

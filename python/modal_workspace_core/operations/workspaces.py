@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from .. import policy
 from ..drivers.base import (
@@ -16,7 +18,7 @@ from ..drivers.base import (
     WorkspaceSecrets,
     WorkspaceSpec,
 )
-from ..errors import InvalidArgumentError
+from ..errors import ConflictError, InvalidArgumentError, NotFoundError
 from .fields import (
     Env,
     IdempotencyKey,
@@ -24,6 +26,7 @@ from .fields import (
     Output,
     Tags,
     WorkspaceId,
+    derived_id,
 )
 from .lifecycle import take_snapshot
 from .table import DESTROY, READ, WRITE, WS, Declarations
@@ -37,14 +40,97 @@ declare = Declarations()
 # --- inputs --------------------------------------------------------------------------------------
 
 
+# Each entry of a region or allowlist through the core's rule (an error names `field.i`).
+Region = Annotated[str, AfterValidator(policy.region)]
+OutboundCidr = Annotated[str, AfterValidator(policy.outbound_cidr)]
+OutboundDomain = Annotated[str, AfterValidator(policy.outbound_domain)]
+
+
 class Resources(Input):
-    cpu: float | None = Field(None, gt=0, le=64, description="CPU cores requested.")
-    memory_mb: int | None = Field(None, ge=128, le=262_144, description="Memory in MiB.")
+    cpu: float | None = Field(
+        None,
+        ge=policy.MIN_CPU_CORES,
+        le=policy.MAX_CPU_CORES,
+        description="CPU cores requested (reserved).",
+    )
+    memory_mb: int | None = Field(
+        None,
+        ge=policy.MIN_MEMORY_MIB,
+        le=policy.MAX_MEMORY_MIB,
+        description="Memory in MiB requested (reserved).",
+    )
     gpu: str | None = Field(
         None, pattern=r"^[A-Za-z0-9:._-]{1,32}$", description="GPU type (Modal)."
     )
     timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Lifetime limit.")
     idle_timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Idle limit.")
+    # --- limits, placement and the outbound network (Modal); the core's rules decide ---------
+    cpu_limit: float | None = Field(
+        None,
+        ge=policy.MIN_CPU_CORES,
+        le=policy.MAX_CPU_CORES,
+        description="Hard CPU limit in cores, at least cpu: above it the workspace is throttled.",
+    )
+    memory_limit_mb: int | None = Field(
+        None,
+        ge=policy.MIN_MEMORY_MIB,
+        le=policy.MAX_MEMORY_MIB,
+        description="Hard memory limit in MiB, at least memory_mb: above it processes are "
+        "killed (on the local driver: each command's address space).",
+    )
+    region: list[Region] | None = Field(
+        None,
+        min_length=1,
+        max_length=policy.MAX_REGIONS,
+        description="Regions to run in, in Modal's forms: us, us-east, us-east-1 (Modal).",
+    )
+    outbound_cidr_allowlist: list[OutboundCidr] | None = Field(
+        None,
+        max_length=policy.MAX_ALLOWLIST_ENTRIES,
+        description="The only public networks commands may reach, as CIDRs; private, "
+        "loopback and link-local ranges are refused (Modal).",
+    )
+    outbound_domain_allowlist: list[OutboundDomain] | None = Field(
+        None,
+        max_length=policy.MAX_ALLOWLIST_ENTRIES,
+        description="The only domains commands may reach (example.com, *.example.com) (Modal).",
+    )
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, value: float | None) -> float | None:
+        return None if value is None else policy.cpu_cores(value)
+
+    @field_validator("cpu_limit")
+    @classmethod
+    def _cpu_limit(cls, value: float | None, info: ValidationInfo) -> float | None:
+        return None if value is None else policy.cpu_limit(info.data.get("cpu"), value)
+
+    @field_validator("memory_limit_mb")
+    @classmethod
+    def _memory_limit(cls, value: int | None, info: ValidationInfo) -> int | None:
+        return None if value is None else policy.memory_limit_mib(info.data.get("memory_mb"), value)
+
+    @field_validator("outbound_cidr_allowlist")
+    @classmethod
+    def _cidrs(cls, value: list[str] | None) -> list[str] | None:
+        return policy.outbound_allowlists(False, value, None)[0]
+
+    @field_validator("outbound_domain_allowlist")
+    @classmethod
+    def _domains(cls, value: list[str] | None) -> list[str] | None:
+        return policy.outbound_allowlists(False, None, value)[1]
+
+    @field_validator("region", mode="before")
+    @classmethod
+    def _one_region(cls, value: object) -> object:
+        # Modal takes one region as a string, or several as a list.
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("region")
+    @classmethod
+    def _regions(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else policy.regions(value)
 
 
 class WorkspaceCreate(Input):
@@ -64,6 +150,17 @@ class WorkspaceCreate(Input):
     idempotency_key: IdempotencyKey | None = Field(
         None, description="The same key returns the same workspace instead of a second one."
     )
+
+    @field_validator("block_network")
+    @classmethod
+    def _no_allowlist_when_blocked(cls, value: bool, info: ValidationInfo) -> bool:
+        # Declared after `resources`, so its allowlists are checked by now.
+        r = info.data.get("resources")
+        if r is not None:
+            policy.outbound_allowlists(
+                value, r.outbound_cidr_allowlist, r.outbound_domain_allowlist
+            )
+        return value
 
 
 class WorkspaceList(Input):
@@ -154,28 +251,60 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     tags = dict(inp.tags)
     key = inp.idempotency_key
     if key is None:
-        return workspace_out(await _create(svc, tags, inp, resources, secrets))
+        return workspace_out(await _create(svc, policy.new_id("ws"), tags, inp, resources, secrets))
     tags[policy.IDEMPOTENCY_TAG] = key
-    return workspace_out(
-        await once_per_key(svc, key, lambda: _create(svc, tags, inp, resources, secrets))
+    made = await once_per_key(
+        svc, "create", key, lambda ws: _create(svc, ws, tags, inp, resources, secrets)
     )
+    return workspace_out(made)
+
+
+# How long a gateway that lost the race for a key waits for the winner's workspace to show.
+_KEYED_WAIT_SECONDS = 10.0
 
 
 async def once_per_key(
-    svc: Service, key: str, make: Callable[[], Awaitable[WorkspaceRecord]]
+    svc: Service, scope: str, key: str, make: Callable[[str], Awaitable[WorkspaceRecord]]
 ) -> WorkspaceRecord:
-    """The live workspace whose idempotency tag is `key`, else the one `make` creates (and
-    tags with it). The key lives in the workspace's own tags, so it holds across gateway
-    restarts; the lock closes the window between looking and creating within this gateway."""
-    async with svc.create_lock:
-        for record in await svc.driver.list():
-            if record.tags.get(policy.IDEMPOTENCY_TAG) == key and record.state != "terminated":
-                return record
-        return await make()
+    """The workspace the idempotency `key` names within `scope`, made by `make` (given its id)
+    the first time. The key decides the id (`derived_id`), so the driver's own uniqueness of ids
+    (a Modal sandbox's name, a data-root directory) settles a race between two gateways, or two
+    requests of one: the loser finds the winner's workspace. The key names that one workspace
+    for good: once it is terminated, the key is refused, not reused."""
+    workspace_id = derived_id("ws", scope, key, svc.settings.idempotency_secret)
+    found = await _keyed(svc, workspace_id)
+    if found is not None:
+        return found
+    try:
+        return await make(workspace_id)
+    except ConflictError:
+        # Another request made it first: its workspace shows as soon as it is recorded.
+        deadline = time.monotonic() + _KEYED_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            found = await _keyed(svc, workspace_id)
+            if found is not None:
+                return found
+            await asyncio.sleep(0.2)
+        raise
+
+
+async def _keyed(svc: Service, workspace_id: str) -> WorkspaceRecord | None:
+    try:
+        record = await svc.driver.get(workspace_id)
+    except NotFoundError:
+        return None
+    if record.state == "terminated":
+        raise ConflictError(
+            f"this idempotency key made workspace {workspace_id}, which was terminated: resume "
+            "it (workspace_resume) or use another key",
+            field="idempotency_key",
+        )
+    return record
 
 
 async def _create(
     svc: Service,
+    workspace_id: str,
     tags: dict[str, str],
     inp: WorkspaceCreate,
     resources: dict[str, object],
@@ -188,7 +317,7 @@ async def _create(
         resources=resources,
         **secrets.model_dump(),
     )
-    return await svc.driver.create(policy.new_id("ws"), spec)
+    return await svc.driver.create(workspace_id, spec)
 
 
 @declare(method="GET", path="/workspaces", hints=READ, summary="List the workspaces.")

@@ -15,7 +15,8 @@ mod wire;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use crate::channel::message::{ErrorCode, BUILD, PROTOCOL_VERSION};
+use crate::channel::message::KEEPALIVE_RANGE;
+pub use crate::channel::message::{ErrorCode, BUILD, KEEPALIVE_SECONDS, PROTOCOL_VERSION};
 pub use cache::{CacheConfig, Consumed};
 pub use page::ReceivedPage;
 pub use wire::ChannelError;
@@ -94,6 +95,10 @@ pub struct AgentChannel {
     cache: StreamCache,
     /// The workspace's channel key, sent in every `Hello`.
     key: Option<String>,
+    /// How often this gateway promises to send a frame (its Hello says so).
+    keepalive_seconds: u32,
+    /// The agent's Hello said it takes `Keepalive` frames.
+    agent_takes_keepalive: bool,
 }
 
 impl AgentChannel {
@@ -104,7 +109,27 @@ impl AgentChannel {
 
     /// A channel that proves itself to the agent with `key` in each `Hello`.
     pub fn with_key(config: CacheConfig, key: Option<String>) -> Result<Self, PolicyError> {
+        Self::configured(config, key, KEEPALIVE_SECONDS)
+    }
+
+    /// A channel with `key` that promises the agent a frame every `keepalive_seconds`
+    /// (within [`KEEPALIVE_RANGE`]): the caller sends [`keepalive`](Self::keepalive) that often.
+    pub fn configured(
+        config: CacheConfig,
+        key: Option<String>,
+        keepalive_seconds: u32,
+    ) -> Result<Self, PolicyError> {
         config.check()?;
+        if !KEEPALIVE_RANGE.contains(&keepalive_seconds) {
+            return Err(PolicyError::without_echo(
+                "channel.keepalive",
+                format!(
+                    "keepalive_seconds must be {} to {}",
+                    KEEPALIVE_RANGE.start(),
+                    KEEPALIVE_RANGE.end()
+                ),
+            ));
+        }
         let mut channel = Self {
             decoder: FrameDecoder::new(),
             outgoing: Vec::new(),
@@ -114,9 +139,30 @@ impl AgentChannel {
             pending: HashMap::new(),
             cache: StreamCache::new(config),
             key,
+            keepalive_seconds,
+            agent_takes_keepalive: false,
         };
-        channel.push(&wire::gateway_hello(channel.key.as_deref()));
+        channel.push(&wire::gateway_hello(
+            channel.key.as_deref(),
+            keepalive_seconds,
+        ));
         Ok(channel)
+    }
+
+    /// How often the Hello promised the agent a frame.
+    pub fn keepalive_seconds(&self) -> u32 {
+        self.keepalive_seconds
+    }
+
+    /// Queues a `Keepalive` frame, if the agent takes them (true when one was queued). The
+    /// gateway calls it every `keepalive_seconds`; a channel that carries other frames anyway
+    /// loses nothing by it.
+    pub fn keepalive(&mut self) -> bool {
+        if !self.agent_takes_keepalive || self.hello.is_none() {
+            return false;
+        }
+        self.push(&wire::keepalive());
+        true
     }
 
     /// The agent's `Hello` header once accepted.
@@ -260,9 +306,10 @@ impl AgentChannel {
         self.decoder = FrameDecoder::new();
         self.outgoing.clear();
         self.hello = None;
+        self.agent_takes_keepalive = false;
         self.failure = None;
         self.pending.clear();
-        let hello = wire::gateway_hello(self.key.as_deref());
+        let hello = wire::gateway_hello(self.key.as_deref(), self.keepalive_seconds);
         self.push(&hello);
         for (stream, cursor) in self.cache.resume_points() {
             self.send_subscribe(&stream, cursor, false);

@@ -30,6 +30,7 @@ impl AgentChannel {
             FrameKind::Hello => {
                 let hello: Hello = parse_header(frame.kind, frame.header)?;
                 wire::check_agent(&hello)?;
+                self.agent_takes_keepalive = hello.keepalive;
                 let json = String::from_utf8_lossy(frame.header).into_owned();
                 self.hello = Some(json.clone());
                 fed.hello = Some(json);

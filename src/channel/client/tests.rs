@@ -250,3 +250,42 @@ fn bad_requests_are_refused_before_anything_is_sent() {
     })
     .is_err());
 }
+
+#[test]
+fn keepalives_go_only_to_an_agent_that_takes_them() {
+    let mut channel = AgentChannel::configured(CacheConfig::default(), None, 7).unwrap();
+    let hello = channel.take_outgoing();
+    let mut decoder = FrameDecoder::new();
+    decoder.feed(&hello);
+    let sent = decoder.next_frame().unwrap().unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&sent.header).unwrap();
+    assert_eq!(
+        sent["keepalive_seconds"], 7,
+        "the Hello promises the keepalive"
+    );
+    assert!(!channel.keepalive(), "nothing before the agent's Hello");
+
+    // An older agent (its Hello says nothing of keepalives) never gets one.
+    channel.feed(&agent::hello());
+    assert!(!channel.keepalive() && channel.take_outgoing().is_empty());
+
+    channel.restart();
+    channel.take_outgoing();
+    let header = r#"{"protocol":1,"build":"0.1.0","role":"agent","keepalive":true}"#;
+    channel.feed(&agent::wire(FrameKind::Hello, header, b""));
+    assert!(channel.keepalive());
+    let mut decoder = FrameDecoder::new();
+    decoder.feed(&channel.take_outgoing());
+    assert_eq!(
+        decoder.next_frame().unwrap().unwrap().kind,
+        FrameKind::Keepalive
+    );
+}
+
+#[test]
+fn a_keepalive_out_of_range_is_refused() {
+    for seconds in [0, 301] {
+        let err = AgentChannel::configured(CacheConfig::default(), None, seconds).unwrap_err();
+        assert_eq!(err.rule, "channel.keepalive");
+    }
+}

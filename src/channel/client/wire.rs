@@ -44,14 +44,20 @@ impl fmt::Display for ChannelError {
 
 impl std::error::Error for ChannelError {}
 
-pub fn gateway_hello(key: Option<&str>) -> Frame {
+pub fn gateway_hello(key: Option<&str>, keepalive_seconds: u32) -> Frame {
     let hello = Hello {
         key: key.map(str::to_owned),
+        keepalive_seconds: Some(keepalive_seconds),
         ..Hello::ours(Role::Gateway)
     };
     // A Hello of strings always serializes.
     message::frame(FrameKind::Hello, &hello, Vec::new())
         .unwrap_or_else(|_| Frame::new(FrameKind::Hello, Vec::new(), Vec::new()))
+}
+
+/// The frame that says the gateway is still there.
+pub fn keepalive() -> Frame {
+    Frame::new(FrameKind::Keepalive, Vec::new(), Vec::new())
 }
 
 /// Checks that the peer is an agent speaking our protocol.
@@ -222,8 +228,7 @@ mod tests {
         let theirs = Hello {
             protocol: 2,
             build: "9.9.9".into(),
-            role: Role::Agent,
-            key: None,
+            ..Hello::ours(Role::Agent)
         };
         let err = check_agent(&theirs).unwrap_err();
         assert_eq!(err.code, "protocol_mismatch");

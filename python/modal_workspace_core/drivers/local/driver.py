@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import policy
+from ..._core import CHANNEL_KEEPALIVE_SECONDS
 from ...channel.client import AgentClient, AgentError
 from ...config import DEFAULT_DISK_MB, ISOLATION_ENV, IsolationMode
 from ...errors import (
@@ -65,6 +66,7 @@ class LocalDriver(LocalLifecycle):
 
     name = "local"
     keeps_snapshots = False
+    ends_idle_workspaces = False
     # A workspace made without bubblewrap runs its commands in its host directory, and reports
     # that as its root (see `path_view`); bubblewrap's show `/workspace`.
     roots_vary = True
@@ -79,6 +81,7 @@ class LocalDriver(LocalLifecycle):
         host_ports: tuple[int, ...] = (),
         limits: dict[str, int] | None = None,
         disk_mb: int = DEFAULT_DISK_MB,
+        keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS,
     ) -> None:
         """`data_root` defaults to `$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory.
         `isolation` (`Settings.isolation`): `auto` uses bubblewrap when it works here and warns
@@ -86,6 +89,8 @@ class LocalDriver(LocalLifecycle):
         host's loopback ports workspaces may reach, `disk_mb` each workspace's own disk (where
         one can be mounted). `agent_argv` is the command that runs `mwc-agent` (its subcommand
         follows)."""
+        # How often a channel's Hello promises the agent a frame (`Settings`).
+        self.keepalive_seconds = keepalive_seconds
         self.data_root = Path(data_root) if data_root is not None else default_data_root()
         self.data_root = self.data_root.expanduser().resolve()
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -269,12 +274,16 @@ class LocalDriver(LocalLifecycle):
         check = functools.partial(daemon.check_peer, ws.pid_file)
         key = await asyncio.to_thread(ws.channel_key)
         with contextlib.suppress(OSError, AgentError):
-            return await AgentClient.connect_unix(path, check=check, key=key)
+            return await AgentClient.connect_unix(
+                path, check=check, key=key, keepalive_seconds=self.keepalive_seconds
+            )
         # Dead, or alive and not answering: (re)start it, once, under the workspace's lock.
         await asyncio.to_thread(self._ensure_daemon, ws)
         key = await asyncio.to_thread(ws.channel_key)
         try:
-            return await AgentClient.connect_unix(path, check=check, key=key)
+            return await AgentClient.connect_unix(
+                path, check=check, key=key, keepalive_seconds=self.keepalive_seconds
+            )
         except (OSError, AgentError) as err:
             raise UpstreamError(
                 "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
@@ -471,20 +480,35 @@ class LocalDriver(LocalLifecycle):
 
 
 # What this driver can enforce of `resources`: the memory bound as each command's address space
-# (an rlimit: cgroups are not used), and the lifetime and idle limit (the gateway's lifecycle
-# suspends the workspace, with a snapshot, when one passes). CPU shares and GPUs are Modal's,
-# and a value that would only be stored is refused.
+# (an rlimit: cgroups are not used; the limit when one is given, else the request), and the
+# lifetime and idle limit (the gateway's lifecycle suspends the workspace, with a snapshot, when
+# one passes). CPU shares and GPUs are Modal's, and a value that would only be stored is refused.
 # Volumes are bound into the sandbox (`volumes`).
-_ENFORCED_RESOURCES = ("memory_mb", "timeout_seconds", "idle_timeout_seconds", "volumes")
+_ENFORCED_RESOURCES = (
+    "memory_mb",
+    "memory_limit_mb",
+    "timeout_seconds",
+    "idle_timeout_seconds",
+    "volumes",
+)
+# Why the fields a client may well send cannot apply here (others get the general reason).
+_WHY_NOT = {
+    "cpu": "this machine offers no CPU controller to reserve cores with",
+    "cpu_limit": "this machine offers no CPU controller to throttle with",
+    "region": "a local workspace runs on this machine",
+    "outbound_cidr_allowlist": "its only network rule is block_network (all or nothing)",
+    "outbound_domain_allowlist": "its only network rule is block_network (all or nothing)",
+}
 
 
 def _check_resources(resources: dict[str, Any]) -> None:
     for key, value in resources.items():
         if value is not None and key not in _ENFORCED_RESOURCES:
+            why = _WHY_NOT.get(key, f"it applies {', '.join(_ENFORCED_RESOURCES)}")
             raise InvalidArgumentError(
                 "invalid_argument",
-                f"resources.{key[:32]} cannot be enforced by the local driver (it applies "
-                f"{', '.join(_ENFORCED_RESOURCES)}); leave it out, or use the Modal driver",
+                f"resources.{key[:32]} cannot be enforced by the local driver ({why}); leave it "
+                "out, or use the Modal driver",
                 f"resources.{key[:32]}",
             )
 

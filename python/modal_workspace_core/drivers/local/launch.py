@@ -209,11 +209,13 @@ class AgentLauncher:
         return tuple(mounts)
 
     def _limits(self, meta: dict[str, Any]) -> dict[str, int]:
-        """The rlimits of every command: the workspace's memory as each process's address
-        space, and the driver's bounds on processes (per workspace uid), open files and the
-        size of one file."""
+        """The rlimits of every command: the workspace's memory (its limit, else its request) as
+        each process's address space, and the driver's bounds on processes (per workspace uid),
+        open files and the size of one file."""
         limits = dict(self.limits)
-        memory_mb = meta.get("resources", {}).get("memory_mb")
+        resources = meta.get("resources", {})
+        # The hard limit when there is one: a request alone has been this bound all along.
+        memory_mb = resources.get("memory_limit_mb") or resources.get("memory_mb")
         if isinstance(memory_mb, int):
             limits["address_space_bytes"] = memory_mb << 20
         return limits

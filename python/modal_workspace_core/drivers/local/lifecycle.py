@@ -12,7 +12,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ...errors import NotFoundError, UpstreamError
+from ...errors import ConflictError, NotFoundError, UpstreamError
 from ..base import MAX_LIFECYCLE_NOTES, Suspension, utc_now
 from . import daemon, uids
 from .disk import DiskError, WorkspaceDisk
@@ -88,13 +88,21 @@ class LocalLifecycle:
         await asyncio.to_thread(self._meta, ws)
         await asyncio.to_thread(self.snapshots.delete, workspace_id, snapshot_id)
 
-    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
+    async def resume(
+        self, workspace_id: str, snapshot: SnapshotRecord, *, only_if_suspended: bool = False
+    ) -> WorkspaceRecord:
         ws = self._dir(workspace_id)
-        return await asyncio.to_thread(self._resume_sync, ws, snapshot)
+        return await asyncio.to_thread(self._resume_sync, ws, snapshot, only_if_suspended)
 
-    def _resume_sync(self, ws: WorkspaceDir, snapshot: SnapshotRecord) -> WorkspaceRecord:
+    def _resume_sync(
+        self, ws: WorkspaceDir, snapshot: SnapshotRecord, only_if_suspended: bool
+    ) -> WorkspaceRecord:
         with self._held(ws) as meta:
             workspace_id = meta["workspace_id"]
+            if only_if_suspended and not meta.get("suspension"):
+                raise ConflictError(
+                    "conflict", f"workspace {workspace_id} is running already", "workspace_id"
+                )
             # Whatever still runs goes first: its commands are reported lost by the new agent.
             daemon.stop(ws.pid_file, process_marker(workspace_id))
             suspension = meta.get("suspension") or {}

@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 # The most stdin bytes handed to the SDK per write: each becomes one router call.
 STDIN_CHUNK_BYTES = 1024 * 1024
-# The frame kinds whose balance says whether the gateway still waits for an answer.
-_REQUEST, _RESPONSE = 2, 3
+# The frame kinds whose balance says whether the gateway still waits for an answer, and the
+# gateway's keepalive, which does not make a channel busy (docs/protocol.md).
+_REQUEST, _RESPONSE, _KEEPALIVE = 2, 3, 6
 _HEADER = struct.Struct(">IB")  # len:u32 BE, kind:u8
 
 
@@ -41,26 +42,33 @@ class FrameCounter:
     def __init__(self) -> None:
         self.kinds: dict[int, int] = {}
         self._skip = 0
+        self._kind = 0  # the kind of the frame being skipped
         self._header = b""
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> bool:
+        """Counts the frames `data` starts; True when any of its bytes belong to a frame other
+        than a keepalive (which says only that the gateway is there, and is no use)."""
+        used = False
         view = memoryview(data)
         while view:
             if self._skip:
                 step = min(self._skip, len(view))
                 self._skip -= step
                 view = view[step:]
+                used = used or self._kind != _KEEPALIVE
                 continue
             need = _HEADER.size - len(self._header)
             self._header += bytes(view[:need])
             view = view[need:]
             if len(self._header) < _HEADER.size:
-                return
+                return used
             length, kind = _HEADER.unpack(self._header)
             self._header = b""
             self.kinds[kind] = self.kinds.get(kind, 0) + 1
+            used = used or kind != _KEEPALIVE
             # `len` counts everything after the kind byte.
-            self._skip = length
+            self._skip, self._kind = length, kind
+        return used
 
 
 class ExecStdinWriter:
@@ -192,8 +200,10 @@ class ExecChannel:
         return sent - self._received_frames.kinds.get(_RESPONSE, 0)
 
     def _sent(self, data: bytes) -> None:
-        self.last_activity = time.monotonic()
-        self._sent_frames.feed(data)
+        # A keepalive keeps the agent's connection open, not the channel: an unused channel
+        # still closes after `idle_seconds`, so that the sandbox reaches its idle timeout.
+        if self._sent_frames.feed(data):
+            self.last_activity = time.monotonic()
 
     async def _pump(self) -> None:
         error: Exception | None = None

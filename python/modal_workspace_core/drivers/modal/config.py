@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ... import policy
 from ..._core import PolicyError
-from ...errors import InvalidArgumentError, PermissionDeniedError
+from ...errors import InvalidArgumentError, PermissionDeniedError, from_policy_error
 from ...policy import (
     WORKSPACE_ROOT,
     allowed,
@@ -127,7 +128,7 @@ class SandboxOptions:
     timeout: int = DEFAULT_TIMEOUT_SECONDS
     idle_timeout: int | None = None
     gpu: str | None = None
-    region: str | list[str] | None = None
+    region: list[str] | None = None
     cloud: str | None = None
     outbound_cidr_allowlist: list[str] | None = None
     outbound_domain_allowlist: list[str] | None = None
@@ -148,6 +149,11 @@ class SandboxOptions:
             value = getattr(self, key)
             if value is not None:
                 out[key if key != "idle_timeout" else "idle_timeout_seconds"] = value
+        # Kept so that a resume (and a fork) gets the same network rule as the workspace had.
+        for key in ("outbound_cidr_allowlist", "outbound_domain_allowlist"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = list(value)
         if self.secret_names:
             out["secret_names"] = list(self.secret_names)
         if self.volumes:
@@ -155,26 +161,86 @@ class SandboxOptions:
         return out
 
 
-def _pair(value: Any, default: tuple[float, float], field_name: str) -> tuple[float, float]:
-    """A `request` or a `[request, limit]`; a lone request keeps the default ratio's limit."""
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise InvalidArgumentError("invalid_argument", f"{field_name} must be a number", field_name)
-    if isinstance(value, int | float):
-        request = float(value)
-        limit = max(request, default[1])
-    elif isinstance(value, list | tuple) and len(value) == 2:
-        request, limit = (float(v) for v in value)
-    else:
-        raise InvalidArgumentError(
-            "invalid_argument", f"{field_name} must be a number or [request, limit]", field_name
-        )
-    if not 0 < request <= limit:
-        raise InvalidArgumentError(
-            "invalid_argument", f"{field_name}: need 0 < request <= limit", field_name
-        )
-    return request, limit
+# --- CPU and memory limits, region, outbound allowlists: the core's rules ---------------------
+
+
+def _number(value: Any, field_name: str, kind: tuple[type, ...]) -> Any:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        noun = "a number" if float in kind else "a whole number"
+        raise InvalidArgumentError("invalid_argument", f"{field_name} must be {noun}", field_name)
+    return value
+
+
+def _checked(rule: Callable[..., T], field_name: str, *args: Any) -> T:
+    try:
+        return rule(*args)
+    except PolicyError as exc:
+        raise from_policy_error(exc, field_name) from None
+
+
+def _pair(
+    r: Mapping[str, Any],
+    names: tuple[str, str],
+    kinds: tuple[type, ...],
+    rules: tuple[Callable[..., Any], Callable[..., Any]],
+    default: tuple[Any, Any],
+) -> tuple[Any, Any]:
+    """A request and its limit (`names`), as given or in a record's `[request, limit]` form,
+    through the core's `rules`; else the predecessor's `default`: a lone request keeps the
+    default limit unless it is above it, a lone limit lowers the default request to it."""
+    field_name, limit_name = names
+    value, limit = r.get(field_name), r.get(limit_name)
+    if isinstance(value, list | tuple):
+        if len(value) != 2 or limit is not None:
+            raise InvalidArgumentError(
+                "invalid_argument", f"{field_name} must be a number or [request, limit]", field_name
+            )
+        (value, limit), limit_name = value, field_name
+    if value is not None:
+        value = _checked(rules[0], field_name, _number(value, field_name, kinds))
+    request = value
+    if limit is not None:
+        limit = _checked(rules[1], limit_name, request, _number(limit, limit_name, kinds))
+    if limit is None:
+        limit = max(request or default[0], default[1])
+    return (min(default[0], limit) if request is None else request), limit
+
+
+def _cpu(r: Mapping[str, Any]) -> tuple[float, float]:
+    rules = (policy.cpu_cores, policy.cpu_limit)
+    return _pair(r, ("cpu", "cpu_limit"), (int, float), rules, DEFAULT_CPU)
+
+
+def _memory(r: Mapping[str, Any]) -> tuple[int, int]:
+    rules = (policy.memory_mib, policy.memory_limit_mib)
+    return _pair(r, ("memory_mb", "memory_limit_mb"), (int,), rules, DEFAULT_MEMORY_MIB)
+
+
+def _entries(value: Any, field_name: str, rule: Callable[[str], str]) -> list[str] | None:
+    """Each entry of a list through the core's rule, a refusal naming `field_name[i]`."""
+    items = _strings(value, field_name)
+    if items is None:
+        return None
+    return [_checked(rule, f"{field_name}[{i}]", item) for i, item in enumerate(items)]
+
+
+def _regions(value: Any) -> list[str] | None:
+    # Modal takes one region as a string or several as a list.
+    names = _entries([value] if isinstance(value, str) else value, "region", policy.region)
+    return None if names is None else _checked(policy.regions, "region", names)
+
+
+def _allowlists(
+    r: Mapping[str, Any], block_network: bool
+) -> tuple[list[str] | None, list[str] | None]:
+    cidrs = _entries(
+        r.get("outbound_cidr_allowlist"), "outbound_cidr_allowlist", policy.outbound_cidr
+    )
+    domains = _entries(
+        r.get("outbound_domain_allowlist"), "outbound_domain_allowlist", policy.outbound_domain
+    )
+    field_name = "outbound_cidr_allowlist" if cidrs is not None else "outbound_domain_allowlist"
+    return _checked(policy.outbound_allowlists, field_name, block_network, cidrs, domains)
 
 
 def _seconds(value: Any, field_name: str, default: int | None, maximum: int) -> int | None:
@@ -209,15 +275,22 @@ def _text(value: Any, field_name: str) -> str | None:
     return value
 
 
-def sandbox_options(resources: Mapping[str, Any], settings: ModalSettings) -> SandboxOptions:
+def sandbox_options(
+    resources: Mapping[str, Any], settings: ModalSettings, *, block_network: bool = False
+) -> SandboxOptions:
     """Check a workspace's requested resources and turn them into sandbox options.
 
     Secrets and volumes must be on their allowlists (deny by default): a name that is not is
-    refused here, before the driver makes any call to Modal.
+    refused here, before the driver makes any call to Modal. So are limits below their
+    requests, regions, CIDRs and domains the core's rules refuse, and an outbound allowlist on a
+    workspace whose network is blocked (`block_network`, or the one a record holds).
     """
     r = dict(resources)
+    cidrs, domains = _allowlists(r, block_network or r.get("block_network") is True)
     options = SandboxOptions(
-        cpu=_pair(r.get("cpu"), DEFAULT_CPU, "cpu"),
+        cpu=_cpu(r),
+        memory=_memory(r),
+        region=_regions(r.get("region")),
         timeout=_seconds(
             r.get("timeout_seconds"),
             "timeout_seconds",
@@ -230,21 +303,11 @@ def sandbox_options(resources: Mapping[str, Any], settings: ModalSettings) -> Sa
         ),
         gpu=_text(r.get("gpu"), "gpu"),
         cloud=_text(r.get("cloud"), "cloud"),
-        outbound_cidr_allowlist=_strings(
-            r.get("outbound_cidr_allowlist"), "outbound_cidr_allowlist"
-        ),
-        outbound_domain_allowlist=_strings(
-            r.get("outbound_domain_allowlist"), "outbound_domain_allowlist"
-        ),
+        outbound_cidr_allowlist=cidrs,
+        outbound_domain_allowlist=domains,
         inbound_cidr_allowlist=_strings(r.get("inbound_cidr_allowlist"), "inbound_cidr_allowlist"),
         image_name=_text(r.get("image_name") or settings.default_image_name, "image_name"),
         image_id=_text(r.get("image_id"), "image_id"),
-    )
-    memory = _pair(r.get("memory_mb"), DEFAULT_MEMORY_MIB, "memory_mb")
-    options.memory = (int(memory[0]), int(memory[1]))
-    region = r.get("region")
-    options.region = (
-        _strings(region, "region") if isinstance(region, list) else _text(region, "region")
     )
     if options.image_id is not None and not options.image_id.startswith("im-"):
         raise InvalidArgumentError("invalid_argument", "image_id must start with 'im-'", "image_id")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import modal
 import modal.exception
 
-from ..._core import PolicyError
+from ..._core import CHANNEL_KEEPALIVE_SECONDS, PolicyError
 from ...errors import (
     ConflictError,
     InvalidArgumentError,
@@ -36,6 +36,7 @@ from ..base import (
     Suspension,
     WorkspaceRecord,
     WorkspaceSpec,
+    failed_start,
     utc_now,
 )
 from . import records
@@ -90,11 +91,18 @@ class ModalDriver(ModalLifecycle):
 
     name = "modal"
     keeps_snapshots = True
+    ends_idle_workspaces = True
 
     def __init__(
-        self, settings: ModalSettings | None = None, *, channel_secret: bytes | None = None
+        self,
+        settings: ModalSettings | None = None,
+        *,
+        channel_secret: bytes | None = None,
+        keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS,
     ) -> None:
         self.settings = settings or ModalSettings()
+        # How often a channel's Hello promises the agent a frame (`Settings`).
+        self.keepalive_seconds = keepalive_seconds
         # Resolved at first use, so that building a driver makes no Modal lookups.
         self._configured_channel_secret = channel_secret
         self._channel_secret: bytes | None = None
@@ -103,6 +111,11 @@ class ModalDriver(ModalLifecycle):
         self._channels: set[ExecChannel] = set()
         # The last client per workspace: a new channel resumes its streams from their cursors.
         self._clients: dict[str, AgentClient] = {}
+        # The running sandbox of each workspace as this process last saw it: a handle that
+        # already knows its task and its command router, so that a channel opens without a
+        # lookup. A cache, never the record: dropped when this gateway ends or replaces the
+        # sandbox, and when an exec on it fails (it ended some other way); then looked up.
+        self._handles: dict[str, modal.Sandbox] = {}
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
@@ -150,6 +163,7 @@ class ModalDriver(ModalLifecycle):
             sandbox = None
         if sandbox is not None and sandbox.returncode is None:
             found = await sandbox.get_tags.aio() if tags else {}
+            self._handles[workspace_id] = sandbox
             return Current(workspace_id, sandbox, found, None)
         wanted = {TAG_MANAGED_BY: MANAGED_BY, TAG_WORKSPACE_ID: workspace_id}
         info = await latest_sandbox(await self._app_id(), wanted)
@@ -165,12 +179,31 @@ class ModalDriver(ModalLifecycle):
         current = await self._current(workspace_id, tags=tags)
         if current.running:
             return current
+        # Ended some other way: what it left (its exit, its stderr) is recorded first, so that
+        # the refusal says why.
+        current = await self._observe(current)
         if records.TAG_ENDED in current.tags:
             raise NotFoundError(
                 "not_found", f"workspace {workspace_id} was terminated", "workspace_id"
             )
+        # Why it ended, from its record or else from Modal's result, so the caller can act.
+        suspension = records.suspension(current.tags)
+        reason: str = "ended"
+        if suspension is not None:
+            reason = suspension.reason
+        elif current.result is not None:
+            reason = end_reason(current.result)
+        detail = f": {suspension.detail}" if suspension and suspension.detail else ""
+        if reason == "failed_to_start":
+            raise ConflictError(
+                "conflict",
+                failed_start(workspace_id, suspension.detail if suspension else ""),
+                "workspace_id",
+            )
         raise ConflictError(
-            "conflict", f"workspace {workspace_id} is suspended; resume it first", "workspace_id"
+            "conflict",
+            f"workspace {workspace_id} is suspended ({reason}{detail}); resume it first",
+            "workspace_id",
         )
 
     def _record(self, current: Current) -> WorkspaceRecord:
@@ -223,7 +256,7 @@ class ModalDriver(ModalLifecycle):
         lineage: Lineage | None = None,
     ) -> WorkspaceRecord:
         workspace_id = checked_workspace_id(workspace_id)
-        options = sandbox_options(spec.resources, self.settings)
+        options = sandbox_options(spec.resources, self.settings, block_network=spec.block_network)
         env = check_env(spec.env)
         now = utc_now()
         managed = {
@@ -270,13 +303,16 @@ class ModalDriver(ModalLifecycle):
                 launch.secret_env = await make_secret_env(str(app.app_id), spec.secret_env)
                 tags[records.TAG_SECRET_ENV] = launch.secret_env.value()
             try:
-                await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
+                sandbox = await start_sandbox(
+                    app, self.settings, launch, self._channel_key(workspace_id)
+                )
             except BaseException:
                 # No workspace holds it: its values are not left at Modal.
                 if launch.secret_env is not None:
                     await delete_secret_env(launch.secret_env)
                 raise
-        return self._record(Current(workspace_id, None, tags, None))
+        self._handles[workspace_id] = sandbox
+        return self._record(Current(workspace_id, sandbox, tags, None))
 
     def _image(self, options: SandboxOptions) -> modal.Image:
         if options.image_id:
@@ -340,10 +376,20 @@ class ModalDriver(ModalLifecycle):
     async def open_channel(self, workspace_id: str) -> ExecChannel:
         """One exec of the agent's `connect` mode, as a byte stream both ways."""
         workspace_id = checked_workspace_id(workspace_id)
-        async with modal_errors(workspace_id):
-            current = await self._running(workspace_id, tags=False)
-            sandbox = await current.handle()
-            process = await sandbox.exec.aio(*self.settings.connect_argv(), text=False)
+        argv = self.settings.connect_argv()
+        process = None
+        known = self._handles.get(workspace_id)
+        if known is not None:
+            try:
+                process = await known.exec.aio(*argv, text=False)
+            except Exception as exc:  # it ended since: the lookup below says how
+                log.debug("the known sandbox of %s took no exec: %s", workspace_id, exc)
+                self._handles.pop(workspace_id, None)
+        if process is None:
+            async with modal_errors(workspace_id):
+                current = await self._running(workspace_id, tags=False)
+                sandbox = await current.handle()
+                process = await sandbox.exec.aio(*argv, text=False)
         channel = ExecChannel(
             process,
             idle_seconds=self.settings.channel_idle_seconds,
@@ -372,6 +418,7 @@ class ModalDriver(ModalLifecycle):
                     channel.transport,
                     resume=previous if previous is not None and previous.closed else None,
                     key=self._channel_key(workspace_id),
+                    keepalive_seconds=self.keepalive_seconds,
                 )
             except AgentError as exc:
                 await channel.close()
@@ -392,6 +439,9 @@ class ModalDriver(ModalLifecycle):
             return cast("AgentClient", ChannelClient(client, channel))
 
     async def _drop_client(self, workspace_id: str) -> None:
+        """Forgets the workspace's channel and its sandbox's handle (it is being ended or
+        replaced)."""
+        self._handles.pop(workspace_id, None)
         client = self._clients.pop(workspace_id, None)
         if client is not None:
             await client.close()

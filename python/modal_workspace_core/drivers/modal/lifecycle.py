@@ -64,6 +64,7 @@ class ModalLifecycle:
     the driver is declared below; the driver defines it."""
 
     settings: ModalSettings
+    _handles: dict[str, modal.Sandbox]
 
     if TYPE_CHECKING:
 
@@ -192,7 +193,9 @@ class ModalLifecycle:
             await sandbox.set_tags.aio(records.without_snapshot(current.tags, snapshot_id))
             await delete_image(stored.image_id)
 
-    async def resume(self, workspace_id: str, snapshot: SnapshotRecord) -> WorkspaceRecord:
+    async def resume(
+        self, workspace_id: str, snapshot: SnapshotRecord, *, only_if_suspended: bool = False
+    ) -> WorkspaceRecord:
         """A new sandbox of the same name from the snapshot's image, with the snapshot's tags,
         the workspace's options and every record carried over. The agent's state dir is part of
         the snapshot: its exec history comes back, and the restarted daemon reports what was
@@ -201,6 +204,10 @@ class ModalLifecycle:
         workspace_id = checked_workspace_id(workspace_id)
         async with modal_errors(workspace_id):
             current = await self._current(workspace_id)
+            if only_if_suspended and current.running:
+                raise ConflictError(
+                    "conflict", f"workspace {workspace_id} is running already", "workspace_id"
+                )
             stored = await self._stored(current, snapshot.snapshot_id)
             image = await open_image(snapshot.snapshot_id, stored.image_id)
             own_secret = records.secret_env(current.tags)
@@ -237,8 +244,11 @@ class ModalLifecycle:
             )
             app = await self._sandbox_app()
             async with missing_objects():
-                await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
-        return self._record(Current(workspace_id, None, tags, None))
+                sandbox = await start_sandbox(
+                    app, self.settings, launch, self._channel_key(workspace_id)
+                )
+        self._handles[workspace_id] = sandbox
+        return self._record(Current(workspace_id, sandbox, tags, None))
 
     async def fork(
         self, snapshot: SnapshotRecord, workspace_id: str, spec: WorkspaceSpec, lineage: Lineage
