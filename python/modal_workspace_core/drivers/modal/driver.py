@@ -49,7 +49,9 @@ from .config import (
     check_env,
     sandbox_options,
 )
+from .default_image import DefaultImage
 from .exits import end_reason
+from .images import WheelNotFoundError
 from .launch import Launch, start_sandbox
 from .lifecycle import ModalLifecycle
 from .lookup import Current, SandboxInfo, checked_workspace_id, latest_sandbox, list_sandboxes
@@ -103,6 +105,7 @@ class ModalDriver(ModalLifecycle):
         self._channels: set[ExecChannel] = set()
         # The last client per workspace: a new channel resumes its streams from their cursors.
         self._clients: dict[str, AgentClient] = {}
+        self._default_image = DefaultImage()
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
@@ -272,6 +275,7 @@ class ModalDriver(ModalLifecycle):
             try:
                 await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
             except BaseException:
+                self._default_image.forget()
                 # No workspace holds it: its values are not left at Modal.
                 if launch.secret_env is not None:
                     await delete_secret_env(launch.secret_env)
@@ -283,10 +287,8 @@ class ModalDriver(ModalLifecycle):
             return modal.Image.from_id(options.image_id)
         if options.image_name:
             return modal.Image.from_name(options.image_name)
-        from .images import WheelNotFoundError, workspace_image
-
         try:
-            return workspace_image()
+            return self._default_image.get()
         except WheelNotFoundError as exc:
             raise UpstreamError(
                 "upstream",
