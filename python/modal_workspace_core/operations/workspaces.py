@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from .. import policy
 from ..drivers.base import (
@@ -37,6 +37,20 @@ declare = Declarations()
 # --- inputs --------------------------------------------------------------------------------------
 
 
+ImageName = Annotated[str, AfterValidator(policy.image_name)]
+ImageId = Annotated[str, AfterValidator(policy.image_id)]
+AptPackages = Annotated[
+    list[str],
+    Field(max_length=policy.MAX_IMAGE_PACKAGES),
+    AfterValidator(lambda items: policy.image_packages("apt", items)),
+]
+PipPackages = Annotated[
+    list[str],
+    Field(max_length=policy.MAX_IMAGE_PACKAGES),
+    AfterValidator(lambda items: policy.image_packages("pip", items)),
+]
+
+
 class Resources(Input):
     cpu: float | None = Field(None, gt=0, le=64, description="CPU cores requested.")
     memory_mb: int | None = Field(None, ge=128, le=262_144, description="Memory in MiB.")
@@ -45,6 +59,19 @@ class Resources(Input):
     )
     timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Lifetime limit.")
     idle_timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Idle limit.")
+    # -- the image (Modal): which one, and packages layered on top of it ---------------------
+    image_name: ImageName | None = Field(
+        None, description="A published Modal image to start from (NAME or NAME:TAG)."
+    )
+    image_id: ImageId | None = Field(None, description="A Modal image id (im-…) to start from.")
+    apt_packages: AptPackages | None = Field(
+        None,
+        description="Debian packages to add (NAME or NAME=VERSION), built as a cached layer.",
+    )
+    pip_packages: PipPackages | None = Field(
+        None,
+        description="Python packages to add (NAME or NAME==VERSION), built as a cached layer.",
+    )
 
 
 class WorkspaceCreate(Input):

@@ -21,6 +21,7 @@ from ...policy import (
 )
 from ..base import ExecSecret, WorkspaceSecrets
 from ..mounts import volume_mount
+from .image_request import image_request
 
 __all__ = [
     "ModalSecrets",
@@ -136,6 +137,8 @@ class SandboxOptions:
     volumes: dict[str, str] = field(default_factory=dict)
     image_name: str | None = None
     image_id: str | None = None
+    apt_packages: list[str] = field(default_factory=list)
+    pip_packages: list[str] = field(default_factory=list)
 
     def recorded(self) -> dict[str, Any]:
         """The resources as the workspace record reports them."""
@@ -152,6 +155,9 @@ class SandboxOptions:
             out["secret_names"] = list(self.secret_names)
         if self.volumes:
             out["volumes"] = dict(self.volumes)
+        for key in ("apt_packages", "pip_packages"):
+            if getattr(self, key):
+                out[key] = list(getattr(self, key))
         return out
 
 
@@ -237,17 +243,18 @@ def sandbox_options(resources: Mapping[str, Any], settings: ModalSettings) -> Sa
             r.get("outbound_domain_allowlist"), "outbound_domain_allowlist"
         ),
         inbound_cidr_allowlist=_strings(r.get("inbound_cidr_allowlist"), "inbound_cidr_allowlist"),
-        image_name=_text(r.get("image_name") or settings.default_image_name, "image_name"),
-        image_id=_text(r.get("image_id"), "image_id"),
     )
+    # The image: a name or an id (else the default), and packages layered on it.
+    image = image_request(r, settings.default_image_name)
+    options.image_name, options.image_id = image.image_name, image.image_id
+    options.apt_packages = list(image.apt_packages)
+    options.pip_packages = list(image.pip_packages)
     memory = _pair(r.get("memory_mb"), DEFAULT_MEMORY_MIB, "memory_mb")
     options.memory = (int(memory[0]), int(memory[1]))
     region = r.get("region")
     options.region = (
         _strings(region, "region") if isinstance(region, list) else _text(region, "region")
     )
-    if options.image_id is not None and not options.image_id.startswith("im-"):
-        raise InvalidArgumentError("invalid_argument", "image_id must start with 'im-'", "image_id")
     for i, name in enumerate(_strings(r.get("secret_names"), "secret_names") or []):
         options.secret_names.append(
             _allowed(name, settings.allowed_secrets, SECRETS_SETTING, i, "secret")

@@ -51,6 +51,7 @@ from .config import (
 )
 from .default_image import DefaultImage
 from .exits import end_reason
+from .image_request import ImageRequest, build_progress, with_packages
 from .images import WheelNotFoundError
 from .launch import Launch, start_sandbox
 from .lifecycle import ModalLifecycle
@@ -85,6 +86,12 @@ def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[st
             raise InvalidArgumentError("invalid_argument", f"{field}: {exc}", field) from None
         out[key] = value
     return out
+
+
+def _packages(options: SandboxOptions) -> ImageRequest:
+    return ImageRequest(
+        apt_packages=tuple(options.apt_packages), pip_packages=tuple(options.pip_packages)
+    )
 
 
 class ModalDriver(ModalLifecycle):
@@ -273,7 +280,8 @@ class ModalDriver(ModalLifecycle):
                 launch.secret_env = await make_secret_env(str(app.app_id), spec.secret_env)
                 tags[records.TAG_SECRET_ENV] = launch.secret_env.value()
             try:
-                await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
+                async with build_progress(_packages(options) if image is None else ImageRequest()):
+                    await start_sandbox(app, self.settings, launch, self._channel_key(workspace_id))
             except BaseException:
                 self._default_image.forget()
                 # No workspace holds it: its values are not left at Modal.
@@ -283,6 +291,9 @@ class ModalDriver(ModalLifecycle):
         return self._record(Current(workspace_id, None, tags, None))
 
     def _image(self, options: SandboxOptions) -> modal.Image:
+        return with_packages(self._base_image(options), _packages(options))
+
+    def _base_image(self, options: SandboxOptions) -> modal.Image:
         if options.image_id:
             return modal.Image.from_id(options.image_id)
         if options.image_name:
