@@ -1,16 +1,19 @@
 """The default workspace image on the Modal driver, against the local control plane with the real
 SDK: a gateway process resolves it once and reuses it, so a second create costs only the sandbox's
-own calls; a new wheel makes a new image."""
+own calls; a new wheel (or an edit of the source it is built from) makes a new image."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
 
+import modal
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
 from modal_workspace_core.drivers.base import WorkspaceSpec
+from modal_workspace_core.drivers.modal.default_image import DefaultImage
 from modal_workspace_core.drivers.modal.driver import ModalDriver
+from modal_workspace_core.drivers.modal.wheel_stage import SOURCE_FILES, Checkout, WheelSource
 from modal_workspace_core.errors import UpstreamError
 from modal_workspace_core.policy import new_id
 from test_modal_driver import _settings, _since
@@ -93,3 +96,30 @@ async def test_a_failed_create_resolves_the_image_again_next_time(
 
     assert used["ImageGetOrCreate"] == 7
     await driver.close()
+
+
+def test_a_checkouts_default_image_is_defined_again_only_when_its_source_changes(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "checkout"
+    for name in [*SOURCE_FILES, "src/lib.rs", "python/pkg/__init__.py"]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    made: list[WheelSource] = []
+
+    def make(source: WheelSource) -> modal.Image:
+        made.append(source)
+        return modal.Image.debian_slim()
+
+    cache = DefaultImage(find=lambda: Checkout(root), make=make)
+    first = cache.get()
+    assert cache.get() is first
+    (root / "docs").mkdir()
+    (root / "docs" / "notes.md").write_text("not part of the build")
+    (root / "python" / "pkg" / "__pycache__").mkdir()
+    (root / "python" / "pkg" / "__pycache__" / "x.pyc").write_bytes(b"cache")
+    assert cache.get() is first
+    (root / "src" / "lib.rs").write_text("an edit")
+
+    assert cache.get() is not first
+    assert len(made) == 2

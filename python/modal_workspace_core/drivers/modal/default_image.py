@@ -48,10 +48,11 @@ class DefaultImage:
         self._make = make
         self._clock = clock
         self._entry: _Entry | None = None
+        self._stamp: tuple[tuple[object, ...], str] | None = None
 
     def get(self) -> modal.Image:
         source = self._find()
-        key = f"{_DEFINITION};{source.digest()}"
+        key = f"{_DEFINITION};{self._digest(source)}"
         entry = self._entry
         now = self._clock()
         if entry is not None and entry.key == key and now - entry.made_at < MAX_AGE_SECONDS:
@@ -62,6 +63,14 @@ class DefaultImage:
         image = self._make(source)
         self._entry = _Entry(key, image, now)
         return image
+
+    def _digest(self, source: WheelSource) -> str:
+        # Hashing a wheel of megabytes on every create would hold the event loop: the digest is
+        # computed again only when the files' sizes or modification times change.
+        stamp = source.stamp()
+        if self._stamp is None or self._stamp[0] != stamp:
+            self._stamp = (stamp, source.digest())
+        return self._stamp[1]
 
     def forget(self) -> None:
         """Resolve the definition again at the next create (one failed with this image)."""

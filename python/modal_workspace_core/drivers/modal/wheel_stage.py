@@ -84,6 +84,11 @@ class LocalWheel:
 
     path: Path
 
+    def stamp(self) -> tuple[object, ...]:
+        """Cheap to read, and changed by any rewrite of the wheel (its size or its time)."""
+        stat = self.path.stat()
+        return (str(self.path.resolve()), stat.st_size, stat.st_mtime_ns)
+
     def digest(self) -> str:
         return "wheel:" + _sha256(self.path.read_bytes())
 
@@ -110,6 +115,14 @@ class Checkout:
                 dirnames[:] = sorted(d for d in dirnames if not ignored(base / d))
                 out.extend((base / f).as_posix() for f in filenames if not ignored(base / f))
         return sorted(out)
+
+    def stamp(self) -> tuple[object, ...]:
+        """Each file of the build context with its size and time: changed by any edit."""
+        out: list[object] = [str(self.root)]
+        for name in self.files():
+            stat = (self.root / name).stat()
+            out.append((name, stat.st_size, stat.st_mtime_ns))
+        return tuple(out)
 
     def digest(self) -> str:
         """The source's identity: a change to any file of the build context changes it."""
