@@ -16,20 +16,13 @@ from modal_workspace_core.drivers.modal.driver import ModalDriver
 from modal_workspace_core.drivers.modal.wheel_stage import SOURCE_FILES, Checkout, WheelSource
 from modal_workspace_core.errors import UpstreamError
 from modal_workspace_core.policy import new_id
+from test_modal_app import wheel
 from test_modal_driver import _settings, _since
 
-__all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
+__all__ = ["modal_control_plane", "wheel"]  # the fixtures, imported for pytest to find
 
 # The sandbox's own calls, which every create makes.
 SANDBOX_CALLS = {"SandboxCreateV2": 1, "SandboxStdinWriteV2": 1}
-
-
-@pytest.fixture
-def wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "modal_workspace_core-0.1.0-cp311-cp311-linux_x86_64.whl"
-    path.write_bytes(b"the project's wheel, as far as these tests are concerned")
-    monkeypatch.setenv("MODAL_WORKSPACE_WHEEL", str(path))
-    return path
 
 
 async def _create(driver: ModalDriver, plane: ControlPlane) -> Counter[str]:

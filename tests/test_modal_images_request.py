@@ -20,22 +20,14 @@ from modal_workspace_core.operations.workspaces import WorkspaceCreate
 from modal_workspace_core.policy import new_id
 from modal_workspace_core.service import PROGRESS
 from pydantic import ValidationError
-from test_modal_driver import IMAGE, _settings
+from test_modal_driver import IMAGE, driver
 
-__all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
+__all__ = ["driver", "modal_control_plane"]  # the fixtures, imported for pytest to find
 
 PACKAGES = {
     "apt_packages": ["ffmpeg", "libpq-dev=15.5-0+deb12u1"],
     "pip_packages": ["numpy==2.1.3"],
 }
-
-
-@pytest.fixture
-async def driver(modal_control_plane: ControlPlane):  # type: ignore[no-untyped-def]
-    modal_control_plane.publish_image(IMAGE, "im-workspacetestimage00")
-    driver = ModalDriver(_settings())
-    yield driver
-    await driver.close()
 
 
 def _commands(plane: ControlPlane, image_id: str) -> list[str]:
