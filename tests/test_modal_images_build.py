@@ -9,11 +9,12 @@ import platform
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
-from modal_workspace_core.drivers.modal.wheel_stage import BUILD_SCRIPT, Checkout
+from modal_workspace_core.drivers.modal.wheel_stage import BUILD_SCRIPT, RUST_TOOLCHAIN, Checkout
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -81,3 +82,13 @@ def test_the_builder_stage_makes_an_importable_wheel_from_the_build_context_alon
         [sys.executable, "-c", probe, str(site)], capture_output=True, text=True, check=True
     )
     assert imported.stdout.startswith("ws-")
+
+
+def test_the_builder_stage_installs_at_least_the_crates_rust_version() -> None:
+    cargo = tomllib.loads((CHECKOUT / "Cargo.toml").read_text())
+    needed = tuple(int(part) for part in cargo["package"]["rust-version"].split("."))
+    installed = tuple(int(part) for part in RUST_TOOLCHAIN.split("."))
+
+    assert installed[: len(needed)] >= needed
+    # And the script the stage runs is part of the context it copies.
+    assert BUILD_SCRIPT in Checkout(CHECKOUT).files()

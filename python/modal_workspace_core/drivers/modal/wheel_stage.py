@@ -146,9 +146,11 @@ def builder_commands(installer: str) -> list[str]:
     """The layer's Dockerfile after the SDK's `FROM base`: stage 0 builds, stage 1 installs."""
     src = f"{_BUILD_ROOT}/src"
     out = f"{_BUILD_ROOT}/wheels"
+    # Downloaded first, so that a failed download fails this step (a pipe into sh would not).
     rustup = (
-        "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y "
-        f"--profile minimal --default-toolchain {RUST_TOOLCHAIN}"
+        "curl --proto '=https' --tlsv1.2 -sSf -o /tmp/rustup-init.sh https://sh.rustup.rs && "
+        f"sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal "
+        f"--default-toolchain {RUST_TOOLCHAIN} && rm /tmp/rustup-init.sh"
     )
     return [
         # Stage 0, the builder: a C compiler and linker for the crate, the Rust toolchain from
