@@ -181,11 +181,11 @@ def test_the_builder_layer_is_cached_on_the_source_alone(
     assert b"MODAL_TOKEN_SECRET=not-for-the-image" not in files
 
 
-def _tracked_source(stage: ModuleType) -> list[str]:
+def _tracked_source(stage: ModuleType, checkout: Path = MODAL_APP.parent) -> list[str]:
     """What git tracks of the source the stage copies (less what it ignores)."""
     listed = subprocess.run(
         ["git", "ls-files", "--", *stage.SOURCE_FILES, *stage.SOURCE_DIRS],
-        cwd=MODAL_APP.parent,
+        cwd=checkout,
         capture_output=True,
         text=True,
         check=True,
@@ -253,3 +253,30 @@ def test_the_web_function_refuses_to_start_without_a_token(
 
     with pytest.raises(RuntimeError, match="MODAL_WORKSPACE_MCP_TOKEN"):
         module.build_gateway()
+
+
+def test_a_fresh_clone_deploys_with_only_modal_installed(
+    monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(MODAL_APP.parent), str(clone)], check=True)
+    monkeypatch.delenv("MODAL_WORKSPACE_WHEEL", raising=False)
+    monkeypatch.setitem(sys.modules, "modal_workspace_core", None)
+    # `modal deploy` run from elsewhere: the checkout is found from modal_app.py's own place.
+    monkeypatch.chdir(tmp_path)
+    spec = importlib.util.spec_from_file_location("modal_app", clone / "modal_app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "modal_app", module)
+    monkeypatch.delitem(sys.modules, "_modal_workspace_wheel_stage", raising=False)
+    spec.loader.exec_module(module)
+    app = modal.App.lookup("gateway-image-test", create_if_missing=True)
+
+    image = module.gateway_image().build(app)
+
+    layers = _built(modal_control_plane, image)
+    (builder,) = [r for r in layers if any("rustup" in c for c in r.dockerfile_commands)]
+    mounts = modal_control_plane.call(lambda: dict(modal_control_plane.state.mounts))
+    context = {name.lstrip("/") for name in mounts[builder.context_mount_id]}
+    # Exactly the tracked source (a fresh clone has no build output, caches or extensions).
+    assert context == set(_tracked_source(module.wheel_stage(), clone))
