@@ -1,18 +1,24 @@
 """The gateway on Modal: `modal deploy modal_app.py` deploys one web function that serves the
 FastAPI app (REST, `/action-openapi.json`, `/mcp/`) on the Modal driver.
 
-The gateway image installs this project's wheel, which is also what every workspace image
-carries (it holds the workspace agent): the newest one in the checkout's `target/wheels`, or the
-one `MODAL_WORKSPACE_WHEEL` names; a deploy from a checkout without one builds it first
-(maturin). The bearer token comes from a Modal Secret (by default `modal-workspace-mcp`, holding
-`MODAL_WORKSPACE_MCP_TOKEN`); everything else is configured with environment variables, read
-once when a container starts (`modal_workspace_core.config`).
+The deploying machine needs only `modal`: the gateway image builds this project's wheel inside
+Modal's image build, from the checkout this file is in (a builder stage with the Rust toolchain,
+cached on the source: `python/modal_workspace_core/drivers/modal/wheel_stage.py`), so it is a
+Linux wheel whatever machine deploys. `MODAL_WORKSPACE_WHEEL` names a Linux x86-64 wheel to upload
+instead (faster where one is at hand). The wheel stays in the image: the gateway puts it into
+every workspace image too (it holds the workspace agent). The bearer token comes from a Modal
+Secret (by default `modal-workspace-mcp`, holding `MODAL_WORKSPACE_MCP_TOKEN`); everything else
+is configured with environment variables, read once when a container starts
+(`modal_workspace_core.config`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import modal
@@ -20,7 +26,10 @@ import modal
 APP_NAME = os.environ.get("MODAL_WORKSPACE_APP_NAME", "modal-workspace-mcp")
 SECRET_NAME = os.environ.get("MODAL_WORKSPACE_SECRET", "modal-workspace-mcp")
 PYTHON_VERSION = "3.11"
-WHEEL_DIR = "/opt/modal-workspace/wheels"
+# The checkout this file is in, wherever `modal deploy` is run from.
+CHECKOUT = Path(__file__).resolve().parent
+WHEEL_STAGE = CHECKOUT / "python" / "modal_workspace_core" / "drivers" / "modal" / "wheel_stage.py"
+PIP_INSTALL = "python -m pip install --no-cache-dir"
 # Long-polls are clamped to 25 s by the service, under GPT Actions' 45 s and Modal's ~150 s
 # request limit; one container holds many of them at once.
 MAX_CONCURRENT_REQUESTS = 200
@@ -38,36 +47,44 @@ FORWARDED_SETTINGS = (
 )
 
 
+def wheel_stage() -> ModuleType:
+    """The wheel's builder stage, loaded by its path: the package itself is not installed (and
+    could not be imported without its compiled core) where only `modal` is."""
+    name = "_modal_workspace_wheel_stage"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, WHEEL_STAGE)
+    if spec is None or spec.loader is None or not WHEEL_STAGE.is_file():
+        raise FileNotFoundError(f"{WHEEL_STAGE} is missing: deploy from a checkout")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def gateway_image(wheel: Path | None = None) -> modal.Image:
-    """Debian slim with this project's wheel installed; the wheel stays in the image so the
-    Modal driver can put it into the workspace image too."""
+    """Debian slim with this project's wheel installed, built from the checkout's source (or the
+    wheel given, or the one `MODAL_WORKSPACE_WHEEL` names)."""
     image = modal.Image.debian_slim(python_version=PYTHON_VERSION)
     env = {"MODAL_WORKSPACE_DRIVER": "modal"}
     env.update({k: os.environ[k] for k in FORWARDED_SETTINGS if os.environ.get(k)})
     if not modal.is_local():
         # Inside a running container the image is already built; only its definition is needed.
         return image.env(env)
-    if wheel is None:
-        from modal_workspace_core.drivers.modal.images import (
-            WHEEL_ENV,
-            WheelNotFoundError,
-            build_wheel,
-            find_wheel,
-        )
-
-        try:
-            wheel = find_wheel()
-        except WheelNotFoundError:
-            if os.environ.get(WHEEL_ENV):
-                raise
-            # A deploy from a fresh checkout builds the wheel itself.
-            wheel = build_wheel()
-    remote = f"{WHEEL_DIR}/{wheel.name}"
-    return (
-        image.add_local_file(wheel, remote, copy=True)
-        .run_commands(f"pip install --no-cache-dir {remote}")
-        .env({**env, "MODAL_WORKSPACE_WHEEL": remote})
-    )
+    stage = wheel_stage()
+    given = wheel or os.environ.get("MODAL_WORKSPACE_WHEEL")
+    if given:
+        path = Path(given)
+        if not path.is_file():
+            raise FileNotFoundError(f"MODAL_WORKSPACE_WHEEL names {path}, which is not a file")
+        source = stage.LocalWheel(path)
+        found = f"{stage.WHEEL_DIR}/{path.name}"
+    else:
+        source = stage.Checkout(CHECKOUT)
+        # The gateway finds the wheel the stage built in that directory.
+        found = stage.WHEEL_DIR
+    image = source.install(image, PIP_INSTALL)
+    return image.env({**env, "MODAL_WORKSPACE_WHEEL": found})
 
 
 app = modal.App(APP_NAME, image=gateway_image())

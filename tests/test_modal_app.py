@@ -6,6 +6,8 @@ web function serves the same routes as the gateway everywhere else."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +17,7 @@ import httpx2
 import modal
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
+from modal_control_plane.state import ImageRecord
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.modal.channel_key import channel_key
 from modal_workspace_core.service import Service
@@ -69,7 +72,7 @@ def test_the_app_name_and_secret_come_from_the_environment(
     assert module.SECRET_NAME == "my-gateway-token"
 
 
-def test_importing_without_a_wheel_says_how_to_build_one(
+def test_a_wheel_named_that_is_missing_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MODAL_WORKSPACE_WHEEL", str(tmp_path / "missing.whl"))
@@ -78,7 +81,14 @@ def test_importing_without_a_wheel_says_how_to_build_one(
         _load(monkeypatch)
 
 
-def test_the_gateway_image_installs_the_wheel(
+def _built(plane: ControlPlane, image: modal.Image) -> list[ImageRecord]:
+    """Every layer the control plane built, `image`'s among them."""
+    images = plane.call(lambda: dict(plane.state.images))
+    assert image.object_id in images
+    return list(images.values())
+
+
+def test_the_gateway_image_installs_a_wheel_given(
     wheel: Path, monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane
 ) -> None:
     module = _load(monkeypatch)
@@ -86,15 +96,108 @@ def test_the_gateway_image_installs_the_wheel(
 
     image = module.gateway_image(wheel).build(app)
 
-    state = modal_control_plane.state
-    images = modal_control_plane.call(lambda: dict(state.images))
-    commands = [c for record in images.values() for c in record.dockerfile_commands]
-    remote = f"{module.WHEEL_DIR}/{wheel.name}"
-    assert any(c.startswith("RUN pip install") and remote in c for c in commands)
+    layers = _built(modal_control_plane, image)
+    commands = [c for record in layers for c in record.dockerfile_commands]
+    remote = f"/opt/modal-workspace/wheels/{wheel.name}"
+    assert any(c.startswith("RUN python -m pip install") and remote in c for c in commands)
     assert any(f"MODAL_WORKSPACE_WHEEL={remote}" in c for c in commands)
     assert any("MODAL_WORKSPACE_DRIVER=modal" in c for c in commands)
+    state = modal_control_plane.state
     assert wheel.read_bytes() in modal_control_plane.call(lambda: list(state.files.values()))
-    assert image.object_id in images
+    # No Rust toolchain where a wheel is given.
+    assert not any("rustup" in c for c in commands)
+
+
+def test_modal_app_needs_only_modal_on_the_deploying_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MODAL_WORKSPACE_WHEEL", raising=False)
+    # As on a machine where only `modal` is installed: this package cannot be imported.
+    monkeypatch.setitem(sys.modules, "modal_workspace_core", None)
+
+    module = _load(monkeypatch)
+
+    assert isinstance(module.app, modal.App)
+    assert MODAL_APP.parent == module.CHECKOUT
+
+
+def test_without_a_wheel_the_gateway_image_builds_one_from_the_checkout(
+    monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane
+) -> None:
+    monkeypatch.delenv("MODAL_WORKSPACE_WHEEL", raising=False)
+    module = _load(monkeypatch)
+    app = modal.App.lookup("gateway-image-test", create_if_missing=True)
+
+    image = module.gateway_image().build(app)
+
+    layers = _built(modal_control_plane, image)
+    (builder,) = [r for r in layers if any("rustup" in c for c in r.dockerfile_commands)]
+    stage = module.wheel_stage()
+    assert builder.dockerfile_commands == ["FROM base", *stage.builder_commands(module.PIP_INSTALL)]
+    assert f"--default-toolchain {stage.RUST_TOOLCHAIN}" in " ".join(builder.dockerfile_commands)
+    # The gateway is told where the wheel is: where the stage installed it from.
+    commands = [c for r in layers for c in r.dockerfile_commands]
+    assert any(f"MODAL_WORKSPACE_WHEEL={stage.WHEEL_DIR}" in c for c in commands)
+    # The build context is the source that `maturin build` reads, and nothing else.
+    mounts = modal_control_plane.call(lambda: dict(modal_control_plane.state.mounts))
+    context = {name.lstrip("/") for name in mounts[builder.context_mount_id]}
+    assert context == set(stage.Checkout(MODAL_APP.parent).files())
+    # Everything git tracks of that source is in it (a file not yet added may be too).
+    assert set(_tracked_source(stage)) <= context
+    assert not any(
+        part.startswith(".") or part in {"target", "__pycache__"}
+        for name in context
+        for part in Path(name).parts
+    )
+    assert not any(name.endswith((".so", ".pyc", ".whl")) for name in context)
+
+
+def test_the_builder_layer_is_cached_on_the_source_alone(
+    monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("MODAL_WORKSPACE_WHEEL", raising=False)
+    stage = _load(monkeypatch).wheel_stage()
+    checkout = _copy_checkout(stage, tmp_path / "checkout")
+    app = modal.App.lookup("gateway-image-test", create_if_missing=True)
+
+    def builder_id() -> str:
+        image = stage.Checkout(checkout).install(modal.Image.debian_slim(), "pip install")
+        return str(image.build(app).object_id)
+
+    first = builder_id()
+    # Outside the source the build reads (docs, caches, a secret left in the checkout): the
+    # same layer.
+    (checkout / "docs").mkdir()
+    (checkout / "docs" / "notes.md").write_text("notes")
+    (checkout / ".env").write_text("MODAL_TOKEN_SECRET=not-for-the-image")
+    (checkout / "python" / ".env").write_text("MODAL_TOKEN_SECRET=not-for-the-image")
+    (checkout / "src" / "__pycache__").mkdir()
+    (checkout / "src" / "__pycache__" / "x.pyc").write_bytes(b"cache")
+    assert builder_id() == first
+    # A change to the source: a new layer.
+    (checkout / "src" / "lib.rs").write_text((checkout / "src" / "lib.rs").read_text() + "\n")
+    assert builder_id() != first
+    files = modal_control_plane.call(lambda: list(modal_control_plane.state.files.values()))
+    assert b"MODAL_TOKEN_SECRET=not-for-the-image" not in files
+
+
+def _tracked_source(stage: ModuleType, checkout: Path = MODAL_APP.parent) -> list[str]:
+    """What git tracks of the source the stage copies (less what it ignores)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--", *stage.SOURCE_FILES, *stage.SOURCE_DIRS],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [name for name in listed if not stage.ignored(Path(name))]
+
+
+def _copy_checkout(stage: ModuleType, to: Path) -> Path:
+    for name in stage.Checkout(MODAL_APP.parent).files():
+        (to / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(MODAL_APP.parent / name, to / name)
+    return to
 
 
 def _paths(app: object) -> set[str]:
@@ -150,3 +253,30 @@ def test_the_web_function_refuses_to_start_without_a_token(
 
     with pytest.raises(RuntimeError, match="MODAL_WORKSPACE_MCP_TOKEN"):
         module.build_gateway()
+
+
+def test_a_fresh_clone_deploys_with_only_modal_installed(
+    monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(MODAL_APP.parent), str(clone)], check=True)
+    monkeypatch.delenv("MODAL_WORKSPACE_WHEEL", raising=False)
+    monkeypatch.setitem(sys.modules, "modal_workspace_core", None)
+    # `modal deploy` run from elsewhere: the checkout is found from modal_app.py's own place.
+    monkeypatch.chdir(tmp_path)
+    spec = importlib.util.spec_from_file_location("modal_app", clone / "modal_app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "modal_app", module)
+    monkeypatch.delitem(sys.modules, "_modal_workspace_wheel_stage", raising=False)
+    spec.loader.exec_module(module)
+    app = modal.App.lookup("gateway-image-test", create_if_missing=True)
+
+    image = module.gateway_image().build(app)
+
+    layers = _built(modal_control_plane, image)
+    (builder,) = [r for r in layers if any("rustup" in c for c in r.dockerfile_commands)]
+    mounts = modal_control_plane.call(lambda: dict(modal_control_plane.state.mounts))
+    context = {name.lstrip("/") for name in mounts[builder.context_mount_id]}
+    # Exactly the tracked source (a fresh clone has no build output, caches or extensions).
+    assert context == set(_tracked_source(module.wheel_stage(), clone))

@@ -37,6 +37,7 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "IDEMPOTENCY_TAG",
         "MANAGED_TAGS",
         "MANAGED_TAG_PREFIXES",
+        "MAX_IMAGE_PACKAGES",
         "MAX_TAGS",
         "WORKSPACE_TAGS",
         "GitHubRepo",
@@ -48,6 +49,9 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "git_ref",
         "github_repo",
         "idempotency_key",
+        "image_id",
+        "image_name",
+        "image_packages",
         "snapshot_label",
         "volume_mount",
         "github_base",
@@ -361,3 +365,23 @@ def test_tags_idempotency_keys_and_allowlist_settings_raise_only_policy_errors(
     assert _policy_error_or(lambda: policy.idempotency_key(text)) in (None, text)
     _policy_error_or(lambda: policy.secret_allowlist(text))
     _policy_error_or(lambda: policy.name_allowlist(text))
+
+
+def test_image_policies_refuse_what_could_reach_a_shell_or_another_source() -> None:
+    assert policy.image_packages("apt", ["git", "git", "jq=1.6-2.1"]) == ["git", "jq=1.6-2.1"]
+    assert policy.image_packages("pip", ["numpy==2.1.3"]) == ["numpy==2.1.3"]
+    for kind, item, rule in [
+        ("apt", "-oDebug::pkgProblemResolver=1", "package.apt-name"),
+        ("apt", "git\nrm", "package.apt-name"),
+        ("pip", "-r/etc/passwd", "package.pip-name"),
+        ("pip", "x==1; os_name=='nt'", "package.pip-version"),
+    ]:
+        with pytest.raises(PolicyError) as caught:
+            policy.image_packages(kind, [item])
+        assert caught.value.rule == rule
+    too_many = [f"p{i}" for i in range(policy.MAX_IMAGE_PACKAGES + 1)]
+    with pytest.raises(PolicyError, match="at most 32"):
+        policy.image_packages("pip", too_many)
+    assert policy.image_name("tools:v2") == "tools:v2"
+    with pytest.raises(PolicyError):
+        policy.image_id("im-../x")

@@ -14,6 +14,7 @@ __all__ = [
     "MANAGED_TAG_PREFIXES",
     "MAX_ALLOWLIST_ENTRIES",
     "MAX_CPU_CORES",
+    "MAX_IMAGE_PACKAGES",
     "MAX_MEMORY_MIB",
     "MAX_REGIONS",
     "MAX_TAGS",
@@ -45,6 +46,9 @@ __all__ = [
     "github_base",
     "github_repo",
     "idempotency_key",
+    "image_id",
+    "image_name",
+    "image_packages",
     "memory_limit_mib",
     "memory_mib",
     "modal_app_name",
@@ -199,6 +203,25 @@ def idempotency_key(text: str) -> str:
 def snapshot_label(text: str) -> str:
     """Check a snapshot's label (at most 64 printable characters, spaces allowed) and return it
     unchanged. Raises `PolicyError` (rules `snapshot-label.*`)."""
+
+MAX_IMAGE_PACKAGES: int
+"""Most packages of one kind (apt or pip) a workspace request may add to its image (32)."""
+
+def image_name(text: str) -> str:
+    """Check a published image's name: `NAME` or `NAME:TAG` (a Modal object name; the tag 1-64
+    letters, digits, `.`, `_` or `-`, not starting with `.` or `-`). Raises `PolicyError`
+    (rules `image.name`, `image.tag`)."""
+
+def image_id(text: str) -> str:
+    """Check an image id: `im-` and 1-64 ASCII letters or digits. Raises `PolicyError`
+    (rule `image.id`)."""
+
+def image_packages(kind: str, items: list[str]) -> list[str]:
+    """Check the `apt` or `pip` packages to add to an image and return them without duplicates
+    (order kept). At most `MAX_IMAGE_PACKAGES`. apt: a Debian package name, optionally
+    `=VERSION` (an exact Debian version); pip: a PEP 508 name, optionally `==VERSION` (a PEP 440
+    public version). No options, paths, URLs, extras, markers or ranges. Raises `PolicyError`
+    (rules `package.*`)."""
 
 def volume_mount(text: str) -> str:
     """Check where a volume may be mounted (absolute, no `..`, not at, under or above what a

@@ -307,6 +307,24 @@ fn outbound_allowlists(
         .map_err(policy_error)
 }
 
+/// Checks a published image's name (`NAME` or `NAME:TAG`).
+#[pyfunction]
+fn image_name(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::image_name(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks an image id (`im-…`).
+#[pyfunction]
+fn image_id(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::image_id(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a list of `apt` or `pip` packages for an image layer; returns it without duplicates.
+#[pyfunction]
+fn image_packages(kind: &Bound<'_, PyString>, items: Vec<String>) -> PyResult<Vec<String>> {
+    policy::image_packages(self::text(kind)?, &items).map_err(policy_error)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
@@ -322,6 +340,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot_label, m)?)?;
     m.add_function(wrap_pyfunction!(volume_mount, m)?)?;
+    m.add_function(wrap_pyfunction!(image_name, m)?)?;
+    m.add_function(wrap_pyfunction!(image_id, m)?)?;
+    m.add_function(wrap_pyfunction!(image_packages, m)?)?;
+    m.add("MAX_IMAGE_PACKAGES", policy::MAX_IMAGE_PACKAGES)?;
     m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
     m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;
     m.add_function(wrap_pyfunction!(function_allowlist, m)?)?;

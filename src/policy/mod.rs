@@ -7,6 +7,7 @@ mod error;
 mod functions;
 mod git_ref;
 mod id;
+mod image;
 mod mount;
 mod names;
 mod path;
@@ -21,6 +22,10 @@ pub use functions::{
 };
 pub use git_ref::{git_ref, MAX_REF_BYTES};
 pub use id::{check_id, new_id, IdKind};
+pub use image::{
+    apt_package, image_id, image_name, image_packages, pip_package, MAX_IMAGE_PACKAGES,
+    MAX_IMAGE_TAG_BYTES, MAX_PACKAGE_NAME_BYTES, MAX_PACKAGE_VERSION_BYTES,
+};
 pub use mount::{volume_mount, SYSTEM_TREES, WRITABLE_DIRS};
 pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAME_CHARS};
 pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};

@@ -6,7 +6,6 @@ secrets and volumes. A mixin of the `ModalClient` servicer.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import shutil
 from typing import Any
 
@@ -58,7 +57,11 @@ class ObjectsServicer:
         image_id = self.state.image_id_for(request.image.SerializeToString(deterministic=True))
         self.state.images.setdefault(
             image_id,
-            ImageRecord(image_id, dockerfile_commands=list(request.image.dockerfile_commands)),
+            ImageRecord(
+                image_id,
+                dockerfile_commands=list(request.image.dockerfile_commands),
+                context_mount_id=request.image.context_mount_id,
+            ),
         )
         await stream.send_message(
             api_pb2.ImageGetOrCreateResponse(
@@ -122,8 +125,12 @@ class ObjectsServicer:
         missing = [f.filename for f in request.files if f.sha256_hex not in self.state.files]
         if missing:
             raise GRPCError(Status.FAILED_PRECONDITION, f"files were never uploaded: {missing}")
-        mount_id = "mo-" + secrets.token_hex(11)
-        self.state.mounts[mount_id] = {f.filename: f.sha256_hex for f in request.files}
+        files = {f.filename: f.sha256_hex for f in request.files}
+        # Content-addressed, as Modal treats a build context: the same files are the same mount,
+        # so an image layer that copies them is a cache hit until one of them changes.
+        listing = "\n".join(f"{name}\0{digest}" for name, digest in sorted(files.items()))
+        mount_id = "mo-" + hashlib.sha256(listing.encode()).hexdigest()[:22]
+        self.state.mounts[mount_id] = files
         await stream.send_message(api_pb2.MountGetOrCreateResponse(mount_id=mount_id))
 
     async def SecretGetOrCreate(self, stream: Any) -> None:

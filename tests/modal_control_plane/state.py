@@ -31,6 +31,8 @@ class ImageRecord:
     snapshot: Path | None = None
     ttl_seconds: int | None = None  # None: kept until deleted
     dockerfile_commands: list[str] = field(default_factory=list)
+    # The build context the layer's COPY lines read (a mount id), "" for none.
+    context_mount_id: str = ""
     # The TTL exactly as the request carried it (-1 is the SDK's "no expiry" sentinel).
     wire_ttl: int | None = None
     created_at: float = field(default_factory=time.time)

@@ -44,6 +44,18 @@ declare = Declarations()
 Region = Annotated[str, AfterValidator(policy.region)]
 OutboundCidr = Annotated[str, AfterValidator(policy.outbound_cidr)]
 OutboundDomain = Annotated[str, AfterValidator(policy.outbound_domain)]
+ImageName = Annotated[str, AfterValidator(policy.image_name)]
+ImageId = Annotated[str, AfterValidator(policy.image_id)]
+AptPackages = Annotated[
+    list[str],
+    Field(max_length=policy.MAX_IMAGE_PACKAGES),
+    AfterValidator(lambda items: policy.image_packages("apt", items)),
+]
+PipPackages = Annotated[
+    list[str],
+    Field(max_length=policy.MAX_IMAGE_PACKAGES),
+    AfterValidator(lambda items: policy.image_packages("pip", items)),
+]
 
 
 class Resources(Input):
@@ -131,6 +143,20 @@ class Resources(Input):
     @classmethod
     def _regions(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else policy.regions(value)
+
+    # -- the image (Modal): which one, and packages layered on top of it ---------------------
+    image_name: ImageName | None = Field(
+        None, description="A published Modal image to start from (NAME or NAME:TAG)."
+    )
+    image_id: ImageId | None = Field(None, description="A Modal image id (im-…) to start from.")
+    apt_packages: AptPackages | None = Field(
+        None,
+        description="Debian packages to add (NAME or NAME=VERSION), built as a cached layer.",
+    )
+    pip_packages: PipPackages | None = Field(
+        None,
+        description="Python packages to add (NAME or NAME==VERSION), built as a cached layer.",
+    )
 
 
 class WorkspaceCreate(Input):

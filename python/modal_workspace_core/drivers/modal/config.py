@@ -22,6 +22,7 @@ from ...policy import (
 )
 from ..base import ExecSecret, WorkspaceSecrets
 from ..mounts import volume_mount
+from .image_request import image_request
 
 __all__ = [
     "ModalSecrets",
@@ -137,6 +138,8 @@ class SandboxOptions:
     volumes: dict[str, str] = field(default_factory=dict)
     image_name: str | None = None
     image_id: str | None = None
+    apt_packages: list[str] = field(default_factory=list)
+    pip_packages: list[str] = field(default_factory=list)
 
     def recorded(self) -> dict[str, Any]:
         """The resources as the workspace record reports them."""
@@ -158,6 +161,9 @@ class SandboxOptions:
             out["secret_names"] = list(self.secret_names)
         if self.volumes:
             out["volumes"] = dict(self.volumes)
+        for key in ("apt_packages", "pip_packages"):
+            if getattr(self, key):
+                out[key] = list(getattr(self, key))
         return out
 
 
@@ -306,11 +312,12 @@ def sandbox_options(
         outbound_cidr_allowlist=cidrs,
         outbound_domain_allowlist=domains,
         inbound_cidr_allowlist=_strings(r.get("inbound_cidr_allowlist"), "inbound_cidr_allowlist"),
-        image_name=_text(r.get("image_name") or settings.default_image_name, "image_name"),
-        image_id=_text(r.get("image_id"), "image_id"),
     )
-    if options.image_id is not None and not options.image_id.startswith("im-"):
-        raise InvalidArgumentError("invalid_argument", "image_id must start with 'im-'", "image_id")
+    # The image: a name or an id (else the default), and packages layered on it.
+    image = image_request(r, settings.default_image_name)
+    options.image_name, options.image_id = image.image_name, image.image_id
+    options.apt_packages = list(image.apt_packages)
+    options.pip_packages = list(image.pip_packages)
     for i, name in enumerate(_strings(r.get("secret_names"), "secret_names") or []):
         options.secret_names.append(
             _allowed(name, settings.allowed_secrets, SECRETS_SETTING, i, "secret")

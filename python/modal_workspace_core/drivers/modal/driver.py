@@ -50,7 +50,10 @@ from .config import (
     check_env,
     sandbox_options,
 )
+from .default_image import DefaultImage
 from .exits import end_reason
+from .image_request import ImageRequest, build_progress, with_packages
+from .images import WheelNotFoundError
 from .launch import Launch, start_sandbox
 from .lifecycle import ModalLifecycle
 from .lookup import Current, SandboxInfo, checked_workspace_id, latest_sandbox, list_sandboxes
@@ -86,6 +89,12 @@ def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[st
     return out
 
 
+def _packages(options: SandboxOptions) -> ImageRequest:
+    return ImageRequest(
+        apt_packages=tuple(options.apt_packages), pip_packages=tuple(options.pip_packages)
+    )
+
+
 class ModalDriver(ModalLifecycle):
     """Workspaces as Modal Sandboxes. One instance per gateway process."""
 
@@ -116,6 +125,7 @@ class ModalDriver(ModalLifecycle):
         # lookup. A cache, never the record: dropped when this gateway ends or replaces the
         # sandbox, and when an exec on it fails (it ended some other way); then looked up.
         self._handles: dict[str, modal.Sandbox] = {}
+        self._default_image = DefaultImage()
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
@@ -303,10 +313,12 @@ class ModalDriver(ModalLifecycle):
                 launch.secret_env = await make_secret_env(str(app.app_id), spec.secret_env)
                 tags[records.TAG_SECRET_ENV] = launch.secret_env.value()
             try:
-                sandbox = await start_sandbox(
-                    app, self.settings, launch, self._channel_key(workspace_id)
-                )
+                async with build_progress(_packages(options) if image is None else ImageRequest()):
+                    sandbox = await start_sandbox(
+                        app, self.settings, launch, self._channel_key(workspace_id)
+                    )
             except BaseException:
+                self._default_image.forget()
                 # No workspace holds it: its values are not left at Modal.
                 if launch.secret_env is not None:
                     await delete_secret_env(launch.secret_env)
@@ -315,14 +327,15 @@ class ModalDriver(ModalLifecycle):
         return self._record(Current(workspace_id, sandbox, tags, None))
 
     def _image(self, options: SandboxOptions) -> modal.Image:
+        return with_packages(self._base_image(options), _packages(options))
+
+    def _base_image(self, options: SandboxOptions) -> modal.Image:
         if options.image_id:
             return modal.Image.from_id(options.image_id)
         if options.image_name:
             return modal.Image.from_name(options.image_name)
-        from .images import WheelNotFoundError, workspace_image
-
         try:
-            return workspace_image()
+            return self._default_image.get()
         except WheelNotFoundError as exc:
             raise UpstreamError(
                 "upstream",

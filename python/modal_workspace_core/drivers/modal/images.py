@@ -1,5 +1,6 @@
 """The default workspace image: Debian slim with the tools agents expect (git, git-lfs, ripgrep,
-jq, curl, …), uv and Python, plus this project's wheel, which carries the workspace agent.
+jq, curl, …), uv and Python, plus this project's wheel, which carries the workspace agent: built
+from the checkout's source inside Modal's image build, or a wheel given (`wheel_stage`).
 
 Modal builds it once and reuses the cached layers.
 `python -m modal_workspace_core.drivers.modal.images publish [NAME]` builds it and publishes it
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,15 +19,20 @@ from pathlib import Path
 import modal
 
 from ... import __version__
+from .wheel_stage import WHEEL_DIR, Checkout, LocalWheel, WheelSource, find_checkout
 
 __all__ = [
     "APT_PACKAGES",
     "DEFAULT_IMAGE_NAME",
     "PYTHON_VERSION",
+    "UV_INSTALL",
+    "WHEEL_DIR",
     "WHEEL_ENV",
-    "build_wheel",
+    "WheelNotFoundError",
+    "base_image",
     "find_wheel",
     "publish_workspace_image",
+    "wheel_source",
     "workspace_image",
 ]
 
@@ -43,64 +48,74 @@ APT_PACKAGES = (
     "wget",
 )
 PYTHON_VERSION = "3.11"
-# Where the project's wheel is, when not in this checkout's `target/wheels` (`maturin build`).
+# A wheel built elsewhere, uploaded instead of building one from the checkout's source.
 WHEEL_ENV = "MODAL_WORKSPACE_WHEEL"
 DEFAULT_IMAGE_NAME = "modal-workspace"
-# Where the wheel lands inside images, so an image's wheel can be found and installed again.
-WHEEL_DIR = "/opt/modal-workspace/wheels"
+UV_INSTALL = "uv pip install --system"
 
 
 class WheelNotFoundError(FileNotFoundError):
-    """No wheel of this project to put in the image; the message says how to build one."""
+    """No wheel of this project to put in the image; the message says how to get one."""
 
 
-def find_wheel(environ: Mapping[str, str] | None = None) -> Path:
-    """This project's wheel: `$MODAL_WORKSPACE_WHEEL`, else the newest wheel of this version in
-    the checkout's `target/wheels` (what `maturin build --release` writes)."""
+def find_wheel(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The wheel `$MODAL_WORKSPACE_WHEEL` names (a wheel, or a directory holding this version's
+    wheel: the gateway's image keeps the one it installed in `WHEEL_DIR`); None when unset."""
     env = os.environ if environ is None else environ
     explicit = env.get(WHEEL_ENV)
-    if explicit:
-        path = Path(explicit)
-        if not path.is_file():
-            raise WheelNotFoundError(f"{WHEEL_ENV} names {path}, which is not a file")
-        return path
-    checkout = Path(__file__).resolve().parents[2]
-    pattern = f"modal_workspace_core-{__version__}-*.whl"
-    wheels = sorted((checkout / "target" / "wheels").glob(pattern), key=lambda p: p.stat().st_mtime)
-    if not wheels:
+    if not explicit:
+        return None
+    path = Path(explicit)
+    if path.is_dir():
+        wheels = sorted(path.glob(f"modal_workspace_core-{__version__}-*.whl"))
+        if not wheels:
+            raise WheelNotFoundError(
+                f"{WHEEL_ENV} names {path}, which holds no wheel of version {__version__}"
+            )
+        return wheels[-1]
+    if not path.is_file():
+        raise WheelNotFoundError(f"{WHEEL_ENV} names {path}, which is not a file")
+    return path
+
+
+def wheel_source(
+    wheel: Path | None = None,
+    *,
+    checkout: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> WheelSource:
+    """Where the image's wheel comes from: the wheel given or `$MODAL_WORKSPACE_WHEEL` names
+    (uploaded as it is), else the checkout given or the one this package runs from (built
+    inside Modal's image build, so it is a Linux wheel whatever machine deploys)."""
+    path = wheel or find_wheel(environ)
+    if path is not None:
+        return LocalWheel(path)
+    root = checkout or find_checkout()
+    if root is None:
         raise WheelNotFoundError(
-            "no wheel of modal-workspace-core to put in the workspace image: run "
-            f"`maturin build --release` in the checkout, or set {WHEEL_ENV} to a wheel's path"
+            "no source of modal-workspace-core to build the workspace image from: run from a "
+            f"checkout of the repository, or set {WHEEL_ENV} to a Linux x86-64 wheel's path"
         )
-    return wheels[-1]
+    return Checkout(root)
 
 
-def build_wheel() -> Path:
-    """Build this checkout's wheel with maturin (release mode) into `target/wheels`, for a deploy
-    from a checkout that has none yet; returns it."""
-    checkout = Path(__file__).resolve().parents[2]
-    if not (checkout / "pyproject.toml").is_file():
-        raise WheelNotFoundError(
-            f"not in a checkout of modal-workspace-core: set {WHEEL_ENV} to a wheel's path"
-        )
-    out = checkout / "target" / "wheels"
-    command = [sys.executable, "-m", "maturin", "build", "--release", "--out", str(out)]
-    done = subprocess.run(command, cwd=checkout, check=False)
-    if done.returncode != 0:
-        raise WheelNotFoundError(f"`maturin build --release` failed (exit {done.returncode})")
-    return find_wheel({})
-
-
-def workspace_image(wheel: Path | None = None) -> modal.Image:
-    """The image every workspace starts from unless a named image or an image id is chosen."""
-    wheel = wheel or find_wheel()
-    remote = f"{WHEEL_DIR}/{wheel.name}"
+def base_image() -> modal.Image:
+    """The workspace image's layers below the project's wheel."""
     return (
         modal.Image.debian_slim(python_version=PYTHON_VERSION)
         .apt_install(*APT_PACKAGES)
         .pip_install("uv")
-        .add_local_file(wheel, remote, copy=True)
-        .run_commands(f"uv pip install --system {remote}", "git lfs install --system")
+    )
+
+
+def workspace_image(
+    wheel: Path | None = None, *, checkout: Path | None = None, source: WheelSource | None = None
+) -> modal.Image:
+    """The image every workspace starts from unless a named image or an image id is chosen."""
+    source = source or wheel_source(wheel, checkout=checkout)
+    return (
+        source.install(base_image(), UV_INSTALL)
+        .run_commands("git lfs install --system")
         .workdir("/workspace")
     )
 
