@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import datetime as dt
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ import modal
 import modal.exception
 from modal_proto import api_pb2
 
-from ...errors import ConflictError, NotFoundError
+from ...errors import ConflictError, NotFoundError, UpstreamError
 from ...policy import WORKSPACE_TAGS
 from ..base import SnapshotSpec, Suspension, utc_now
 from . import records
@@ -57,6 +58,34 @@ _TERMINATED = api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_
 def _stamp(seconds: float) -> str:
     at = dt.datetime.fromtimestamp(seconds, dt.UTC)
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# How often a snapshot's record is written again when another gateway's write replaced it.
+_RECORD_ATTEMPTS = 5
+
+
+async def _record_snapshot(
+    sandbox: modal.Sandbox, workspace_id: str, spec: SnapshotSpec, image_id: str
+) -> records.StoredSnapshot:
+    """Adds the snapshot's record to the sandbox's tags and reads it back. A tag write replaces
+    the whole set, so two gateways recording at once (two forks of one parent, say) can each
+    erase the other's record: a write whose record is gone when read back is merged again into
+    what is there now, after a short random pause, until it stays."""
+    for attempt in range(_RECORD_ATTEMPTS):
+        # Read again: the tags may have changed while the snapshot was taken.
+        tags = await sandbox.get_tags.aio()
+        stored = records.StoredSnapshot.new(workspace_id, spec, image_id, tags)
+        await sandbox.set_tags.aio(records.with_snapshot(tags, stored))
+        await asyncio.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+        if records.has_snapshot(await sandbox.get_tags.aio(), spec.snapshot_id):
+            return stored
+        log.info("the record of snapshot %s was overwritten; writing it again", spec.snapshot_id)
+    raise UpstreamError(
+        "upstream",
+        f"snapshot {spec.snapshot_id} of workspace {workspace_id} was taken (image {image_id}) "
+        "but its record kept being overwritten by other writers; try again",
+        "snapshot_id",
+    )
 
 
 class ModalLifecycle:
@@ -161,10 +190,7 @@ class ModalLifecycle:
                 timeout=self.settings.snapshot_timeout_seconds,
             )
             await open_image(spec.snapshot_id, image_id)
-            # Read again: the tags may have changed while the snapshot was taken.
-            tags = await sandbox.get_tags.aio()
-            stored = records.StoredSnapshot.new(workspace_id, spec, image_id, tags)
-            await sandbox.set_tags.aio(records.with_snapshot(tags, stored))
+            stored = await _record_snapshot(sandbox, workspace_id, spec, image_id)
         return stored.record
 
     async def list_snapshots(self, workspace_id: str) -> builtins.list[SnapshotRecord]:
