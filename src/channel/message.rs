@@ -219,7 +219,13 @@ mod tests {
         let hello = serde_json::to_value(Hello::ours(Role::Agent)).unwrap();
         assert_eq!(
             hello,
-            serde_json::json!({"protocol": 1, "build": BUILD, "role": "agent"})
+            serde_json::json!({"protocol": 1, "build": BUILD, "role": "agent", "keepalive": true})
+        );
+        // A gateway's Hello says nothing of keepalives until it promises one.
+        let gateway = serde_json::to_value(Hello::ours(Role::Gateway)).unwrap();
+        assert_eq!(
+            gateway,
+            serde_json::json!({"protocol": 1, "build": BUILD, "role": "gateway"})
         );
         let req: RequestHeader = serde_json::from_str(r#"{"id":3,"op":"ping"}"#).unwrap();
         assert!(req.args.is_empty());
