@@ -3,6 +3,7 @@
 //! Each function returns the input in canonical form or a [`PolicyError`] naming the rule.
 
 mod allowlist;
+mod commit;
 mod error;
 mod functions;
 mod git_ref;
@@ -16,6 +17,10 @@ mod resources;
 mod tags;
 
 pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
+pub use commit::{
+    author_email, author_name, commit_message, MAX_AUTHOR_EMAIL_CHARS, MAX_AUTHOR_NAME_CHARS,
+    MAX_COMMIT_MESSAGE_BYTES,
+};
 pub use error::{echo, PolicyError, ECHO_CHARS};
 pub use functions::{
     allowed_function, function_allowlist, function_call_id, modal_app_name, modal_function_name,
