@@ -373,8 +373,9 @@ def test_gateway_env_makes_the_fake_the_gateways_github_app(
     assert env["MODAL_WORKSPACE_GITHUB_API_URL"] == github_app.api_url
     assert env["MODAL_WORKSPACE_GITHUB_APP_ID"] == str(github_app.app_id)
     assert env["MODAL_WORKSPACE_GITHUB_APP_PRIVATE_KEY"].startswith("-----BEGIN PRIVATE KEY-----")
-    assert env["MODAL_WORKSPACE_HOST_PORTS"] == f"{git_server.port},{github_app.port}"
+    assert env["MODAL_WORKSPACE_HOST_PORTS"] == str(git_server.port)
     # The product's settings take every one of them.
     settings = load_settings(env | {"MODAL_WORKSPACE_MCP_TOKEN": TOKEN})
     assert settings.github_api_url == github_app.api_url.rstrip("/")
-    assert settings.host_ports == (git_server.port, github_app.port)
+    assert settings.host_ports == (git_server.port,)
+    assert settings.github_app_id == str(github_app.app_id)

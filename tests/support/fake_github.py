@@ -39,7 +39,6 @@ DEFAULT_INSTALLATION_ID = 4242
 API_URL_ENV = "MODAL_WORKSPACE_GITHUB_API_URL"
 APP_ID_ENV = "MODAL_WORKSPACE_GITHUB_APP_ID"
 APP_PRIVATE_KEY_ENV = "MODAL_WORKSPACE_GITHUB_APP_PRIVATE_KEY"
-HOST_PORTS_ENV = "MODAL_WORKSPACE_HOST_PORTS"
 
 # What an App's installation is granted; a token asks for some of it (or all, by default).
 _INSTALLATION_PERMISSIONS = {"contents": "write", "pull_requests": "write", "metadata": "read"}
@@ -177,11 +176,9 @@ class FakeGitHub:
     @property
     def gateway_env(self) -> dict[str, str]:
         """The gateway settings that make this fake its GitHub App, with the git server's. The
-        API's port joins the host ports although only the gateway (on the host) calls the API:
-        a workspace does not need it."""
-        env = dict(self.git.gateway_env)
-        env[HOST_PORTS_ENV] = ",".join(p for p in (env.get(HOST_PORTS_ENV), str(self.port)) if p)
-        return env | {
+        API's port is not among the host ports workspaces may reach: only the gateway calls
+        the API, and a workspace that could would hold nothing to call it with."""
+        return dict(self.git.gateway_env) | {
             API_URL_ENV: self.api_url,
             APP_ID_ENV: str(self.app_id),
             APP_PRIVATE_KEY_ENV: self.private_key_pem,
