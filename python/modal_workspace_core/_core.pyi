@@ -62,6 +62,8 @@ __all__ = [
     "outbound_cidr",
     "outbound_domain",
     "parse_page",
+    "pull_request_body",
+    "pull_request_title",
     "region",
     "regions",
     "secret_allowlist",
@@ -140,6 +142,14 @@ def author_name(text: str) -> str:
 def author_email(text: str) -> str:
     """Check a commit author's email and return it unchanged: one `@` with text on each side,
     3-254 characters, no spaces, `<`, `>` or control characters. Raises `PolicyError`."""
+
+def pull_request_title(text: str) -> str:
+    """Check a pull request's title and return it unchanged: one line of 1-256 characters, not
+    blank, no control characters. Raises `PolicyError`."""
+
+def pull_request_body(text: str) -> str:
+    """Check a pull request's body and return it unchanged: at most 64 KiB, no NUL nor control
+    characters other than newline, tab and carriage return. Raises `PolicyError`."""
 
 def git_ref(text: str) -> str:
     """Check a branch, tag or commit name and return it unchanged.

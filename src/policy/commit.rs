@@ -1,7 +1,8 @@
-//! What a client gives for a commit: its message and the author's name and email. Each reaches
-//! git as one argv element or environment value, so the rules keep out what git would
-//! misread (NUL, which no argv can carry; `<` `>` and newlines, which would forge an ident
-//! line of the commit object) and bound the sizes.
+//! What a client gives for a commit (its message, the author's name and email) and for a pull
+//! request (its title and body). A commit's parts reach git as one argv element or environment
+//! value each, so the rules keep out what git would misread (NUL, which no argv can carry; `<`
+//! `>` and newlines, which would forge an ident line of the commit object); a pull request's
+//! reach GitHub's API. All are bounded.
 
 use super::error::PolicyError;
 
@@ -11,6 +12,11 @@ pub const MAX_COMMIT_MESSAGE_BYTES: usize = 64 * 1024;
 pub const MAX_AUTHOR_NAME_CHARS: usize = 256;
 /// Longest author email, in characters (RFC 5321's path limit).
 pub const MAX_AUTHOR_EMAIL_CHARS: usize = 254;
+
+/// Longest pull request title, in characters.
+pub const MAX_PULL_REQUEST_TITLE_CHARS: usize = 256;
+/// Longest pull request body, in bytes (GitHub's own limit is 65536 characters).
+pub const MAX_PULL_REQUEST_BODY_BYTES: usize = 64 * 1024;
 
 /// The characters git strips from both ends of an ident's name and email ("crud").
 fn is_crud(c: char) -> bool {
@@ -68,6 +74,35 @@ pub fn author_email(text: &str) -> Result<String, PolicyError> {
     Ok(text.to_owned())
 }
 
+/// A pull request's title: one line of 1-256 characters with something visible, no control
+/// characters.
+pub fn pull_request_title(text: &str) -> Result<String, PolicyError> {
+    let what = "a pull request title must be one line of 1-256 characters, not blank, without \
+                control characters";
+    if text.chars().count() > MAX_PULL_REQUEST_TITLE_CHARS
+        || text.trim().is_empty()
+        || text.chars().any(char::is_control)
+    {
+        return Err(PolicyError::new("pull-request.title", what, text));
+    }
+    Ok(text.to_owned())
+}
+
+/// A pull request's body: at most 64 KiB, no NUL nor control characters other than newline,
+/// tab and carriage return (it may be empty).
+pub fn pull_request_body(text: &str) -> Result<String, PolicyError> {
+    let what = "a pull request body must be at most 65536 bytes, without NUL or control \
+                characters other than newline and tab";
+    if text.len() > MAX_PULL_REQUEST_BODY_BYTES
+        || text
+            .chars()
+            .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+    {
+        return Err(PolicyError::new("pull-request.body", what, text));
+    }
+    Ok(text.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +126,29 @@ mod tests {
             "commit.message-too-long"
         );
         assert!(commit_message(&long[1..]).is_ok());
+    }
+
+    #[test]
+    fn pull_request_titles_are_one_line_and_bodies_are_text() {
+        assert_eq!(
+            pull_request_title("Fix the parser").unwrap(),
+            "Fix the parser"
+        );
+        for bad in ["", "  ", "two\nlines", "tab\there", &"t".repeat(257)] {
+            assert_eq!(
+                pull_request_title(bad).unwrap_err().rule,
+                "pull-request.title",
+                "{bad:?}"
+            );
+        }
+        assert!(pull_request_body("").is_ok());
+        assert!(pull_request_body("## Summary\n\n- one\n\t- two\r\n").is_ok());
+        for bad in ["nul\0", "esc\u{1b}[0m"] {
+            assert!(pull_request_body(bad).is_err(), "{bad:?}");
+        }
+        let long = "b".repeat(MAX_PULL_REQUEST_BODY_BYTES + 1);
+        assert!(pull_request_body(&long).is_err());
+        assert!(pull_request_body(&long[1..]).is_ok());
     }
 
     #[test]

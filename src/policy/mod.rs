@@ -18,8 +18,9 @@ mod tags;
 
 pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
 pub use commit::{
-    author_email, author_name, commit_message, MAX_AUTHOR_EMAIL_CHARS, MAX_AUTHOR_NAME_CHARS,
-    MAX_COMMIT_MESSAGE_BYTES,
+    author_email, author_name, commit_message, pull_request_body, pull_request_title,
+    MAX_AUTHOR_EMAIL_CHARS, MAX_AUTHOR_NAME_CHARS, MAX_COMMIT_MESSAGE_BYTES,
+    MAX_PULL_REQUEST_BODY_BYTES, MAX_PULL_REQUEST_TITLE_CHARS,
 };
 pub use error::{echo, PolicyError, ECHO_CHARS};
 pub use functions::{

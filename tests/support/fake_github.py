@@ -141,6 +141,8 @@ class FakeGitHub:
         self.static_token: str | None = None
         self.token_ttl_seconds = 3600
         self.minted: list[MintedToken] = []
+        # Tokens the next mints hand out, in order (then random ones again).
+        self.next_tokens: list[str] = []
         self.pulls: list[FakePull] = []
         self.requests: list[SeenApiRequest] = []
         self.api_url = ""
@@ -264,6 +266,13 @@ class FakeGitHub:
             }
             return JSONResponse(answer, status_code=201)
 
+        @app.get("/repos/{owner}/{name}")
+        async def get_repo(owner: str, name: str, request: Request) -> JSONResponse:
+            slug = f"{owner}/{name}"
+            # Any token of the repository may read it (every installation token has metadata).
+            self._check_token(request, slug, "metadata", "read")
+            return JSONResponse(self._repository_json(self._repo(slug)))
+
         @app.get("/repos/{owner}/{name}/pulls")
         async def list_pulls(owner: str, name: str, request: Request) -> JSONResponse:
             slug = f"{owner}/{name}"
@@ -371,6 +380,9 @@ class FakeGitHub:
         # Not a fixed length: GitHub says the format will change, so nothing may assume one.
         length = 40 + secrets.randbelow(81)
         token = "ghs_" + "".join(secrets.choice(_TOKEN_ALPHABET) for _ in range(length - 4))
+        with self._lock:
+            if self.next_tokens:  # a test that must know a token before it is minted
+                token = self.next_tokens.pop(0)
         expires = datetime.now(UTC).replace(microsecond=0) + timedelta(
             seconds=self.token_ttl_seconds
         )

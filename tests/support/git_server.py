@@ -242,10 +242,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 class ArgvSampler:
     """Samples every process's argv (`/proc/*/cmdline`) in the background, to prove a secret
-    never appears in one while, say, a clone runs."""
+    never appears in one while, say, a clone runs; with `environ=True`, every environment it
+    may read (`/proc/*/environ`: all of them, as root) too."""
 
-    def __init__(self, secret: str, interval: float = 0.002) -> None:
+    def __init__(
+        self,
+        secret: str,
+        interval: float = 0.002,
+        *,
+        environ: bool = False,
+        also: tuple[str, ...] = (),
+    ) -> None:
+        self.environ = environ
         self.secret = secret.encode()
+        self.secrets = [self.secret, *(s.encode() for s in also)]
         self.interval = interval
         self.samples = 0  # full scans of /proc
         self.git_seen = 0  # argv of git processes seen (proof the sampling overlapped the work)
@@ -270,10 +280,18 @@ class ArgvSampler:
                     argv = (entry / "cmdline").read_bytes()
                 except OSError:
                     continue  # the process ended meanwhile
-                if self.secret in argv:
-                    self.leaks.append(
-                        argv.replace(self.secret, b"<secret>").decode(errors="replace")
-                    )
+                if any(secret in argv for secret in self.secrets):
+                    for secret in self.secrets:
+                        argv = argv.replace(secret, b"<secret>")
+                    self.leaks.append(argv.decode(errors="replace"))
+                if self.environ:
+                    try:
+                        env = (entry / "environ").read_bytes()
+                    except OSError:
+                        env = b""  # ended, or another user's we may not read
+                    if any(secret in env for secret in self.secrets):
+                        program = argv.split(b"\0", 1)[0].decode(errors="replace")
+                        self.leaks.append(f"environ of {program}")
                 if argv.startswith(b"git") or b"/git" in argv.split(b"\0", 1)[0]:
                     self.git_seen += 1
             self.samples += 1
