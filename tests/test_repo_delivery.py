@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from e2e_support import Served, local_backend, serve
+from e2e_support import Served, backend_for, local_backend, serve
 from service_support import TOKEN
 from support.fake_github import OTHER_REPO, FakeGitHub
 from support.git_server import HELLO_REPO, GitServer
@@ -31,10 +31,18 @@ class Rig:
 
 @contextlib.contextmanager
 def rigged(
-    tmp_path: Path, github: FakeGitHub, git: GitServer, static_token: str, env: dict[str, str]
+    tmp_path: Path,
+    github: FakeGitHub,
+    git: GitServer,
+    static_token: str,
+    env: dict[str, str],
+    driver: str = "local",
 ) -> Iterator[Rig]:
     with contextlib.ExitStack() as stack:
-        backend = stack.enter_context(local_backend(tmp_path, static_token))
+        if driver == "local-unisolated":  # the fallback without bubblewrap, paths and all
+            backend = stack.enter_context(local_backend(tmp_path, static_token, isolation="none"))
+        else:
+            backend = stack.enter_context(backend_for(driver, tmp_path, static_token))
         served = stack.enter_context(serve(tmp_path, static_token, backend, github_env=env))
         headers = {"Authorization": f"Bearer {TOKEN}"}
         api = stack.enter_context(httpx2.Client(base_url=served.api, headers=headers, timeout=120))
@@ -45,6 +53,16 @@ def rigged(
 def rig(tmp_path: Path, github_app: FakeGitHub, git_server: GitServer) -> Iterator[Rig]:
     # The secret's static token is one GitHub never accepts: every credential is the App's.
     with rigged(tmp_path, github_app, git_server, "ghp_never", github_app.gateway_env) as rig:
+        yield rig
+
+
+@pytest.fixture(params=["local", "local-unisolated", "modal"])
+def any_rig(
+    request: pytest.FixtureRequest, tmp_path: Path, github_app: FakeGitHub, git_server: GitServer
+) -> Iterator[Rig]:
+    """`rig` on every driver: the local one isolated and not, and Modal's (the control plane)."""
+    env = github_app.gateway_env
+    with rigged(tmp_path, github_app, git_server, "ghp_never", env, request.param) as rig:
         yield rig
 
 
@@ -106,7 +124,8 @@ def push(rig: Rig, ws: str, **body: Any) -> dict[str, Any]:
     return ok(rig.api.post(f"/workspaces/{ws}/repo/push", json=body))
 
 
-def test_clone_commit_push_and_a_draft_pull_request_opened_once(rig: Rig) -> None:
+def test_clone_commit_push_and_a_draft_pull_request_opened_once(any_rig: Rig) -> None:
+    rig = any_rig
     ws = cloned(rig)
     refused = commit(rig, ws, message="nothing yet")
     assert refused.status_code == 409 and "nothing to commit" in refused.text, refused.text

@@ -60,7 +60,7 @@ git commit --quiet --message="$message" -- "$@"
 echo mwc-commit-done
 git rev-parse HEAD
 git symbolic-ref --quiet --short HEAD || echo
-git diff-tree --no-commit-id --numstat -r --root HEAD | head -n 1000
+git diff-tree --no-commit-id --numstat -r --root HEAD | head -n 1001
 """
 
 # $1 repo dir, $2 branch, $3 bundle path. The commits origin does not have (as far as the
@@ -142,11 +142,16 @@ def commit_env(name: str, email: str) -> dict[str, str]:
     }
 
 
+# The most changed files a commit's answer lists.
+MAX_COMMIT_FILES = 1000
+
+
 @dataclass(frozen=True)
 class CommitFacts:
     commit: str
     branch: str | None
     files: list[dict[str, object]]
+    truncated: bool = False
 
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -174,7 +179,12 @@ def parse_commit(stdout: str) -> CommitFacts | None:
                     "removed": int(removed) if removed.isdigit() else None,
                 }
             )
-    return CommitFacts(commit=lines[0], branch=lines[1] or None, files=files)
+    return CommitFacts(
+        commit=lines[0],
+        branch=lines[1] or None,
+        files=files[:MAX_COMMIT_FILES],
+        truncated=len(files) > MAX_COMMIT_FILES,
+    )
 
 
 def bundle_path(exec_id: str) -> tuple[str, str]:

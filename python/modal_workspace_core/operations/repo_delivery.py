@@ -125,6 +125,7 @@ class RepoCommitResult(Output):
     commit: str = Field(description="The new commit.")
     branch: str | None = Field(description="The branch it is on (null when detached).")
     files: list[ChangedFile] = Field(description="The files it changed (at most 1000).")
+    truncated: bool = Field(default=False, description="It changed more files than listed.")
 
 
 class PushedCommit(Output):
@@ -151,6 +152,9 @@ class RepoPushResult(Output):
     )
     file_count: int = Field(default=0, description="How many files those commits touched.")
     files: list[str] = Field(default_factory=list, description="Those files (the first 200).")
+    truncated: bool = Field(
+        default=False, description="More commits or files than listed (see the counts)."
+    )
     error: str | None = Field(default=None, description="Why the push failed.")
 
 
@@ -214,6 +218,7 @@ async def repo_commit(svc: Service, inp: RepoCommitInput) -> RepoCommitResult:
         commit=facts.commit,
         branch=facts.branch,
         files=[ChangedFile.model_validate(f) for f in facts.files],
+        truncated=facts.truncated,
     )
 
 
@@ -376,6 +381,8 @@ async def _finish_push(
         commits=report.commits,
         file_count=report.file_count,
         files=report.files,
+        truncated=report.commit_count > len(report.commits)
+        or report.file_count > len(report.files),
         error=error,
     )
 
