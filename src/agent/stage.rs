@@ -31,11 +31,7 @@ pub fn stage(root: &Path, path: &str, to: &Path, max_bytes: u64) -> Result<u64, 
             "'{path}' is {size} bytes, more than the {max_bytes} this step takes"
         ));
     }
-    let copied = copy_new(file, to, max_bytes).map_err(|e| {
-        let _ = std::fs::remove_file(to);
-        e
-    })?;
-    Ok(copied)
+    copy_new(file, to, max_bytes)
 }
 
 fn check_links(path: &str, meta: &std::fs::Metadata) -> Result<(), String> {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from githubkit import AppAuthStrategy, GitHub, TokenAuthStrategy
 from githubkit.exception import GitHubException, RequestFailed
@@ -25,6 +25,8 @@ from githubkit.exception import GitHubException, RequestFailed
 from ..errors import PermissionDeniedError, UpstreamError
 
 if TYPE_CHECKING:
+    from githubkit_schemas.latest.types import AppPermissionsType
+
     from ..policy import GitHubRepo
     from ..service import Service
 
@@ -96,7 +98,8 @@ async def _installation_token(
             installation_id = found.parsed_data.id
         minted = await gh.rest.apps.async_create_installation_access_token(
             installation_id,
-            data={"repositories": [repo.name], "permissions": dict(permissions)},
+            repositories=[repo.name],
+            permissions=cast("AppPermissionsType", dict(permissions)),
         )
     except RequestFailed as exc:
         raise _refused(exc, repo) from None
