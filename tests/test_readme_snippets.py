@@ -154,20 +154,26 @@ def test_the_mcp_walkthrough_example_runs_offline_as_the_readme_shows(tmp_path: 
         assert listed["workspaces"] == []
 
 
+def run_sh_block(name: str, api: str) -> list[str]:
+    """Runs the README's shell block `name` with bash (strict mode) against the server at `api`
+    with the test token, as a reader would with `$API` and `$TOKEN` set; its non-empty lines."""
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", readme_block(name, "sh")],
+        env={**os.environ, "API": api, "TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return [line for line in done.stdout.splitlines() if line]
+
+
 def test_the_readme_snapshots_section_runs_against_a_server_as_printed(tmp_path: Path) -> None:
     if shutil.which("curl") is None or shutil.which("jq") is None:
         pytest.skip("the section uses curl and jq (.ci/run installs them)")
     with local_backend(tmp_path, "ghp_unused") as backend, serve(tmp_path, "", backend) as served:
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", readme_block("snapshots", "sh")],
-            env={**os.environ, "API": served.api, "TOKEN": TOKEN},
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-        lines = [line for line in done.stdout.splitlines() if line]  # writes print nothing
+        lines = run_sh_block("snapshots", served.api)  # writes print nothing
         lineage = json.loads(lines[0])
         assert lineage["parent_workspace_id"].startswith("ws-")
         assert lineage["snapshot_id"].startswith("sn-")
@@ -199,16 +205,7 @@ def test_the_readme_delivery_section_runs_against_the_stand_in_github_as_printed
         local_backend(tmp_path, "ghp_unused") as backend,
         serve(tmp_path, "", backend, github_env=env) as served,
     ):
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", readme_block("delivery", "sh")],
-            env={**os.environ, "API": served.api, "TOKEN": TOKEN},
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-        lines = [line for line in done.stdout.splitlines() if line]
+        lines = run_sh_block("delivery", served.api)
         assert lines[0] == "0"
         assert json.loads(lines[1]) == {"branch": "main", "files": ["answer.py"]}
         pushed = json.loads(lines[2])

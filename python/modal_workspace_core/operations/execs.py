@@ -314,6 +314,27 @@ async def run_to_end(
     )
 
 
+# A gateway's own git query: no prompt, no lock taken (it must not block the workspace's git).
+_QUERY_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+
+
+async def git_query(
+    svc: Service, record: WorkspaceRecord, argv: list[str], *, cap: int = 4096
+) -> Finished:
+    """A short git command the gateway runs for itself in the workspace (out of `exec.list`),
+    whose first `cap` bytes of output it reads: a repository's origin, its branch, its HEAD."""
+    return await run_to_end(
+        svc,
+        record,
+        argv=argv,
+        env=dict(_QUERY_ENV),
+        timeout_seconds=60,
+        cap=cap,
+        head_only=True,
+        internal=True,
+    )
+
+
 async def drain(
     svc: Service,
     ws: str,

@@ -19,7 +19,7 @@ from ..drivers.base import (
 )
 from ..errors import ConflictError, LimitError, NotFoundError
 from ..git import commands as gitcmd
-from .execs import run_to_end
+from .execs import git_query
 from .task_stream import TaskStream
 
 if TYPE_CHECKING:
@@ -46,16 +46,7 @@ async def repo_heads(svc: Service, record: WorkspaceRecord) -> dict[str, str]:
     dest = record.tags.get("repo-path")
     if not dest:
         return {}
-    done = await run_to_end(
-        svc,
-        record,
-        argv=gitcmd.head_argv(dest),
-        env={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"},
-        timeout_seconds=60,
-        cap=4096,
-        head_only=True,
-        internal=True,
-    )
+    done = await git_query(svc, record, gitcmd.head_argv(dest))
     head = done.stdout.head.decode(errors="replace").strip()
     if done.status.get("returncode") != 0 or not _HEAD.fullmatch(head):
         return {}

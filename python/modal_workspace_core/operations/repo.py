@@ -17,7 +17,7 @@ from ..git import credentials, pending
 from ..git.pending import pending_note, settle
 from ..policy import WORKSPACE_ROOT
 from ..surfaces.limits import Bound
-from .execs import exec_args, run_to_end
+from .execs import exec_args, git_query, run_to_end
 from .fields import (
     MAX_OUTPUT_BYTES,
     GitRef,
@@ -265,16 +265,8 @@ async def origin_repo(svc: Service, record: WorkspaceRecord, dest: str) -> polic
     base = svc.settings.github_url
     if record.tags.get("repo-path") == dest and record.tags.get("repo-url"):
         return policy.github_repo(record.tags["repo-url"])
-    done = await run_to_end(
-        svc,
-        record,
-        argv=["git", "-C", gitcmd.repo_dir(dest), "config", "--get", "remote.origin.url"],
-        env={**_GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"},
-        timeout_seconds=60,
-        cap=4096,
-        head_only=True,
-        internal=True,
-    )
+    argv = ["git", "-C", gitcmd.repo_dir(dest), "config", "--get", "remote.origin.url"]
+    done = await git_query(svc, record, argv)
     if done.status.get("returncode") != 0:
         raise git_failure(done.stderr.text() or "no remote 'origin'", dest)
     origin = done.stdout.head.decode(errors="replace").strip()

@@ -32,7 +32,7 @@ from ..errors import (
 from ..git import commands as gitcmd
 from ..git import credentials, delivery
 from ..surfaces.limits import Bound
-from .execs import drain, run_to_end
+from .execs import drain, git_query, run_to_end
 from .fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
 from .repo import agent_paths, git_failure, origin_repo, recorded_destination
 from .table import PUBLISH, PUBLISH_ONCE, WRITE, WS, Declarations
@@ -230,16 +230,8 @@ def default_remote_branch(workspace_id: str, branch: str) -> str:
 
 
 async def _current_branch(svc: Service, record: WorkspaceRecord, dest: str) -> str:
-    done = await run_to_end(
-        svc,
-        record,
-        argv=["git", "-C", gitcmd.repo_dir(dest), "symbolic-ref", "--quiet", "--short", "HEAD"],
-        env={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"},
-        timeout_seconds=60,
-        cap=4096,
-        head_only=True,
-        internal=True,
-    )
+    argv = ["git", "-C", gitcmd.repo_dir(dest), "symbolic-ref", "--quiet", "--short", "HEAD"]
+    done = await git_query(svc, record, argv)
     name = done.stdout.head.decode(errors="replace").strip()
     if done.status.get("returncode") != 0 or not name:
         stderr = done.stderr.text()
