@@ -8,7 +8,7 @@ from ..config import Settings
 from ..errors import InvalidArgumentError
 from ..git.pending import resume_pending
 from ..service import Service
-from . import execs, files, functions, repo, snapshots, streams, watches, workspaces
+from . import artifacts, execs, files, functions, repo, snapshots, streams, watches, workspaces
 from .lifecycle import resume_suspended
 from .run import call, parse_input, parse_request, run
 from .table import Hints, Operation
@@ -28,7 +28,17 @@ __all__ = [
 
 OPERATIONS: tuple[Operation, ...] = tuple(
     op
-    for domain in (workspaces, snapshots, execs, repo, files, watches, streams, functions)
+    for domain in (
+        workspaces,
+        snapshots,
+        execs,
+        repo,
+        files,
+        artifacts,
+        watches,
+        streams,
+        functions,
+    )
     for op in domain.declare.operations
 )
 _BY_NAME = {op.name: op for op in OPERATIONS}

@@ -8,7 +8,7 @@ REST routes, MCP tools and the Python API's methods are generated from the decla
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -51,6 +51,42 @@ FW = WS + "/file-watches/{watch_id}"
 
 
 @dataclass(frozen=True)
+class RawReply:
+    """Bytes a REST route answers as they are, not as JSON: `chunks` streamed with
+    `Content-Length: length` (so an HTTP client shows progress). `close` runs once the stream
+    ends, however it ends (finished, failed or abandoned by the client)."""
+
+    chunks: AsyncIterator[bytes]
+    length: int
+    media_type: str
+    filename: str | None = None
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+# Serves an operation's REST route in its byte form: the input (from the path and the query),
+# the request body as it arrives (empty for a GET) and the request's headers; answers bytes, a
+# model that REST answers as JSON like any other operation's, or None: the declared handler's
+# answer, as JSON.
+RawServer = Callable[
+    ["Service", Any, AsyncIterator[bytes], Mapping[str, str]],
+    Awaitable[BaseModel | RawReply | None],
+]
+
+
+@dataclass(frozen=True)
+class RawRest:
+    """An operation whose REST route carries raw bytes rather than JSON: every input comes from
+    the path and the query, the body (when `request_media` is set) is the bytes, and the answer
+    may be bytes (`response_media`). MCP and the Python API call the declared handler, which
+    carries the same content as text."""
+
+    serve: RawServer
+    # The body's media types (documented; empty: the route takes no body) and the answer's.
+    request_media: tuple[str, ...] = ()
+    response_media: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str
     summary: str  # one sentence, also the MCP tool's description and the REST summary
@@ -64,6 +100,8 @@ class Operation:
     in_actions: bool = True
     # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
     bounds: Bounds = field(default_factory=dict)
+    # Set when the REST route carries bytes, not JSON (`RawRest`).
+    raw: RawRest | None = None
 
     def input_for(self, surface: Surface) -> type[Input]:
         """The input model as `surface` validates it: the operation's, with its bounds there."""
@@ -96,6 +134,7 @@ class Declarations:
         limits: str = "",
         in_actions: bool = True,
         bounds: Bounds | None = None,
+        raw: RawRest | None = None,
     ) -> Callable[[H], H]:
         def declare(handler: H) -> H:
             inp, output = _models_of(handler)
@@ -112,6 +151,7 @@ class Declarations:
                     limits=limits,
                     in_actions=in_actions,
                     bounds=bounds or {},
+                    raw=raw,
                 )
             )
             return handler

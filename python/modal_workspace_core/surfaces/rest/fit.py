@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ...errors import UpstreamError
+from ...operations.artifacts import ArtifactListing
 from ...operations.execs import ExecListResult, ExecResult
 from ...operations.files import FileContent, FileListResult, FileSearchResult
 from ...operations.repo import RepoDiff, RepoStatus
@@ -147,4 +148,5 @@ _FITTERS: dict[type[BaseModel], Callable[[Any, int], BaseModel]] = {
     WorkspaceListResult: _entries("workspaces"),
     ExecListResult: _entries("execs"),
     WatchListResult: _entries("watches"),
+    ArtifactListing: _entries("listing"),
 }

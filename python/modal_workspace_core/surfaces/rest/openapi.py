@@ -103,6 +103,12 @@ def actions_schema(
             op["description"] = _clip(op.get("description", ""), MAX_DESCRIPTION_CHARS)
             for param in op.get("parameters", []):
                 _clip_descriptions(param, MAX_PARAMETER_DESCRIPTION_CHARS)
+            # Actions take text only: a route that can also answer bytes is documented there
+            # by its JSON answer alone.
+            for response in op.get("responses", {}).values():
+                content = response.get("content") if isinstance(response, dict) else None
+                if isinstance(content, dict) and "application/json" in content:
+                    response["content"] = {"application/json": content["application/json"]}
         if kept:
             paths[path] = kept
     schemas = copy.deepcopy(full.get("components", {}).get("schemas", {}))
