@@ -9,11 +9,16 @@ is pruned by the agent.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 import secrets
+import tarfile
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _core
@@ -172,3 +177,49 @@ def verify_link(svc: Service, token: str) -> tuple[str, str]:
             raise InvalidArgumentError(str(exc)) from None
         raise PermissionDeniedError(str(exc)) from None
     return workspace_id, path
+
+
+async def write_to(reply: RawReply, dest: Path) -> int:
+    """Writes a download's bytes to the local file `dest` as they arrive; the bytes written."""
+    written = 0
+    try:
+        with dest.open("wb") as out:
+            async for chunk in reply.chunks:
+                await asyncio.to_thread(out.write, chunk)
+                written += len(chunk)
+    finally:
+        if reply.close is not None:
+            await reply.close()
+    return written
+
+
+async def local_chunks(src: Path) -> tuple[AsyncIterator[bytes], Format]:
+    """A local file's bytes, or a local directory's tree as a tar (written to a temporary file
+    first, so nothing is held whole), in chunks; and which of the two it is."""
+    if not src.is_dir():
+        return _chunks_of(src, remove=False), "file"
+    fd, name = tempfile.mkstemp(suffix=".tar")
+    os.close(fd)
+    archive = Path(name)
+
+    def pack() -> None:
+        with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+            for path in sorted(src.rglob("*")):
+                tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False)
+
+    try:
+        await asyncio.to_thread(pack)
+    except BaseException:
+        archive.unlink(missing_ok=True)
+        raise
+    return _chunks_of(archive, remove=True), "tar"
+
+
+async def _chunks_of(path: Path, *, remove: bool) -> AsyncIterator[bytes]:
+    try:
+        with path.open("rb") as f:
+            while chunk := await asyncio.to_thread(f.read, CHUNK_BYTES):
+                yield chunk
+    finally:
+        if remove:
+            path.unlink(missing_ok=True)

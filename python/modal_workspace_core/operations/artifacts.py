@@ -137,7 +137,7 @@ async def _upload_bytes(
         )
     media = headers.get("content-type", "").split(";")[0].strip().lower()
     fmt = inp.format or ("tar" if media in TAR_TYPES else "file")
-    return await _upload(svc, inp, body, fmt)
+    return await upload(svc, inp, body, fmt)
 
 
 # --- operations ----------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ async def artifact_upload(svc: Service, inp: ArtifactUpload) -> ArtifactUploadRe
     async def body() -> AsyncIterator[bytes]:
         yield payload
 
-    return await _upload(svc, inp, body(), inp.format or "file")
+    return await upload(svc, inp, body(), inp.format or "file")
 
 
 def _within(entries: list[dict[str, Any]], most: int) -> tuple[list[dict[str, Any]], bool]:
@@ -207,9 +207,11 @@ def _within(entries: list[dict[str, Any]], most: int) -> tuple[list[dict[str, An
     return entries, False
 
 
-async def _upload(
+async def upload(
     svc: Service, inp: ArtifactUpload, body: AsyncIterator[bytes], fmt: transfer.Format
 ) -> ArtifactUploadResult:
+    """`body` (a tar, or one file's bytes) unpacked at `inp.path` all at once: what every
+    surface's upload comes to."""
     if inp.path == WORKSPACE_ROOT:
         raise InvalidArgumentError(
             "path: name a path under the workspace root, not the root itself", field="path"
