@@ -230,7 +230,9 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     fork = route("workspace_fork", "POST", f"{ws_path}/fork", snapshot_id=snapshot["snapshot_id"])
     call(rig, "workspace_terminate", "DELETE", f"/workspaces/{fork['workspace_id']}")
     route("workspace_resume", "POST", f"{ws_path}/resume", snapshot_id=snapshot["snapshot_id"])
-    route("workspace_snapshot_delete", "DELETE", f"{ws_path}/snapshots/{snapshot['snapshot_id']}")
+    # Not in the Actions schema (its 30 are taken), still held to its limits.
+    snapshot_url = f"{ws_path}/snapshots/{snapshot['snapshot_id']}"
+    call(rig, "workspace_snapshot_delete", "DELETE", snapshot_url)
     route("workspace_terminate", "DELETE", ws_path)
 
     # Every operation of the schema was called (its name recorded by `call`).
