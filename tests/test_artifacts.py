@@ -5,6 +5,7 @@ tampered signature or after its expiry."""
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 import time
@@ -23,6 +24,8 @@ from artifact_support import (
     write_random,
 )
 from e2e_support import ok
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from modal_workspace_core import _core
 from modal_workspace_core.config import Settings
 from service_support import TOKEN
@@ -151,7 +154,6 @@ def test_a_link_for_another_workspace_or_path_or_tampered_or_expired_is_refused(
     base, token = url.rsplit("/", 1)
     workspace_id, expires, path, signature = token.split(".")
     other = ok(gw.api.post("/workspaces", json={}))["workspace_id"]
-    import base64
 
     def b64(text: str) -> str:
         return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
@@ -200,3 +202,29 @@ def test_an_accept_header_for_json_gets_the_listing(gw: Gateway) -> None:
     )
     assert response.status_code == 200
     assert response.json()["size"] == 3
+
+
+async def test_mcp_gets_the_listing_and_a_link_that_downloads(gw: Gateway) -> None:
+    gw.sh("mkdir -p mcp && printf one > mcp/1.txt")
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+    async with Client(
+        streamable_http_client(f"{gw.served.base_url}/mcp/", http_client=http), mode="legacy"
+    ) as client:
+        result = await client.call_tool(
+            "artifact_download", {"workspace_id": gw.workspace_id, "path": "mcp"}
+        )
+        assert not result.is_error, result.content
+        listed = result.structured_content
+        assert isinstance(listed, dict)
+        content = base64.b64encode(b"from mcp").decode()
+        uploaded = await client.call_tool(
+            "artifact_upload",
+            {"workspace_id": gw.workspace_id, "path": "mcp/2.txt", "content": content},
+        )
+        assert not uploaded.is_error, uploaded.content
+    assert [e["path"] for e in listed["listing"]] == ["1.txt"]
+    assert listed["download_url"].startswith(gw.served.base_url + "/artifact-links/")
+    async with httpx2.AsyncClient(timeout=60) as anonymous:
+        tar = (await anonymous.get(listed["download_url"])).content
+    assert b"one" in tar
+    assert gw.sh("cat mcp/2.txt") == "from mcp"
