@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
-from e2e_support import Served, api_client, local_backend, ok, serve
+from e2e_support import Served, api_client, backend_for, ok, serve
 
 # The gateway's artifact bound in these tests: above the 100 MiB tree, small enough to refuse.
 MAX_BYTES = 160 * 1024 * 1024
@@ -53,9 +53,11 @@ class Gateway:
 
 
 @contextlib.contextmanager
-def gateway(tmp: Path, **env: str) -> Iterator[Gateway]:
+def gateway(tmp: Path, driver: str = "local", **env: str) -> Iterator[Gateway]:
+    """A served gateway on `driver` (`local`, or `modal`: the real SDK against the test
+    control plane) with a workspace."""
     with contextlib.ExitStack() as stack:
-        backend = stack.enter_context(local_backend(tmp, "ghs_" + "0" * 36))
+        backend = stack.enter_context(backend_for(driver, tmp, "ghs_" + "0" * 36))
         backend = dataclasses.replace(
             backend,
             env={**backend.env, "MODAL_WORKSPACE_ARTIFACT_MAX_BYTES": str(MAX_BYTES), **env},

@@ -228,3 +228,57 @@ async def test_mcp_gets_the_listing_and_a_link_that_downloads(gw: Gateway) -> No
         tar = (await anonymous.get(listed["download_url"])).content
     assert b"one" in tar
     assert gw.sh("cat mcp/2.txt") == "from mcp"
+
+
+def test_artifacts_travel_the_same_way_on_the_modal_driver(tmp_path: Path) -> None:
+    """Only agent requests carry artifacts, so the Modal driver (the real SDK against the test
+    control plane) moves them as the local one does: a tree up and down, and a link."""
+    (tmp_path / "modal").mkdir()
+    with gateway(tmp_path / "modal", driver="modal") as modal:
+        src = tmp_path / "src"
+        write_random(src / "a" / "big.bin", 9 * 1024 * 1024)
+        (src / "b.txt").write_text("bee")
+        archive = tmp_path / "up.tar"
+        tar_of(src, archive)
+        uploaded = ok(
+            modal.api.put(
+                modal.artifacts,
+                params={"path": "tree", "format": "tar"},
+                content=file_chunks(archive),
+            )
+        )
+        assert uploaded["entries"] == 3
+        out = tmp_path / "down.tar"
+        assert download_to(modal, "tree", out).status_code == 200
+        with out.open("rb") as f:
+            assert tar_digests(f) == tree_digests(src)
+        link = ok(listing(modal, "tree/b.txt"))["download_url"]
+        assert httpx2.get(link, timeout=60).content == b"bee"
+
+
+def staged(gw: Gateway) -> list[Path]:
+    return list(gw.served.data_root.rglob("artifacts/*.archive"))
+
+
+def wait_until_nothing_is_staged(gw: Gateway) -> None:
+    deadline = time.monotonic() + 30
+    while staged(gw) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert staged(gw) == []
+
+
+def test_no_staged_archive_outlives_its_transfer(gw: Gateway, tmp_path: Path) -> None:
+    gw.sh("mkdir -p staged && head -c 20000000 /dev/urandom > staged/blob")
+    assert download_to(gw, "staged", tmp_path / "whole.tar").status_code == 200
+    ok(gw.api.put(gw.artifacts, params={"path": "staged/again", "overwrite": True}, content=b"x"))
+    refused = gw.api.put(
+        gw.artifacts, params={"path": "staged/bad", "format": "tar"}, content=b"no"
+    )
+    assert refused.status_code == 400
+    wait_until_nothing_is_staged(gw)
+    # A client that goes away after the first bytes: its archive is removed all the same.
+    with gw.api.stream("GET", gw.artifacts, params={"path": "staged"}) as response:
+        assert response.status_code == 200
+        next(response.iter_raw())
+        assert staged(gw)
+    wait_until_nothing_is_staged(gw)

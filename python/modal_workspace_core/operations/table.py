@@ -54,7 +54,8 @@ FW = WS + "/file-watches/{watch_id}"
 class RawReply:
     """Bytes a REST route answers as they are, not as JSON: `chunks` streamed with
     `Content-Length: length` (so an HTTP client shows progress). `close` runs once the stream
-    ends, however it ends (finished, failed or abandoned by the client)."""
+    ends, however it ends (finished, failed or abandoned by the client); it must not wait on
+    anything (it runs while the request is being cancelled): spawn what needs awaiting."""
 
     chunks: AsyncIterator[bytes]
     length: int

@@ -19,6 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, create_model
 from starlette.datastructures import QueryParams
+from starlette.types import Receive, Scope, Send
 
 from ...errors import InvalidArgumentError
 from ...operations import OPERATIONS, Operation, parse_request, run
@@ -243,22 +244,30 @@ async def _no_body() -> AsyncIterator[bytes]:
     yield  # an async generator that yields nothing
 
 
+class _Streamed(StreamingResponse):
+    """A streamed answer that runs its reply's `close` however the response ends: sent,
+    failed, or abandoned by the client before its first byte (when the body's generator never
+    starts, and so never reaches a `finally` of its own)."""
+
+    def __init__(self, reply: RawReply, headers: dict[str, str]) -> None:
+        super().__init__(reply.chunks, media_type=reply.media_type, headers=headers)
+        self.close = reply.close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.close is not None:
+                await self.close()
+
+
 def bytes_response(reply: RawReply) -> StreamingResponse:
     """`reply` streamed with its length (clients show progress) and a file name to save as."""
-
-    async def streamed() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in reply.chunks:
-                yield chunk
-        finally:
-            if reply.close is not None:
-                await reply.close()
-
     headers = {"Content-Length": str(reply.length)}
     if reply.filename:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in reply.filename)
         headers["Content-Disposition"] = f'attachment; filename="{safe or "download"}"'
-    return StreamingResponse(streamed(), media_type=reply.media_type, headers=headers)
+    return _Streamed(reply, headers)
 
 
 def raw_openapi(op: Operation) -> dict[str, Any]:
