@@ -354,3 +354,36 @@ fn staging_names_are_checked_and_abandoned_archives_pruned() {
         FileErrorKind::NotFound
     );
 }
+
+#[test]
+fn implied_directories_and_hardlinks_inside_the_archive_are_extracted() {
+    use std::os::unix::fs::MetadataExt;
+    use tar::EntryType as T;
+    let place = Place::new();
+    let ws = place.ws();
+    let mut staged = place.scratch();
+    let entries: Vec<RawEntry<'_>> = vec![
+        ("d/x", T::Regular, "", b"xx"),
+        ("d", T::Directory, "", b""),
+        ("h", T::Link, "d/x", b""),
+        ("s", T::Symlink, "d/x", b""),
+    ];
+    staged.write_all(&raw_tar(&entries)).unwrap();
+    let done = unpack(
+        &ws,
+        &mut staged,
+        &place.abs("out"),
+        UnpackFormat::Tar,
+        false,
+        UNPACK,
+    )
+    .unwrap();
+    assert_eq!((done.entries, done.bytes), (4, 2));
+    let x = std::fs::metadata(place.at("out/d/x")).unwrap();
+    let h = std::fs::metadata(place.at("out/h")).unwrap();
+    assert_eq!((x.ino(), x.nlink()), (h.ino(), 2));
+    assert_eq!(
+        std::fs::read_link(place.at("out/s")).unwrap(),
+        Path::new("d/x")
+    );
+}

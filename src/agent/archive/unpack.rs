@@ -130,25 +130,21 @@ fn split(path: &str) -> (Vec<&str>, &str) {
 
 /// Creates one admitted entry under `top`, reading a file's bytes from `data`.
 fn create(top: BorrowedFd<'_>, entry: &TarEntry, data: &mut dyn Read) -> io::Result<u64> {
-    let (parents, name) = split(&entry.path);
+    let (parents, leaf) = split(&entry.path);
     let dir = walk_to(top, &parents, true)?;
-    let name = name.as_bytes();
+    let name = leaf.as_bytes();
     match entry.kind {
-        TarKind::Dir => match sys::mkdirat(dir.as_fd(), name, (entry.mode | 0o700) as libc::mode_t)
-        {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                // Only a directory the archive implied earlier may be there (the plan refused
-                // every other clash); open it without following to be sure.
-                walk_to(
-                    dir.as_fd(),
-                    &[&entry.path[entry.path.len() - name.len()..]],
-                    false,
-                )
-                .map(drop)
+        TarKind::Dir => {
+            let mode = (entry.mode | 0o700) as libc::mode_t;
+            match sys::mkdirat(dir.as_fd(), name, mode) {
+                // Only a directory an earlier entry implied may be there (the plan refused
+                // every other clash); opening it without following makes sure.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    walk_to(dir.as_fd(), &[leaf], false).map(|_| 0)
+                }
+                other => other.map(|()| 0),
             }
-            other => other,
         }
-        .map(|()| 0),
         TarKind::File => {
             let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
             let mut file = File::from(sys::openat(dir.as_fd(), name, flags, 0o600)?);
