@@ -282,3 +282,16 @@ def test_no_staged_archive_outlives_its_transfer(gw: Gateway, tmp_path: Path) ->
         next(response.iter_raw())
         assert staged(gw)
     wait_until_nothing_is_staged(gw)
+
+
+def test_the_actions_schema_asks_for_the_text_form_only(gw: Gateway) -> None:
+    schema = httpx2.get(f"{gw.served.base_url}/action-openapi.json", timeout=30).json()
+    routes = schema["paths"]["/api/workspaces/{workspace_id}/artifacts"]
+    assert list(routes) == ["get"]  # the upload takes bytes: not for Actions
+    download = routes["get"]
+    listing_param = next(p for p in download["parameters"] if p["name"] == "listing")
+    assert listing_param["required"] is True and listing_param["schema"]["enum"] == [True]
+    assert list(download["responses"]["200"]["content"]) == ["application/json"]
+    full = httpx2.get(f"{gw.served.base_url}/openapi.json", timeout=30).json()
+    put = full["paths"]["/api/workspaces/{workspace_id}/artifacts"]["put"]
+    assert "application/x-tar" in put["requestBody"]["content"]

@@ -51,7 +51,7 @@ class ArtifactDownload(Input):
     listing: bool = Field(
         default=False,
         description="REST: answer a JSON listing with sizes and a short-lived download_url "
-        "instead of the bytes (GPT Actions: always set it). MCP and Python always get the listing.",
+        "instead of the bytes (GPT Actions: always true). MCP and Python always get the listing.",
     )
     max_entries: int = Field(
         200, ge=1, le=10_000, description="Most entries the listing names (the totals count all)."
@@ -154,6 +154,7 @@ async def _upload_bytes(
     raw=RawRest(
         serve=_download_bytes,
         response_media=("application/x-tar", "application/octet-stream"),
+        text_field="listing",
     ),
 )
 async def artifact_download(svc: Service, inp: ArtifactDownload) -> ArtifactListing:

@@ -85,6 +85,9 @@ class RawRest:
     # The body's media types (documented; empty: the route takes no body) and the answer's.
     request_media: tuple[str, ...] = ()
     response_media: tuple[str, ...] = ()
+    # The boolean query field that asks for the text form instead of bytes: the GPT Actions
+    # schema requires it true there (Actions take only text).
+    text_field: str | None = None
 
 
 @dataclass(frozen=True)
