@@ -133,6 +133,7 @@ def test_a_link_downloads_without_the_bearer_token(gw: Gateway, tmp_path: Path) 
     assert sorted(e["path"] for e in listed["listing"]) == ["b.txt", "sub", "sub/a.txt"]
     url = listed["download_url"]
     assert url.startswith(gw.served.base_url + "/artifact-links/")
+    assert listed["expires_at"].endswith("Z") and listed["download_path"] in url
     response = httpx2.get(url, timeout=60)  # no Authorization header
     assert response.status_code == 200, response.text
     assert int(response.headers["content-length"]) == len(response.content)

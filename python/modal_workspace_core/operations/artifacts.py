@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -25,6 +24,7 @@ from .fields import (
     Input,
     Open,
     Output,
+    Timestamp,
     WorkspaceId,
     WorkspacePath,
     decode_input,
@@ -99,7 +99,7 @@ class ArtifactListing(Output):
     download_path: str | None = Field(
         default=None, description="The link's path on this gateway (for in-process callers)."
     )
-    expires_at: str | None = Field(default=None, description="When the link stops working.")
+    expires_at: Timestamp = Field(default=None, description="When the link stops working.")
 
 
 class ArtifactUploadResult(Output):
@@ -172,7 +172,7 @@ async def artifact_download(svc: Service, inp: ArtifactDownload) -> ArtifactList
         truncated=cut or bool(summary.get("truncated")),
         download_url=transfer.link_url(link[0]) if link else None,
         download_path=link[0] if link else None,
-        expires_at=datetime.fromtimestamp(link[1], UTC).isoformat() if link else None,
+        expires_at=link[1] if link else None,  # type: ignore[arg-type]  # made a timestamp
     )
 
 
