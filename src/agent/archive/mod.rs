@@ -16,7 +16,7 @@ mod unpack;
 mod tests;
 
 pub use pack::{pack, ListedEntry, PackLimits, PackSummary, MAX_LISTING};
-pub use staging::{Staging, STAGING_MAX_AGE, STAGING_MAX_FILES};
+pub use staging::{Staging, STAGING_MAX_AGE, STAGING_MAX_BYTES, STAGING_MAX_FILES};
 pub use unpack::{unpack, UnpackFormat, UnpackOutcome};
 
 /// The most one archive or upload may hold, whatever the gateway asks (its own setting is

@@ -13,6 +13,9 @@ use crate::agent::files::FileError;
 pub const STAGING_MAX_AGE: Duration = Duration::from_secs(3600);
 /// How many archives may be staged at once (transfers in flight).
 pub const STAGING_MAX_FILES: usize = 64;
+/// The most bytes all staged archives together may hold: transfers in flight cannot fill the
+/// disk the agent's state lives on beyond it.
+pub const STAGING_MAX_BYTES: u64 = 16 << 30;
 
 #[derive(Debug, Clone)]
 pub struct Staging {
@@ -106,6 +109,17 @@ impl Staging {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io_error("remove", &e)),
         }
+    }
+
+    /// The bytes every staged archive holds.
+    pub fn total_bytes(&self) -> u64 {
+        std::fs::read_dir(&self.dir).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
     }
 
     fn count(&self) -> usize {

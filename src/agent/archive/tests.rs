@@ -346,6 +346,7 @@ fn staging_names_are_checked_and_abandoned_archives_pruned() {
     assert!(staging.create("ABCDEF0123456789abcdef0123456789").is_err());
     let id = "0123456789abcdef0123456789abcdef";
     staging.create(id).unwrap().write_all(b"x").unwrap();
+    assert_eq!(staging.total_bytes(), 1);
     assert_eq!(staging.prune(STAGING_MAX_AGE), 0);
     assert!(staging.readable(id).is_ok());
     assert_eq!(staging.prune(std::time::Duration::ZERO), 1);

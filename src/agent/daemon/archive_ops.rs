@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::fs_user::AsUser;
-use crate::agent::archive::{pack, unpack, Staging, STAGING_MAX_AGE};
+use crate::agent::archive::{pack, unpack, Staging, STAGING_MAX_AGE, STAGING_MAX_BYTES};
 use crate::agent::files::{FileError, Workspace};
 use crate::agent::ops::{file_error, internal, policy, under_root, ArchiveOp, ArchiveRequest};
 use crate::agent::process::CommandUser;
@@ -53,6 +53,15 @@ fn run_inner(cx: &ArchiveContext, request: ArchiveRequest) -> Result<(Value, Vec
             dry_run,
         } => {
             let path = contained(&path)?;
+            // Admitted by what it may grow to, so transfers in flight stay within the bound.
+            if !dry_run
+                && staging.total_bytes().saturating_add(limits.max_bytes) > STAGING_MAX_BYTES
+            {
+                return Err(file_error(FileError::limit(format!(
+                    "transfers in flight already hold most of {STAGING_MAX_BYTES} bytes; retry \
+                     when one ends"
+                ))));
+            }
             let mut out = match dry_run {
                 true => None,
                 false => Some(staging.create(&archive_id).map_err(file_error)?),
@@ -108,6 +117,13 @@ fn run_inner(cx: &ArchiveContext, request: ArchiveRequest) -> Result<(Value, Vec
                 ))));
             }
             let file = staging.writable(&archive_id).map_err(file_error)?;
+            let grows = end.saturating_sub(file.metadata().map_or(0, |m| m.len()));
+            if staging.total_bytes().saturating_add(grows) > STAGING_MAX_BYTES {
+                return Err(file_error(FileError::limit(format!(
+                    "transfers in flight already hold {STAGING_MAX_BYTES} bytes; retry when one \
+                     ends"
+                ))));
+            }
             file.write_all_at(&data, offset)
                 .map_err(|e| file_error(FileError::from_io(&e, "stage", "the upload")))?;
             json!({"offset": offset, "written": data.len(), "end": end})
