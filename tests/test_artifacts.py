@@ -299,3 +299,20 @@ def test_the_actions_schema_asks_for_the_text_form_only(gw: Gateway) -> None:
     full = httpx2.get(f"{gw.served.base_url}/openapi.json", timeout=30).json()
     put = full["paths"]["/api/workspaces/{workspace_id}/artifacts"]["put"]
     assert "application/x-tar" in put["requestBody"]["content"]
+
+
+def test_artifacts_on_an_unisolated_workspace_name_its_own_root(tmp_path: Path) -> None:
+    """Without bubblewrap a workspace's root is a host directory: paths under it or under
+    /workspace name the same files, and no answer or archive name leaks anything else."""
+    with gateway(tmp_path, MODAL_WORKSPACE_ISOLATION="none") as plain:
+        root = ok(plain.api.get(f"/workspaces/{plain.workspace_id}"))["root"]
+        assert root != "/workspace"
+        done = ok(plain.api.put(plain.artifacts, params={"path": f"{root}/a/b.txt"}, content=b"b"))
+        assert done["path"] == f"{root}/a/b.txt"
+        listed = ok(listing(plain, "/workspace/a"))
+        assert [e["path"] for e in listed["listing"]] == ["b.txt"]
+        assert httpx2.get(listed["download_url"], timeout=60).status_code == 200
+        out = tmp_path / "a.tar"
+        assert download_to(plain, f"{root}/a", out).status_code == 200
+        with out.open("rb") as f:
+            assert list(tar_digests(f)) == ["b.txt"]
