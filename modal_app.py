@@ -113,14 +113,18 @@ def build_gateway() -> Any:
 
 
 def gateway_secrets() -> list[modal.Secret]:
-    """The bearer token's secret, and the GitHub secret when it is allowlisted: the gateway
-    holds the GitHub token and hands it to the one git step that needs it, so it is never
+    """The bearer token's secret, the GitHub secret when it is allowlisted, and the GitHub App's
+    secret when one is named: the gateway holds the GitHub token (or mints one per operation
+    with the App's key) and hands it to the one git step that needs it, so neither is ever
     attached to a sandbox."""
     secrets = [modal.Secret.from_name(SECRET_NAME)]
     github = os.environ.get("MODAL_WORKSPACE_GITHUB_SECRET") or "github"
     allowed = os.environ.get("MODAL_WORKSPACE_ALLOWED_SECRETS", "")
     if github in {entry.split(":")[0].strip() for entry in allowed.split(",")}:
         secrets.append(modal.Secret.from_name(github, required_keys=["GH_TOKEN"]))
+    if app_secret := os.environ.get("MODAL_WORKSPACE_GITHUB_APP_SECRET"):
+        keys = ["MODAL_WORKSPACE_GITHUB_APP_ID", "MODAL_WORKSPACE_GITHUB_APP_PRIVATE_KEY"]
+        secrets.append(modal.Secret.from_name(app_secret, required_keys=keys))
     return secrets
 
 

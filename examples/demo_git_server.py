@@ -6,6 +6,11 @@ It is the test suite's own git server. Run it and export the settings it prints 
 `make serve` or the README's Python example: they give the gateway the token and make this
 server its GitHub (`MODAL_WORKSPACE_GITHUB_URL`), so `repo_clone` makes exactly the call it makes
 against the real GitHub, and nothing is set up inside the workspace.
+
+With `--app` it also serves a stand-in for GitHub's REST API with a GitHub App installed on
+`octocat/hello` (the test suite's fake): the gateway then mints a token per operation, scoped to
+the repository, and `repo_pull_request` opens its pull requests there; the git server then takes
+only those tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 # The git server lives with the tests (they are its main user); this script reuses it as is.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from support.fake_github import FakeGitHub
 from support.git_server import GitServer
 
 HELLO = {
@@ -42,6 +48,9 @@ HELLO = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="where to keep the repository and the secrets file")
+    parser.add_argument(
+        "--app", action="store_true", help="also serve GitHub's API with a GitHub App installed"
+    )
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="demo-git-"))
     token = "ghp_" + secrets.token_hex(16)
@@ -55,12 +64,30 @@ def main() -> int:
     print("before `make serve` or the README's Python example:")
     print("  export MODAL_WORKSPACE_ALLOWED_SECRETS=github")
     print(f"  export MODAL_WORKSPACE_LOCAL_SECRETS_FILE={secrets_file}")
-    for name, value in server.gateway_env.items():
+    env = dict(server.gateway_env)
+    app = None
+    if args.app:
+        app = FakeGitHub(server)
+        app.add_repo("octocat/hello")
+        server.authorize = app.authorize_git
+        app.start()
+        key = work / "app-key.pem"
+        key.write_text(app.private_key_pem)
+        key.chmod(0o600)
+        env |= {
+            "MODAL_WORKSPACE_GITHUB_API_URL": app.api_url,
+            "MODAL_WORKSPACE_GITHUB_APP_ID": str(app.app_id),
+            "MODAL_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE": str(key),
+        }
+        print(f"GitHub API:  {app.api_url} (App {app.app_id}, installed on octocat/hello)")
+    for name, value in env.items():
         print(f"  export {name}={value}", flush=True)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        if app is not None:
+            app.stop()
         server.stop()
     return 0
 

@@ -17,6 +17,7 @@ import httpx2
 import pytest
 from e2e_support import Served, local_backend, serve
 from service_support import TOKEN
+from support.fake_github import FakeGitHub
 from support.git_server import HELLO_BRANCHES, HELLO_REPO, GitServer
 
 ACTIONS_CHARS = 100_000
@@ -52,7 +53,16 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     github = GitServer(root=tmp / "github", username="x-access-token", token="ghs_" + "0" * 36)
     github.start()
     github.create_repo(HELLO_REPO, HELLO_BRANCHES)
-    env = {**github.gateway_env, "MODAL_WORKSPACE_HOST_PORTS": str(github.port)}
+    # GitHub's API for the pull request, taking the same static token as git.
+    api_fake = FakeGitHub(github)
+    api_fake.static_token = github.token
+    api_fake.add_repo(HELLO_REPO)
+    api_fake.start()
+    env = {
+        **github.gateway_env,
+        "MODAL_WORKSPACE_HOST_PORTS": str(github.port),
+        "MODAL_WORKSPACE_GITHUB_API_URL": api_fake.api_url,
+    }
     with contextlib.ExitStack() as stack:
         backend = stack.enter_context(local_backend(tmp, github.token))
         served = stack.enter_context(serve(tmp, github.token, backend, github_env=env))
@@ -62,6 +72,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         try:
             yield Rig(served, api, schema, github)
         finally:
+            api_fake.stop()
             github.stop()
 
 
@@ -175,6 +186,20 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     )
     route("repo_status", "GET", f"{ws_path}/repo/status", destination="hello")
     route("repo_diff", "GET", f"{ws_path}/repo/diff", destination="hello")
+    # The thousands of long names committed, pushed and offered for review at the largest
+    # message, title and body.
+    message = '"\\\t\n' * 16_384  # 64 KiB, every character escaped in JSON
+    route("repo_commit", "POST", f"{ws_path}/repo/commit", destination="hello", message=message)
+    pushed = route("repo_push", "POST", f"{ws_path}/repo/push", destination="hello")
+    assert pushed["pushed"] and pushed["truncated"], pushed["error"]
+    route(
+        "repo_pull_request",
+        "POST",
+        f"{ws_path}/repo/pull-request",
+        destination="hello",
+        title="x" * 256,
+        body='"' * 65_536,
+    )
 
     # A realtime exec whose output is the worst text, read page by page at the largest page.
     started = route(
@@ -196,17 +221,6 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
             break
     assert pages > 10  # the output came in many pages, each within the limit
     route("workspace_realtime_exec_cancel", "POST", f"{ex}/cancel")
-    for _ in range(300):  # enough execs that their list must be cut
-        rig.api.post(f"{ws_path}/realtime-execs", json={"command": "true"})
-    route("workspace_realtime_exec_list", "GET", f"{ws_path}/realtime-execs")
-
-    watch = route("workspace_file_watch_start", "POST", f"{ws_path}/file-watches", path="many")
-    ids["watch_id"] = watch["watch_id"]
-    fw = f"{ws_path}/file-watches/{watch['watch_id']}"
-    sh(rig, ws, 'cd many && for f in *; do echo x >> "$f"; done')
-    route("stream_events", "GET", f"{ws_path}/streams/{watch['watch_id']}/events", wait_seconds=1)
-    route("workspace_file_watch_list", "GET", f"{ws_path}/file-watches")
-    route("workspace_file_watch_cancel", "DELETE", fw)
 
     route("file_write", "PUT", f"{ws_path}/files/content", path="w.txt", content=WORST_TEXT * 1000)
     route(
@@ -230,9 +244,7 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     fork = route("workspace_fork", "POST", f"{ws_path}/fork", snapshot_id=snapshot["snapshot_id"])
     call(rig, "workspace_terminate", "DELETE", f"/workspaces/{fork['workspace_id']}")
     route("workspace_resume", "POST", f"{ws_path}/resume", snapshot_id=snapshot["snapshot_id"])
-    # Not in the Actions schema (its 30 are taken), still held to its limits.
-    snapshot_url = f"{ws_path}/snapshots/{snapshot['snapshot_id']}"
-    call(rig, "workspace_snapshot_delete", "DELETE", snapshot_url)
+    route("workspace_snapshot_delete", "DELETE", f"{ws_path}/snapshots/{snapshot['snapshot_id']}")
     route("workspace_terminate", "DELETE", ws_path)
 
     # Every operation of the schema was called (its name recorded by `call`).
@@ -247,14 +259,8 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     assert not missing, missing
     assert fetched["exec_id"]
     # The bulky answers were cut to fit, not left small by accident.
-    for name in (
-        "file_read",
-        "workspace_exec",
-        "repo_diff",
-        "file_list",
-        "workspace_list",
-        "artifact_download",
-    ):
+    bulky = ("file_read", "workspace_exec", "repo_diff", "file_list", "workspace_list")
+    for name in (*bulky, "repo_commit", "repo_push", "artifact_download"):
         assert rig.sizes[name] > ACTIONS_CHARS // 2, (name, rig.sizes[name])
 
 

@@ -173,3 +173,17 @@ async def test_request_bodies_are_plain_references_and_the_loop_is_explained(
     (page,) = events
     text = page["description"]
     assert "wait_seconds=25" in text and "empty page" in text and "done" in text
+
+
+async def test_pushing_and_opening_a_pull_request_are_consequential(
+    client: httpx2.AsyncClient,
+) -> None:
+    schema = (await client.get("/action-openapi.json")).json()
+    flagged = {
+        op["operationId"]
+        for item in schema["paths"].values()
+        for op in item.values()
+        if op.get("x-openai-isConsequential")
+    }
+    # GPT Actions asks the user before each call of these, and of nothing else.
+    assert flagged == {"repo_push", "repo_pull_request"}

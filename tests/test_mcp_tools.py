@@ -61,6 +61,12 @@ async def test_the_sdk_client_lists_one_tool_per_operation(base_url: str, mode: 
         for hint in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint"):
             assert isinstance(getattr(hints, hint), bool), (tool.name, hint)
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+    by_name = {t.name: t.annotations for t in tools}
+    # Delivering the work reaches the world beyond the workspace: a push may replace a branch.
+    push, pull = by_name["repo_push"], by_name["repo_pull_request"]
+    assert push is not None and pull is not None
+    assert (push.read_only_hint, push.destructive_hint, push.open_world_hint) == (False, True, True)
+    assert (pull.read_only_hint, pull.open_world_hint, pull.idempotent_hint) == (False, True, True)
 
 
 async def test_the_server_teaches_the_cursor_loop(base_url: str) -> None:

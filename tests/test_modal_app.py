@@ -60,6 +60,18 @@ def test_it_defines_the_app_and_one_web_function(
     assert repr(secret) == "modal.Secret.from_name('modal-workspace-mcp')"
 
 
+def test_the_github_app_secret_is_attached_to_the_gateway_when_named(
+    wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODAL_WORKSPACE_GITHUB_APP_SECRET", "github-app")
+    module = _load(monkeypatch)
+    names = [repr(s) for s in module.gateway._spec_.secrets]
+    assert names == [
+        "modal.Secret.from_name('modal-workspace-mcp')",
+        "modal.Secret.from_name('github-app')",
+    ]
+
+
 def test_the_app_name_and_secret_come_from_the_environment(
     wheel: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

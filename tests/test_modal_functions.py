@@ -317,7 +317,10 @@ async def test_functions_are_out_of_the_actions_schema_unless_turned_on() -> Non
     on = await actions_ids(service(MODAL_WORKSPACE_FUNCTIONS_IN_ACTIONS="1"))
     assert len(on) <= 30
     assert {"function_call", "function_call_get", "function_call_cancel"} <= on
-    assert "workspace_file_watch_start" in default and "workspace_file_watch_start" not in on
+    swapped_out = {"workspace_realtime_exec_input", "workspace_snapshot_delete", "file_remove"}
+    assert swapped_out <= default and not swapped_out & on
+    # Delivering the work stays in either way.
+    assert {"repo_commit", "repo_push", "repo_pull_request"} <= default & on
 
 
 async def test_a_result_too_big_for_gpt_actions_is_a_413_over_rest(plane: ControlPlane) -> None:

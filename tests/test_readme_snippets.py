@@ -22,6 +22,8 @@ import httpx2
 import pytest
 from e2e_support import local_backend, serve
 from service_support import TOKEN
+from support.fake_github import FakeGitHub
+from support.git_server import GitServer
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -182,3 +184,48 @@ def test_the_readme_snapshots_section_runs_against_a_server_as_printed(tmp_path:
         left = httpx2.get(f"{served.api}/workspaces", headers=headers, timeout=30).json()
         assert left["workspaces"] == [], "the section left a workspace behind"
     assert list((served.data_root / "snapshots").glob("ws-*/sn-*")) == []
+
+
+def test_the_readme_delivery_section_runs_against_the_stand_in_github_as_printed(
+    tmp_path: Path, github_app: FakeGitHub, git_server: GitServer
+) -> None:
+    if shutil.which("curl") is None or shutil.which("jq") is None:
+        pytest.skip("the section uses curl and jq (.ci/run installs them)")
+    # What `examples/demo_git_server.py --app` serves: octocat/hello with the App installed.
+    git_server.create_repo("octocat/hello", {"main": {"README.md": "# hello\n"}})
+    github_app.add_repo("octocat/hello", installation_id=7777)
+    env = github_app.gateway_env
+    with (
+        local_backend(tmp_path, "ghp_unused") as backend,
+        serve(tmp_path, "", backend, github_env=env) as served,
+    ):
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", readme_block("delivery", "sh")],
+            env={**os.environ, "API": served.api, "TOKEN": TOKEN},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        lines = [line for line in done.stdout.splitlines() if line]
+        assert lines[0] == "0"
+        assert json.loads(lines[1]) == {"branch": "main", "files": ["answer.py"]}
+        pushed = json.loads(lines[2])
+        assert pushed["remote_branch"].startswith("agent/ws-")
+        del pushed["remote_branch"]
+        assert pushed == {
+            "pushed": True,
+            "created": True,
+            "commits": ["Answer the question"],
+            "files": ["answer.py"],
+        }
+        assert json.loads(lines[3]) == {"number": 1, "draft": True, "created": True}
+        assert json.loads(lines[4]) == {"number": 1, "created": False}
+        assert lines[5:] == ["true"]
+    # The comments beside the block say what it printed.
+    block = readme_block("delivery", "sh")
+    for printed in ('{"branch":"main","files":["answer.py"]}', '{"number":1,"created":false}'):
+        assert printed in block
+    # One token per operation: the clone, the push and each pull request call.
+    assert [m.repositories for m in github_app.minted] == [("octocat/hello",)] * 4

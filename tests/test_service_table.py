@@ -49,6 +49,10 @@ EXPECTED = {
     "repo_checkout": ("POST", "/workspaces/{workspace_id}/repo/checkout"),
     "repo_status": ("GET", "/workspaces/{workspace_id}/repo/status"),
     "repo_diff": ("GET", "/workspaces/{workspace_id}/repo/diff"),
+    # Issue 15: delivering the work (names and routes as the issue gives them).
+    "repo_commit": ("POST", "/workspaces/{workspace_id}/repo/commit"),
+    "repo_push": ("POST", "/workspaces/{workspace_id}/repo/push"),
+    "repo_pull_request": ("POST", "/workspaces/{workspace_id}/repo/pull-request"),
     "file_read": ("GET", "/workspaces/{workspace_id}/files/content"),
     "file_write": ("PUT", "/workspaces/{workspace_id}/files/content"),
     "file_edit": ("POST", "/workspaces/{workspace_id}/files/edit"),

@@ -35,8 +35,11 @@ __all__ = [
     "agent_main",
     "allowed",
     "allowed_function",
+    "author_email",
+    "author_name",
     "caller_tags",
     "check_id",
+    "commit_message",
     "cpu_cores",
     "cpu_limit",
     "env_name",
@@ -60,6 +63,8 @@ __all__ = [
     "outbound_cidr",
     "outbound_domain",
     "parse_page",
+    "pull_request_body",
+    "pull_request_title",
     "region",
     "regions",
     "secret_allowlist",
@@ -127,6 +132,26 @@ def github_repo(text: str) -> GitHubRepo:
     characters, `.`/`..` segments, extra or missing parts, names outside GitHub's rules,
     scp-like and `ext::` forms, backslashes, and inputs over 256 characters.
     """
+
+def commit_message(text: str) -> str:
+    """Check a commit message and return it unchanged: not blank, at most 64 KiB, no NUL nor
+    control characters other than newline, tab and carriage return. Raises `PolicyError`."""
+
+def author_name(text: str) -> str:
+    """Check a commit author's name and return it unchanged: 1-256 characters, no `<`, `>` or
+    control characters, not only spaces and punctuation. Raises `PolicyError`."""
+
+def author_email(text: str) -> str:
+    """Check a commit author's email and return it unchanged: one `@` with text on each side,
+    3-254 characters, no spaces, `<`, `>` or control characters. Raises `PolicyError`."""
+
+def pull_request_title(text: str) -> str:
+    """Check a pull request's title and return it unchanged: one line of 1-256 characters, not
+    blank, no control characters. Raises `PolicyError`."""
+
+def pull_request_body(text: str) -> str:
+    """Check a pull request's body and return it unchanged: at most 64 KiB, no NUL nor control
+    characters other than newline, tab and carriage return. Raises `PolicyError`."""
 
 def git_ref(text: str) -> str:
     """Check a branch, tag or commit name and return it unchanged.

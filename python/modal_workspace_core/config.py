@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ._core import CHANNEL_KEEPALIVE_SECONDS, PolicyError
-from .policy import env_name, function_allowlist, github_base, name_allowlist, secret_allowlist
+from .policy import (
+    author_email,
+    author_name,
+    env_name,
+    function_allowlist,
+    github_base,
+    name_allowlist,
+    secret_allowlist,
+)
 
 if TYPE_CHECKING:
     from .drivers.modal.config import ModalSettings
@@ -40,6 +48,18 @@ TRUSTED_PROXIES_ENV = "MODAL_WORKSPACE_TRUSTED_PROXIES"
 PUBLIC_URL_ENV = "MODAL_WORKSPACE_PUBLIC_URL"
 GITHUB_URL_ENV = "MODAL_WORKSPACE_GITHUB_URL"
 GITHUB_API_URL_ENV = "MODAL_WORKSPACE_GITHUB_API_URL"
+# A GitHub App the gateway mints per-operation installation tokens with (`git/credentials.py`):
+# its id, its private key (PEM, or a file holding it) and, optionally, one installation to use
+# (else the App's installation on each repository's owner is looked up).
+GITHUB_APP_ID_ENV = "MODAL_WORKSPACE_GITHUB_APP_ID"
+GITHUB_APP_KEY_ENV = "MODAL_WORKSPACE_GITHUB_APP_PRIVATE_KEY"
+GITHUB_APP_KEY_FILE_ENV = "MODAL_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE"
+GITHUB_APP_INSTALLATION_ENV = "MODAL_WORKSPACE_GITHUB_APP_INSTALLATION_ID"
+# Who `repo_commit` records as author and committer when the request names nobody.
+GIT_AUTHOR_NAME_ENV = "MODAL_WORKSPACE_GIT_AUTHOR_NAME"
+GIT_AUTHOR_EMAIL_ENV = "MODAL_WORKSPACE_GIT_AUTHOR_EMAIL"
+DEFAULT_GIT_AUTHOR_NAME = "Workspace agent"
+DEFAULT_GIT_AUTHOR_EMAIL = "agent@workspace.invalid"
 ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
 CHANNEL_SECRET_ENV = "MODAL_WORKSPACE_CHANNEL_SECRET"
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
@@ -128,6 +148,12 @@ class Settings(BaseModel):
     # Modal driver: the GitHub token as the gateway holds it (`GH_TOKEN` of the GitHub secret,
     # which `modal_app.py` attaches to the gateway, not to sandboxes). Never printed.
     github_token: str | None = None
+    # The GitHub App, when configured: its id, private key (never printed) and installation.
+    github_app_id: str | None = None
+    github_app_private_key: str | None = None
+    github_app_installation_id: int | None = None
+    git_author_name: str = DEFAULT_GIT_AUTHOR_NAME
+    git_author_email: str = DEFAULT_GIT_AUTHOR_EMAIL
     # Modal driver: what each workspace's channel key is derived from
     # (MODAL_WORKSPACE_CHANNEL_SECRET, else the bearer tokens). Never printed.
     configured_channel_secret: str | None = None
@@ -404,7 +430,7 @@ def load_settings(
         allowed_hosts=_split(env.get(ALLOWED_HOSTS_ENV)),
         private_files=tuple(
             Path(env[name]).expanduser()
-            for name in (TOKEN_FILE_ENV, LOCAL_SECRETS_FILE_ENV)
+            for name in (TOKEN_FILE_ENV, LOCAL_SECRETS_FILE_ENV, GITHUB_APP_KEY_FILE_ENV)
             if env.get(name)
         ),
         host_ports=parse_host_ports(env.get(HOST_PORTS_ENV)),
@@ -429,6 +455,8 @@ def load_settings(
         modal=_load_modal(env) if chosen == "modal" else None,
         **_load_functions(env),
         **_load_artifacts(env),
+        **_load_github_app(env),
+        **_load_git_author(env),
     )
 
 
@@ -449,6 +477,55 @@ def _load_artifacts(env: Mapping[str, str]) -> dict[str, Any]:
             most=MAX_ARTIFACT_LINK_SECONDS,
         ),
     }
+
+
+def _load_github_app(env: Mapping[str, str]) -> dict[str, Any]:
+    app_id = (env.get(GITHUB_APP_ID_ENV) or "").strip()
+    key = env.get(GITHUB_APP_KEY_ENV) or ""
+    if not key and env.get(GITHUB_APP_KEY_FILE_ENV):
+        path = Path(env[GITHUB_APP_KEY_FILE_ENV]).expanduser()
+        try:
+            key = path.read_text()
+        except OSError as exc:
+            raise ConfigError(
+                f"{GITHUB_APP_KEY_FILE_ENV}: cannot read it ({exc.strerror})"
+            ) from None
+    installation = (env.get(GITHUB_APP_INSTALLATION_ENV) or "").strip()
+    if not app_id:
+        if key or installation:
+            raise ConfigError(
+                f"{GITHUB_APP_KEY_ENV} or {GITHUB_APP_INSTALLATION_ENV} is set without "
+                f"{GITHUB_APP_ID_ENV}: set the App's id too, or unset them"
+            )
+        return {}
+    if not app_id.isdigit() or len(app_id) > 20:
+        raise ConfigError(f"{GITHUB_APP_ID_ENV}: a GitHub App id is a number")
+    if "PRIVATE KEY-----" not in key:
+        raise ConfigError(
+            f"{GITHUB_APP_ID_ENV} is set, so {GITHUB_APP_KEY_ENV} (or {GITHUB_APP_KEY_FILE_ENV}) "
+            "must hold the App's private key in PEM form"
+        )
+    if installation and (not installation.isdigit() or len(installation) > 20):
+        raise ConfigError(f"{GITHUB_APP_INSTALLATION_ENV}: an installation id is a number")
+    return {
+        "github_app_id": app_id,
+        "github_app_private_key": key,
+        "github_app_installation_id": int(installation) if installation else None,
+    }
+
+
+def _load_git_author(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, key, check in (
+        (GIT_AUTHOR_NAME_ENV, "git_author_name", author_name),
+        (GIT_AUTHOR_EMAIL_ENV, "git_author_email", author_email),
+    ):
+        if value := env.get(name):
+            try:
+                out[key] = check(value)
+            except PolicyError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+    return out
 
 
 def _load_functions(env: Mapping[str, str]) -> dict[str, Any]:

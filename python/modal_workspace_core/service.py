@@ -116,6 +116,10 @@ class Service:
         self._connect_locks: dict[str, asyncio.Lock] = {}
         self._tag_locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Per workspace, the background work that records a repo operation's tags once its exec
+        # ends (`git.pending.settle`): what an operation defaulting to the cloned repository
+        # waits for when the clone has just ended.
+        self.repo_settling: dict[str, set[asyncio.Task[Any]]] = {}
         self._claimed: set[str] = set()
         self._reached: set[str] = set()
         self._roots: dict[str, str] = {}

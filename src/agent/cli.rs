@@ -12,6 +12,7 @@ usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--agent-dir DIR] [--askpass PATH] [--python PATH]
        mwc-agent connect --socket PATH
        mwc-agent askpass PROMPT
+       mwc-agent stage --root DIR --path PATH --to FILE --max-bytes N
        mwc-agent --help
 
 daemon   supervise the workspace's processes, files and watches, keep durable exec logs in
@@ -36,6 +37,10 @@ connect  copy stdin to the daemon's socket and the socket to stdout until either
          exits 0 when the daemon closes the connection.
 askpass  git's GIT_ASKPASS inside an authenticated step: ask the daemon (MWC_ASKPASS_SOCKET)
          for the answer to PROMPT and print it; exit 1 when there is none.
+stage    copy the regular file PATH, resolved beneath DIR as file operations are (no way out
+         of DIR, no FIFO, no hard-linked file), into the new file FILE (mode 0600), at most N
+         bytes: how an agent step takes a file a workspace command wrote (a push's bundle)
+         without its git ever reading a path the workspace controls.
 ";
 
 /// Runs the command line (without the program name); returns the exit code.
@@ -68,6 +73,14 @@ pub fn main(args: Vec<String>) -> i32 {
         Some("askpass") => match &args[1..] {
             [prompt] => run_askpass(prompt),
             _ => usage_error("askpass takes one argument, git's prompt"),
+        },
+        Some("stage") => match parse_stage(&args[1..]) {
+            Ok(Some(stage)) => run_stage(&stage),
+            Ok(None) => {
+                print!("{USAGE}");
+                0
+            }
+            Err(e) => usage_error(&e),
         },
         Some(other) => usage_error(&format!("unknown command '{other}'")),
     }
@@ -250,6 +263,42 @@ fn run_daemon(config: DaemonConfig) -> i32 {
 }
 
 /// Prints the daemon's answer to git's prompt; 1 (git then gives up) when there is none.
+struct Stage {
+    root: PathBuf,
+    path: String,
+    to: PathBuf,
+    max_bytes: u64,
+}
+
+fn parse_stage(args: &[String]) -> Result<Option<Stage>, String> {
+    let Some(opts) = options(args, &["--root", "--path", "--to", "--max-bytes"])? else {
+        return Ok(None);
+    };
+    let get = |name: &str| {
+        opts.iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("{name} is required"))
+    };
+    Ok(Some(Stage {
+        root: PathBuf::from(get("--root")?),
+        path: get("--path")?,
+        to: PathBuf::from(get("--to")?),
+        max_bytes: bytes("--max-bytes", &get("--max-bytes")?)?,
+    }))
+}
+
+fn run_stage(stage: &Stage) -> i32 {
+    match super::stage::stage(&stage.root, &stage.path, &stage.to, stage.max_bytes) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("mwc-agent stage: {e}");
+            1
+        }
+    }
+}
+
 fn run_askpass(prompt: &str) -> i32 {
     let Some(socket) = std::env::var_os(daemon::ASKPASS_SOCKET_ENV) else {
         eprintln!(

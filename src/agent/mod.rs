@@ -10,4 +10,5 @@ pub mod files;
 pub mod ops;
 pub mod process;
 pub mod socket;
+pub mod stage;
 pub mod watch;

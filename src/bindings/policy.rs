@@ -84,6 +84,36 @@ fn git_ref(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::git_ref(self::text(text)?).map_err(policy_error)
 }
 
+/// Checks a commit message and returns it unchanged.
+#[pyfunction]
+fn commit_message(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::commit_message(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a commit author's name and returns it unchanged.
+#[pyfunction]
+fn author_name(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::author_name(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a commit author's email and returns it unchanged.
+#[pyfunction]
+fn author_email(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::author_email(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a pull request's title and returns it unchanged.
+#[pyfunction]
+fn pull_request_title(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::pull_request_title(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a pull request's body and returns it unchanged.
+#[pyfunction]
+fn pull_request_body(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::pull_request_body(self::text(text)?).map_err(policy_error)
+}
+
 /// Resolves `path` lexically under `root` and returns the normalised absolute path.
 #[pyfunction]
 fn workspace_path(root: &Bound<'_, PyString>, path: &Bound<'_, PyString>) -> PyResult<String> {
@@ -353,6 +383,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
     m.add_function(wrap_pyfunction!(github_base, m)?)?;
     m.add_function(wrap_pyfunction!(git_ref, m)?)?;
+    m.add_function(wrap_pyfunction!(commit_message, m)?)?;
+    m.add_function(wrap_pyfunction!(author_name, m)?)?;
+    m.add_function(wrap_pyfunction!(author_email, m)?)?;
+    m.add_function(wrap_pyfunction!(pull_request_title, m)?)?;
+    m.add_function(wrap_pyfunction!(pull_request_body, m)?)?;
     m.add_function(wrap_pyfunction!(workspace_path, m)?)?;
     m.add_function(wrap_pyfunction!(new_id, m)?)?;
     m.add_function(wrap_pyfunction!(check_id, m)?)?;

@@ -4,6 +4,7 @@
 
 mod allowlist;
 mod artifact_link;
+mod commit;
 mod error;
 mod functions;
 mod git_ref;
@@ -19,6 +20,11 @@ mod tar_entry;
 
 pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
 pub use artifact_link::{mint_link, verify_link, LinkClaim, MAX_LINK_TOKEN_CHARS};
+pub use commit::{
+    author_email, author_name, commit_message, pull_request_body, pull_request_title,
+    MAX_AUTHOR_EMAIL_CHARS, MAX_AUTHOR_NAME_CHARS, MAX_COMMIT_MESSAGE_BYTES,
+    MAX_PULL_REQUEST_BODY_BYTES, MAX_PULL_REQUEST_TITLE_CHARS,
+};
 pub use error::{echo, PolicyError, ECHO_CHARS};
 pub use functions::{
     allowed_function, function_allowlist, function_call_id, modal_app_name, modal_function_name,

@@ -1,9 +1,11 @@
 """A git smart-HTTP server for tests: bare repositories on 127.0.0.1 behind HTTP basic auth.
 
 Runs the real `git http-backend` as a CGI and records every Authorization header it is sent (so a
-test can prove a token reached it, or did not). The gateway reaches it as GitHub through its own
-setting (`gateway_env`: `MODAL_WORKSPACE_GITHUB_URL`), never through a workspace's git
-configuration, so code under test keeps its strict GitHub URL policy.
+test can prove a token reached it, or did not). An optional `authorize` callback (the fake
+GitHub's tokens, scoped per repository) replaces the single username/token check. The gateway
+reaches it as GitHub through its own setting (`gateway_env`: `MODAL_WORKSPACE_GITHUB_URL`),
+never through a workspace's git configuration, so code under test keeps its strict GitHub URL
+policy.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import base64
 import binascii
 import hmac
 import os
+import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,6 +38,12 @@ _GIT_ENV = {
     "GIT_COMMITTER_EMAIL": "author@example.com",
 }
 
+# `/OWNER/NAME.git` and what follows it (`/info/refs`, `/git-upload-pack`, ...).
+_REPO_PATH = re.compile(r"^/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)\.git(/.*)?$")
+
+# Decides a request: (slug `OWNER/NAME`, username, password, whether it writes) -> allowed.
+Authorizer = Callable[[str, str, str, bool], bool]
+
 
 @dataclass
 class SeenRequest:
@@ -46,11 +55,13 @@ class SeenRequest:
 
 @dataclass
 class GitServer:
-    """Serves the bare repositories under `root` (`OWNER/NAME.git`) at `base_url`."""
+    """Serves the bare repositories under `root` (`OWNER/NAME.git`) at `base_url`. Without
+    `authorize`, `username`/`token` are the only credentials accepted, for every repository."""
 
     root: Path
     username: str
     token: str
+    authorize: Authorizer | None = None
     base_url: str = ""
     requests: list[SeenRequest] = field(default_factory=list)
     _httpd: ThreadingHTTPServer | None = None
@@ -152,12 +163,16 @@ class _Handler(BaseHTTPRequestHandler):
         authorization = self.headers.get("Authorization")
         path = urlsplit(self.path)
         credentials = _basic(authorization) if authorization else None
-        if credentials is None or not _matches(credentials, state.username, state.token):
+        if credentials is None or not _allowed(state, path.path, path.query, credentials):
             status, payload = 401, b"authentication required\n"
             headers = [
                 ("WWW-Authenticate", 'Basic realm="git test server"'),
                 ("Content-Type", "text/plain"),
             ]
+            if credentials is not None and state.authorize is not None:
+                # Credentials that are valid somewhere but not for this: GitHub's "denied".
+                status, payload = 403, b"permission denied\n"
+                headers = headers[1:]
         else:
             status, headers, payload = self._run_backend(path.path, path.query, credentials[0])
         # Recorded before answering: a client that has its answer finds its request here.
@@ -227,10 +242,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 class ArgvSampler:
     """Samples every process's argv (`/proc/*/cmdline`) in the background, to prove a secret
-    never appears in one while, say, a clone runs."""
+    never appears in one while, say, a clone runs; with `environ=True`, every environment it
+    may read (`/proc/*/environ`: all of them, as root) too."""
 
-    def __init__(self, secret: str, interval: float = 0.002) -> None:
+    def __init__(
+        self,
+        secret: str,
+        interval: float = 0.002,
+        *,
+        environ: bool = False,
+        also: tuple[str, ...] = (),
+    ) -> None:
+        self.environ = environ
         self.secret = secret.encode()
+        self.secrets = [self.secret, *(s.encode() for s in also)]
         self.interval = interval
         self.samples = 0  # full scans of /proc
         self.git_seen = 0  # argv of git processes seen (proof the sampling overlapped the work)
@@ -255,10 +280,18 @@ class ArgvSampler:
                     argv = (entry / "cmdline").read_bytes()
                 except OSError:
                     continue  # the process ended meanwhile
-                if self.secret in argv:
-                    self.leaks.append(
-                        argv.replace(self.secret, b"<secret>").decode(errors="replace")
-                    )
+                if any(secret in argv for secret in self.secrets):
+                    for secret in self.secrets:
+                        argv = argv.replace(secret, b"<secret>")
+                    self.leaks.append(argv.decode(errors="replace"))
+                if self.environ:
+                    try:
+                        env = (entry / "environ").read_bytes()
+                    except OSError:
+                        env = b""  # ended, or another user's we may not read
+                    if any(secret in env for secret in self.secrets):
+                        program = argv.split(b"\0", 1)[0].decode(errors="replace")
+                        self.leaks.append(f"environ of {program}")
                 if argv.startswith(b"git") or b"/git" in argv.split(b"\0", 1)[0]:
                     self.git_seen += 1
             self.samples += 1
@@ -276,6 +309,17 @@ def _basic(authorization: str) -> tuple[str, str] | None:
     except (binascii.Error, UnicodeDecodeError):
         return None
     return (user, password) if sep else None
+
+
+def _allowed(state: GitServer, path: str, query: str, credentials: tuple[str, str]) -> bool:
+    if state.authorize is None:
+        return _matches(credentials, state.username, state.token)
+    found = _REPO_PATH.match(path)
+    if found is None:
+        return False
+    rest = found.group(2) or ""
+    write = rest == "/git-receive-pack" or "service=git-receive-pack" in query.split("&")
+    return state.authorize(found.group(1), credentials[0], credentials[1], write)
 
 
 def _matches(credentials: tuple[str, str], username: str, token: str) -> bool:

@@ -11,6 +11,7 @@ settles them. Nothing of this lives in `/workspace`, where commands could forge 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -33,6 +34,29 @@ NOTE_TAGS = "repo_tags"
 def pending_note(tags: dict[str, str]) -> dict[str, Any]:
     """What `exec.start` carries as its `note` for an operation that records `tags`."""
     return {NOTE_TAGS: tags}
+
+
+def track(svc: Service, ws: str, task: asyncio.Task[Any]) -> None:
+    """Remembers `task` (a `settle`) until it ends, for `settled`."""
+    tasks = svc.repo_settling.setdefault(ws, set())
+    tasks.add(task)
+
+    def done(_: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not tasks:
+            svc.repo_settling.pop(ws, None)
+
+    task.add_done_callback(done)
+
+
+async def settled(svc: Service, ws: str, timeout: float) -> bool:
+    """Waits up to `timeout` for this process's pending repo records of `ws`; True when there
+    were some (the caller then reads the record again)."""
+    tasks = svc.repo_settling.get(ws)
+    if not tasks:
+        return False
+    await asyncio.wait(set(tasks), timeout=timeout)
+    return True
 
 
 async def settle(svc: Service, ws: str, exec_id: str, tags: dict[str, str]) -> None:

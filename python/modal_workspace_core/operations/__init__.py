@@ -8,7 +8,18 @@ from ..config import Settings
 from ..errors import InvalidArgumentError
 from ..git.pending import resume_pending
 from ..service import Service
-from . import artifacts, execs, files, functions, repo, snapshots, streams, watches, workspaces
+from . import (
+    artifacts,
+    execs,
+    files,
+    functions,
+    repo,
+    repo_delivery,
+    snapshots,
+    streams,
+    watches,
+    workspaces,
+)
 from .lifecycle import resume_suspended
 from .run import call, parse_input, parse_request, run
 from .table import Hints, Operation
@@ -33,6 +44,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         snapshots,
         execs,
         repo,
+        repo_delivery,
         files,
         artifacts,
         watches,

@@ -303,6 +303,28 @@ async def run_to_end(
     # A command that has already ended has closed its stdin: that is no failure of the run.
     with contextlib.suppress(ConflictError):
         await svc.request(ws, "exec.input", {"exec_id": exec_id, "eof": True}, stdin)
+    return await drain(
+        svc,
+        ws,
+        exec_id,
+        timeout_seconds=timeout_seconds,
+        cap=cap,
+        head_only=head_only,
+        wait_seconds=wait_seconds,
+    )
+
+
+async def drain(
+    svc: Service,
+    ws: str,
+    exec_id: str,
+    *,
+    timeout_seconds: float,
+    cap: int,
+    head_only: bool = False,
+    wait_seconds: float | None = None,
+) -> Finished:
+    """Reads a started exec's output to its end (or for `wait_seconds`), then its status."""
     out, err = Capture(cap, head_only), Capture(cap, head_only)
     cursor = 0
     # The agent kills the command at its timeout; this deadline only guards a lost channel.
@@ -467,6 +489,8 @@ async def workspace_realtime_exec_cancel(svc: Service, inp: ExecCancel) -> ExecS
     path=WS + "/realtime-execs",
     hints=READ,
     summary="List the workspace's execs, newest first.",
+    # GPT Actions takes 30 operations: a chat knows the execs it started by their ids.
+    in_actions=False,
 )
 async def workspace_realtime_exec_list(svc: Service, inp: ExecListInput) -> ExecListResult:
     result, _ = await svc.request(inp.workspace_id, "exec.list", {})

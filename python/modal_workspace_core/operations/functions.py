@@ -41,14 +41,15 @@ DEFAULT_RESULT_CHARS = 200_000
 MAX_FUNCTION_WAIT = 600
 
 # With MODAL_WORKSPACE_FUNCTIONS_IN_ACTIONS=1 these enter the GPT Actions schema and, to keep
-# it within Actions' 30 operations, the file watches leave it as a family (they stay in MCP and
-# the Python API; an Actions client sees changes with repo_status and file_list): see
-# `operations.actions_operations`. There, function_call with a short wait_seconds is the spawn;
-# function_spawn and the apps stay in MCP and the Python API.
+# it within Actions' 30 operations, three operations an Actions client can do another way leave
+# it (they stay in MCP and the Python API): stdin goes with workspace_exec's `stdin`, a file is
+# removed by a command, a snapshot ends by its ttl_seconds. See `operations.actions_operations`.
+# There, function_call with a short wait_seconds is the spawn; function_spawn and the apps stay
+# in MCP and the Python API.
 ACTIONS_SWAP: dict[str, str] = {
-    "function_call": "workspace_file_watch_start",
-    "function_call_get": "workspace_file_watch_list",
-    "function_call_cancel": "workspace_file_watch_cancel",
+    "function_call": "workspace_realtime_exec_input",
+    "function_call_get": "workspace_snapshot_delete",
+    "function_call_cancel": "file_remove",
 }
 
 _RESULT_BOUNDS: Bounds = {

@@ -13,6 +13,7 @@ from pydantic import Field
 from .. import policy
 from ..errors import InvalidArgumentError, NotFoundError, UpstreamError, WorkspaceError
 from ..git import commands as gitcmd
+from ..git import credentials, pending
 from ..git.pending import pending_note, settle
 from ..policy import WORKSPACE_ROOT
 from ..surfaces.limits import Bound
@@ -136,11 +137,7 @@ log = logging.getLogger("modal_workspace_core.repo")
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 
 
-# The name the token is fetched under for the network step's credential (never an env name).
-CREDENTIAL_ENV = "MWC_GIT_TOKEN"
-
-
-async def _agent_paths(svc: Service, ws: str) -> tuple[str, str]:
+async def agent_paths(svc: Service, ws: str) -> tuple[str, str]:
     """The agent's own directory (where mirrors live) and its askpass program."""
     info, _ = await svc.request(ws, "ping", {})
     agent_dir, askpass = info.get("agent_dir"), info.get("askpass")
@@ -163,7 +160,7 @@ async def _start(
         args = {**args, "note": pending_note(tags)}
     await svc.request(ws, "exec.start", args)
     if tags:
-        svc.spawn(settle(svc, ws, exec_id, tags))
+        pending.track(svc, ws, svc.spawn(settle(svc, ws, exec_id, tags)))
     return exec_id
 
 
@@ -172,7 +169,7 @@ async def _start_network_git(
     record: WorkspaceRecord,
     *,
     mode: str,
-    url: str,
+    repo: policy.GitHubRepo,
     mirror: str,
     askpass: str,
     ref: str | None,
@@ -183,6 +180,7 @@ async def _start_network_git(
 ) -> str:
     """The two-step exec of a clone or fetch (see the module's docstring)."""
     base = svc.settings.github_url
+    url = repo.url_on(base)
     network: dict[str, Any] = {
         "identity": "agent",
         "argv": gitcmd.mirror_argv(mode, url, mirror, ref, depth, base),
@@ -193,11 +191,9 @@ async def _start_network_git(
         # The token travels in this one request as the step's credential: the agent keeps it
         # and answers git's askpass with it for the base alone (no environment holds it), and
         # redacts it (and its encodings) from everything it records.
-        token = svc.github_token(CREDENTIAL_ENV)
-        network["credential"] = {
-            "base": gitcmd.base_origin(base),
-            "token": token.env[CREDENTIAL_ENV],
-        }
+        # Minted for this operation: an App's token reads this one repository and nothing else.
+        token = await credentials.for_operation(svc, repo, credentials.FETCH, "use_github_token")
+        network["credential"] = {"base": gitcmd.base_origin(base), "token": token.token}
         secrets += token.redact
     workspace = {
         "argv": workspace_argv,
@@ -240,7 +236,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
             field="destination",
         )
     record = await svc.record(inp.workspace_id)
-    agent_dir, askpass = await _agent_paths(svc, record.workspace_id)
+    agent_dir, askpass = await agent_paths(svc, record.workspace_id)
     url = repo.url_on(svc.settings.github_url)
     mirror = gitcmd.mirror_path(agent_dir, dest)
     tags = {"repo-url": repo.url, "repo-path": dest}
@@ -250,7 +246,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
         svc,
         record,
         mode="clone",
-        url=url,
+        repo=repo,
         mirror=mirror,
         askpass=askpass,
         ref=inp.ref,
@@ -262,13 +258,13 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
     return _operation(exec_id, "clone", dest, repository=repo.url, ref=inp.ref)
 
 
-async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
-    """The canonical URL to fetch `dest` from: the gateway's own record of the clone when it
-    made it, else the repository's `origin`, read as untrusted input and held to the policy
-    (so a rewritten origin can name only another repository on the configured base)."""
+async def origin_repo(svc: Service, record: WorkspaceRecord, dest: str) -> policy.GitHubRepo:
+    """The repository `dest` belongs to: the gateway's own record of the clone when it made
+    it, else the repository's `origin`, read as untrusted input and held to the policy (so a
+    rewritten origin can name only another repository on the configured base)."""
     base = svc.settings.github_url
     if record.tags.get("repo-path") == dest and record.tags.get("repo-url"):
-        return policy.github_repo(record.tags["repo-url"]).url_on(base)
+        return policy.github_repo(record.tags["repo-url"])
     done = await run_to_end(
         svc,
         record,
@@ -280,12 +276,12 @@ async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
         internal=True,
     )
     if done.status.get("returncode") != 0:
-        raise _git_failure(done.stderr.text() or "no remote 'origin'", dest)
+        raise git_failure(done.stderr.text() or "no remote 'origin'", dest)
     origin = done.stdout.head.decode(errors="replace").strip()
     if origin.startswith(f"{base}/"):
         origin = origin[len(base) + 1 :]
     try:
-        return policy.github_repo(origin).url_on(base)
+        return policy.github_repo(origin)
     except policy.PolicyError as exc:
         raise InvalidArgumentError(
             f"destination: its origin is not a GitHub repository ({exc})", field="destination"
@@ -300,16 +296,16 @@ async def _fetch_url(svc: Service, record: WorkspaceRecord, dest: str) -> str:
 )
 async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
-    dest = _destination(record, inp.destination)
-    agent_dir, askpass = await _agent_paths(svc, record.workspace_id)
-    url = await _fetch_url(svc, record, dest)
+    record, dest = await recorded_destination(svc, record, inp.destination)
+    agent_dir, askpass = await agent_paths(svc, record.workspace_id)
+    repo = await origin_repo(svc, record, dest)
     mirror = gitcmd.mirror_path(agent_dir, dest)
     tags = {"repo-fetched-at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     exec_id = await _start_network_git(
         svc,
         record,
         mode="fetch",
-        url=url,
+        repo=repo,
         mirror=mirror,
         askpass=askpass,
         ref=inp.ref,
@@ -329,7 +325,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
 )
 async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
-    dest = _destination(record, inp.destination)
+    record, dest = await recorded_destination(svc, record, inp.destination)
     argv = gitcmd.checkout_argv(dest, inp.ref, inp.create_branch)
     tags = {"repo-ref": inp.ref} if record.tags.get("repo-path") == dest else {}
     args = exec_args(record, policy.new_id("ex"), argv=argv, env=dict(gitcmd.WORKSPACE_STEP_ENV))
@@ -337,7 +333,26 @@ async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
     return _operation(exec_id, "checkout", dest, ref=inp.ref)
 
 
-def _destination(record: WorkspaceRecord, given: str | None) -> str:
+# How long an operation defaulting to the cloned repository waits for a clone that has just
+# ended to be recorded.
+_RECORD_WAIT_SECONDS = 10.0
+
+
+async def recorded_destination(
+    svc: Service, record: WorkspaceRecord, given: str | None
+) -> tuple[WorkspaceRecord, str]:
+    """`destination_of`, once the repo records this process still owes the workspace (a clone
+    whose stream has just ended) are written: a client that follows a clone to its end and
+    then commits finds the clone on record. Returns the record as read then."""
+    ws = record.workspace_id
+    settling = given is None and "repo-path" not in record.tags
+    if settling and await pending.settled(svc, ws, _RECORD_WAIT_SECONDS):
+        svc.forget_record(ws)
+        record = await svc.record(ws)
+    return record, destination_of(record, given)
+
+
+def destination_of(record: WorkspaceRecord, given: str | None) -> str:
     """The repository an operation acts on: the one named, else the one this workspace cloned
     (its `repo-path` tag, checked like a client's path)."""
     if given is not None:
@@ -352,7 +367,7 @@ def _destination(record: WorkspaceRecord, given: str | None) -> str:
     return policy.workspace_path(WORKSPACE_ROOT, recorded)
 
 
-def _git_failure(stderr: str, dest: str) -> WorkspaceError:
+def git_failure(stderr: str, dest: str) -> WorkspaceError:
     if "not a git repository" in stderr or "cannot change to" in stderr or "can't cd" in stderr:
         return NotFoundError(f"destination: {dest} is not a git repository", field="destination")
     return UpstreamError(f"git failed: {stderr.strip()[-500:]}")
@@ -366,7 +381,7 @@ def _git_failure(stderr: str, dest: str) -> WorkspaceError:
 )
 async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
     record = await svc.record(inp.workspace_id)
-    dest = _destination(record, inp.destination)
+    record, dest = await recorded_destination(svc, record, inp.destination)
     done = await run_to_end(
         svc,
         record,
@@ -378,7 +393,7 @@ async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
         internal=True,
     )
     if done.status.get("returncode") != 0:
-        raise _git_failure(done.stderr.text(), dest)
+        raise git_failure(done.stderr.text(), dest)
     parsed = gitcmd.parse_status(done.stdout.head.decode(errors="replace"))
     if done.stdout.truncated:
         parsed["truncated"] = True
@@ -398,7 +413,7 @@ async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
 )
 async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:
     record = await svc.record(inp.workspace_id)
-    dest = _destination(record, inp.destination)
+    record, dest = await recorded_destination(svc, record, inp.destination)
     done = await run_to_end(
         svc,
         record,
@@ -410,7 +425,7 @@ async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:
         internal=True,
     )
     if done.status.get("returncode") != 0:
-        raise _git_failure(done.stderr.text(), dest)
+        raise git_failure(done.stderr.text(), dest)
     return RepoDiff(
         destination=dest,
         cached=inp.cached,

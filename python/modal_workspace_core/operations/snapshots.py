@@ -269,9 +269,6 @@ async def workspace_snapshot_list(svc: Service, inp: SnapshotListInput) -> Snaps
     path=SN + "/{snapshot_id}",
     hints=DESTROY,
     summary="Delete one snapshot of a workspace.",
-    # Out of GPT Actions (its 30 operations are taken): expiry and retention delete snapshots
-    # there; REST, MCP and Python keep it.
-    in_actions=False,
 )
 async def workspace_snapshot_delete(svc: Service, inp: SnapshotRef) -> SnapshotDeleted:
     await svc.driver.delete_snapshot(inp.workspace_id, inp.snapshot_id)

@@ -43,6 +43,10 @@ REWRITE = Hints(read_only=False, destructive=True, idempotent=True, open_world=F
 DESTROY = Hints(read_only=False, destructive=True, idempotent=False, open_world=False)
 RUN = Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
 NETWORK = Hints(read_only=False, destructive=False, idempotent=False, open_world=True)
+# Changes what others see on GitHub: a push (which may replace a branch of the workspace's own).
+PUBLISH = Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
+# Opens something on GitHub once: asking again answers the same thing.
+PUBLISH_ONCE = Hints(read_only=False, destructive=False, idempotent=True, open_world=True)
 
 # The REST paths of one workspace, one of its execs and one of its file watches (under /api).
 WS = "/workspaces/{workspace_id}"
@@ -102,6 +106,9 @@ class Operation:
     handler: Handler
     limits: str = ""  # appended to the description: the bounds a caller must know
     in_actions: bool = True
+    # Acts on the world beyond the workspace in a way a person should confirm (a push, a pull
+    # request): GPT Actions asks the user first (`x-openai-isConsequential`).
+    consequential: bool = False
     # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
     bounds: Bounds = field(default_factory=dict)
     # Set when the REST route carries bytes, not JSON (`RawRest`).
@@ -137,6 +144,7 @@ class Declarations:
         summary: str,
         limits: str = "",
         in_actions: bool = True,
+        consequential: bool = False,
         bounds: Bounds | None = None,
         raw: RawRest | None = None,
     ) -> Callable[[H], H]:
@@ -154,6 +162,7 @@ class Declarations:
                     handler=handler,
                     limits=limits,
                     in_actions=in_actions,
+                    consequential=consequential,
                     bounds=bounds or {},
                     raw=raw,
                 )

@@ -78,6 +78,9 @@ def _watch_out(watch_id: str, status: dict[str, Any]) -> WatchStatus:
     hints=WRITE,
     summary="Watch a directory tree for created, modified, removed and renamed files.",
     limits="Read its events with workspace_file_watch_events.",
+    # GPT Actions takes 30 operations, and a chat follows no live stream of changes: it sees
+    # them with repo_status and file_list. The family stays in MCP and the Python API.
+    in_actions=False,
 )
 async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStatus:
     watch_id = policy.new_id("fw")
@@ -116,13 +119,14 @@ async def workspace_file_watch_status(svc: Service, inp: WatchRef) -> WatchStatu
     path=WS + "/file-watches",
     hints=READ,
     summary="List the workspace's file watches.",
+    in_actions=False,
 )
 async def workspace_file_watch_list(svc: Service, inp: WatchListInput) -> WatchListResult:
     result, _ = await svc.request(inp.workspace_id, "watch.list", {})
     return WatchListResult(watches=[_watch_out("", w) for w in result.get("watches") or []])
 
 
-@declare(method="DELETE", path=FW, hints=REWRITE, summary="Stop a file watch.")
+@declare(method="DELETE", path=FW, hints=REWRITE, summary="Stop a file watch.", in_actions=False)
 async def workspace_file_watch_cancel(svc: Service, inp: WatchRef) -> WatchStatus:
     result, _ = await svc.request(inp.workspace_id, "watch.cancel", {"watch_id": inp.watch_id})
     return _watch_out(inp.watch_id, result)

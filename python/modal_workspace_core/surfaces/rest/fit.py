@@ -21,6 +21,7 @@ from ...operations.artifacts import ArtifactListing
 from ...operations.execs import ExecListResult, ExecResult
 from ...operations.files import FileContent, FileListResult, FileSearchResult
 from ...operations.repo import RepoDiff, RepoStatus
+from ...operations.repo_delivery import RepoCommitResult, RepoPushResult
 from ...operations.watches import WatchListResult
 from ...operations.workspaces import WorkspaceListResult
 
@@ -138,6 +139,20 @@ def _entries(name: str) -> Callable[[M, int], M]:
     return fit
 
 
+def _each(*names: str) -> Callable[[M, int], M]:
+    """Cuts list fields in turn, the first named first, until the answer fits."""
+    fitters = [_entries(name) for name in names]
+
+    def fit(result: M, most: int) -> M:
+        for fitter in fitters:
+            if len(result.model_dump_json()) <= most:
+                break
+            result = fitter(result, most)
+        return result
+
+    return fit
+
+
 _FITTERS: dict[type[BaseModel], Callable[[Any, int], BaseModel]] = {
     FileContent: _file,
     ExecResult: _exec,
@@ -148,5 +163,8 @@ _FITTERS: dict[type[BaseModel], Callable[[Any, int], BaseModel]] = {
     WorkspaceListResult: _entries("workspaces"),
     ExecListResult: _entries("execs"),
     WatchListResult: _entries("watches"),
+    RepoCommitResult: _entries("files"),
+    # The files go first: the commits are what a person reviews before a pull request.
+    RepoPushResult: _each("files", "commits"),
     ArtifactListing: _entries("listing"),
 }

@@ -39,6 +39,7 @@ ERROR_STATUSES: dict[int | str, str] = {
 }
 
 _SECURITY_SCHEMES = {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+_CONSEQUENTIAL = frozenset(op.name for op in OPERATIONS if op.consequential)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -111,6 +112,9 @@ def actions_schema(
             if isinstance(op, dict) and op.get("operationId") in wanted
         }
         for op in kept.values():
+            if op.get("operationId") in _CONSEQUENTIAL:
+                # GPT Actions then asks the user before every call, never "always allow".
+                op["x-openai-isConsequential"] = True
             op["summary"] = _clip(op.get("summary", ""), MAX_DESCRIPTION_CHARS)
             op["description"] = _clip(op.get("description", ""), MAX_DESCRIPTION_CHARS)
             for param in op.get("parameters", []):

@@ -1,0 +1,295 @@
+"""The git command lines that take work out of a workspace: a commit, and a push in three steps.
+
+A push never lets the git that holds the token read the workspace's repository, whose files,
+configuration and hooks are the workspace's to forge:
+1. as the workspace (no token): `git bundle` writes the branch's new commits into a file in the
+   workspace's `/tmp`;
+2. as the agent (the token reaches this step's git only through its askpass): `mwc-agent stage`
+   copies that file into the step's private home (contained: no link out, no FIFO, no
+   hard-linked file), git fetches it into the agent's own mirror with every object checked, and
+   pushes from the mirror, where nothing of the workspace's configuration applies; it reports
+   what it pushed on lines that start with a nonce only the step's environment holds, so no
+   process of the workspace (which may still write to the exec's output) can forge the report;
+3. as the workspace: the bundle is removed.
+Every script is a constant taking its values as positional parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from .commands import _NETWORK_CONFIG, repo_dir
+
+__all__ = [
+    "COMMIT_MARK",
+    "NOTHING_TO_COMMIT",
+    "PushReport",
+    "bundle_argv",
+    "bundle_path",
+    "commit_argv",
+    "parse_commit",
+    "parse_push_report",
+    "push_argv",
+    "push_env",
+    "remove_bundle_argv",
+]
+
+# What the commit script exits with when there is nothing to commit.
+NOTHING_TO_COMMIT = 3
+# The line after which the commit script prints its facts (hooks may print before it).
+COMMIT_MARK = "mwc-commit-done"
+# The largest bundle a push takes.
+MAX_BUNDLE_BYTES = 2 << 30
+# The most commits and files a push's report lists (it counts them all).
+MAX_REPORTED = 200
+
+# $1 repo dir, $2 all|paths, $3 message; the rest: literal pathspecs. The author and committer
+# come from the step's environment.
+_COMMIT = """set -e
+cd -- "$1"
+mode=$2 message=$3
+shift 3
+if [ "$mode" = all ]; then git add --all; else git add --all -- "$@"; fi
+if git diff --cached --quiet -- "$@"; then
+  echo "nothing to commit: no changes" >&2
+  exit 3
+fi
+git commit --quiet --message="$message" -- "$@"
+echo mwc-commit-done
+git rev-parse HEAD
+git symbolic-ref --quiet --short HEAD || echo
+git diff-tree --no-commit-id --numstat -r --root HEAD | head -n 1001
+"""
+
+# $1 repo dir, $2 branch, $3 bundle path. The commits origin does not have (as far as the
+# workspace's own `origin/*` refs say), or the tip alone when it has them all.
+_BUNDLE = """set -e
+cd -- "$1"
+ref="refs/heads/$2" bundle=$3
+git rev-parse --verify --quiet "$ref^{commit}" >/dev/null || {
+  echo "no branch '$2' in this repository" >&2
+  exit 4
+}
+umask 022
+rm -f -- "$bundle"
+if [ "$(git rev-list --count "$ref" --not --remotes=origin)" -gt 0 ]; then
+  git bundle create --quiet "$bundle" "$ref" --not --remotes=origin
+else
+  git bundle create --quiet "$bundle" -1 "$ref"
+fi
+"""
+
+# $1 bundle's dir, $2 bundle's name there, $3 mirror, $4 url, $5 branch, $6 remote branch,
+# $7 lease ("" for a plain push), $8 most bundle bytes. The nonce is MWC_PUSH_NONCE.
+_PUSH = """set -e
+[ -n "${MWC_AGENT_PYTHON-}" ] || { echo "this workspace's agent cannot stage a push" >&2; exit 1; }
+dir=$1 name=$2 mirror=$3 url=$4 branch=$5 dst=$6 lease=$7 max=$8
+n=$MWC_PUSH_NONCE
+staged="$HOME/push-$$.bundle"
+trap 'rm -f -- "$staged"' EXIT
+"$MWC_AGENT_PYTHON" -I -m modal_workspace_core.agent stage --root "$dir" --path "$name" \\
+  --to "$staged" --max-bytes "$max"
+if [ ! -d "$mirror" ]; then
+  mkdir -p -- "${mirror%/*}"
+  git init --quiet --bare "$mirror"
+fi
+export GIT_DIR="$mirror"
+git -c protocol.file.allow=always -c transfer.fsckObjects=true -c fetch.fsckObjects=true \\
+  fetch --quiet --no-tags --no-write-fetch-head "$staged" "+refs/heads/$branch:refs/mwc/push"
+new=$(git rev-parse --verify "refs/mwc/push^{commit}")
+old=$(git ls-remote --heads -- "$url" | awk -v r="refs/heads/$dst" '$2 == r { print $1 }')
+if [ -n "$old" ] && ! git cat-file -e "$old^{commit}" 2>/dev/null; then
+  git fetch --quiet --no-tags --no-write-fetch-head -- "$url" "+refs/heads/$dst:refs/mwc/remote"
+fi
+echo "$n ref $new ${old:-none}"
+if [ -n "$old" ]; then
+  set -- "$new" --not "$old"
+else
+  set -- "$new" --not --exclude='refs/mwc/*' --branches
+fi
+echo "$n count $(git rev-list --count "$@")"
+git log --max-count=200 --format="$n commit %H %s" "$@"
+git log --format= --name-only "$@" | sort -u | head -n 200 | sed "s/^/$n file /"
+echo "$n files $(git log --format= --name-only "$@" | sort -u | wc -l)"
+if [ -n "$lease" ]; then
+  # No "+" on the refspec: it would force past the lease.
+  git push --porcelain "--force-with-lease=refs/heads/$dst:$lease" -- "$url" \\
+    "refs/mwc/push:refs/heads/$dst"
+else
+  git push --porcelain -- "$url" "refs/mwc/push:refs/heads/$dst"
+fi
+git update-ref "refs/heads/$dst" "$new"
+echo "$n pushed"
+"""
+
+
+def commit_argv(dest: str, message: str, paths: list[str] | None) -> list[str]:
+    """`paths` are relative to the repository, each taken literally (no glob, no magic)."""
+    specs = [f":(literal){p}" for p in paths or []]
+    mode = "paths" if paths else "all"
+    return ["sh", "-c", _COMMIT, "sh", repo_dir(dest), mode, message, *specs]
+
+
+def commit_env(name: str, email: str) -> dict[str, str]:
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+
+
+# The most changed files a commit's answer lists.
+MAX_COMMIT_FILES = 1000
+
+
+@dataclass(frozen=True)
+class CommitFacts:
+    commit: str
+    branch: str | None
+    files: list[dict[str, object]]
+    truncated: bool = False
+
+
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def parse_commit(stdout: str) -> CommitFacts | None:
+    """The facts the commit script prints after its mark (None when it printed none)."""
+    _, mark, rest = stdout.rpartition(f"\n{COMMIT_MARK}\n")
+    if not mark:
+        if not stdout.startswith(f"{COMMIT_MARK}\n"):
+            return None
+        rest = stdout[len(COMMIT_MARK) + 1 :]
+    lines = rest.split("\n")
+    if len(lines) < 2 or not _SHA.fullmatch(lines[0]):
+        return None
+    files: list[dict[str, object]] = []
+    for line in lines[2:]:
+        parts = line.split("\t", 2)
+        if len(parts) == 3:
+            added, removed, path = parts
+            files.append(
+                {
+                    "path": path,
+                    "added": int(added) if added.isdigit() else None,
+                    "removed": int(removed) if removed.isdigit() else None,
+                }
+            )
+    return CommitFacts(
+        commit=lines[0],
+        branch=lines[1] or None,
+        files=files[:MAX_COMMIT_FILES],
+        truncated=len(files) > MAX_COMMIT_FILES,
+    )
+
+
+def bundle_path(exec_id: str) -> tuple[str, str]:
+    """(directory, name) of a push's bundle: the workspace's own /tmp, which its commands and
+    the agent's steps both see (every driver gives a workspace a private one), never a path in
+    /workspace that a failed push would leave behind in the user's files."""
+    return "/tmp", f"mwc-push-{exec_id}.bundle"
+
+
+def bundle_argv(dest: str, branch: str, bundle: str) -> list[str]:
+    return ["sh", "-c", _BUNDLE, "sh", repo_dir(dest), branch, bundle]
+
+
+def remove_bundle_argv(bundle: str) -> list[str]:
+    return ["rm", "-f", "--", bundle]
+
+
+def push_argv(
+    bundle_dir: str,
+    bundle_name: str,
+    mirror: str,
+    url: str,
+    branch: str,
+    remote_branch: str,
+    lease: str | None,
+) -> list[str]:
+    return [
+        "sh",
+        "-c",
+        _PUSH,
+        "sh",
+        bundle_dir,
+        bundle_name,
+        mirror,
+        url,
+        branch,
+        remote_branch,
+        lease or "",
+        str(MAX_BUNDLE_BYTES),
+    ]
+
+
+def push_env(askpass: str, nonce: str, base: str) -> dict[str, str]:
+    """The agent step's environment: no configuration file, the network configuration of every
+    token-holding git (`commands._NETWORK_CONFIG`, as `GIT_CONFIG_*` so that each git of the
+    script has it), the askpass, and the report's nonce."""
+    config = list(_NETWORK_CONFIG)
+    if base.startswith("http://"):
+        config.append("protocol.http.allow=always")  # a local or test server only
+    env = {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": askpass,
+        "MWC_PUSH_NONCE": nonce,
+        "GIT_CONFIG_COUNT": str(len(config)),
+    }
+    for i, item in enumerate(config):
+        key, _, value = item.partition("=")
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
+@dataclass
+class PushReport:
+    """What the push step said it did, read only from lines that carry its nonce."""
+
+    new: str | None = None
+    old: str | None = None
+    commit_count: int = 0
+    commits: list[dict[str, str]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    file_count: int = 0
+    pushed: bool = False
+
+
+def parse_push_report(stdout: str, nonce: str) -> PushReport:
+    report = PushReport()
+    prefix = f"{nonce} "
+    for line in stdout.split("\n"):
+        if not line.startswith(prefix):
+            continue
+        kind, _, rest = line[len(prefix) :].partition(" ")
+        if kind == "ref":
+            new, _, old = rest.partition(" ")
+            report.new = new if _SHA.fullmatch(new) else None
+            report.old = old if _SHA.fullmatch(old) else None
+        elif kind == "count" and rest.strip().isdigit():
+            report.commit_count = int(rest)
+        elif kind == "commit":
+            sha, _, subject = rest.partition(" ")
+            if _SHA.fullmatch(sha) and len(report.commits) < MAX_REPORTED:
+                report.commits.append({"commit": sha, "subject": subject[:300]})
+        elif kind == "file" and len(report.files) < MAX_REPORTED:
+            report.files.append(rest)
+        elif kind == "files" and rest.strip().isdigit():
+            report.file_count = int(rest)
+        elif kind == "pushed":
+            report.pushed = True
+    return report
+
+
+def push_record_key(workspace_id: str, url: str, branch: str) -> str:
+    """The managed tag under which a workspace records a branch it created by a push (its value:
+    the commit it last pushed there): what lets it force-push that branch, and only that one."""
+    digest = hashlib.sha256(f"{workspace_id}\0{url}\0{branch}".encode()).hexdigest()[:24]
+    return f"repo-push-{digest}"

@@ -1,0 +1,515 @@
+"""Delivering a repository's work: commit, push a branch, open a pull request.
+
+A commit is the workspace's own git, run by the gateway. A push is one realtime exec of three
+steps (`git.delivery`): the token, minted for this push and this repository alone
+(`git.credentials`), reaches only the agent step's git through its askpass. The pull request is
+opened by the gateway itself through GitHub's REST API, with a token minted for that.
+
+A push goes to a new branch under the workspace's namespace (`agent/<workspace>/<branch>`)
+unless the caller names one. It is never forced onto a branch this workspace did not create:
+the first push that creates a branch records it (a managed tag, out of the workspace's reach),
+and `force` is then a `--force-with-lease` on the commit this workspace last pushed there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import TYPE_CHECKING, Annotated, Any
+
+from githubkit.exception import GitHubException, RequestFailed
+from pydantic import AfterValidator, Field
+
+from .. import policy
+from ..errors import (
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UpstreamError,
+)
+from ..git import commands as gitcmd
+from ..git import credentials, delivery
+from ..surfaces.limits import Bound
+from .execs import drain, run_to_end
+from .fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from .repo import agent_paths, git_failure, origin_repo, recorded_destination
+from .table import PUBLISH, PUBLISH_ONCE, WRITE, WS, Declarations
+
+if TYPE_CHECKING:
+    from ..drivers.base import WorkspaceRecord
+    from ..service import Service
+
+declare = Declarations()
+log = logging.getLogger("modal_workspace_core.repo")
+
+_DESTINATION = "The repository's directory (default: the one cloned, its repo-path tag)."
+# The managed tag naming the branch this workspace pushed last: a pull request's default head.
+LAST_PUSH_TAG = "repo-pushed-branch"
+# How long a push may run before the agent ends it.
+PUSH_TIMEOUT_SECONDS = 1800
+MAX_COMMIT_PATHS = 1000
+
+CommitMessage = Annotated[str, AfterValidator(policy.commit_message)]
+AuthorName = Annotated[str, AfterValidator(policy.author_name)]
+AuthorEmail = Annotated[str, AfterValidator(policy.author_email)]
+Title = Annotated[str, AfterValidator(policy.pull_request_title)]
+Body = Annotated[str, AfterValidator(policy.pull_request_body)]
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+class RepoCommitInput(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    message: CommitMessage = Field(description="The commit message.")
+    paths: list[WorkspacePath] | None = Field(
+        None,
+        max_length=MAX_COMMIT_PATHS,
+        description="Commit only these files or directories (new, changed or deleted), inside "
+        "the repository; default: every change in the working tree.",
+    )
+    author_name: AuthorName | None = Field(
+        None, description="Author and committer name (default: the gateway's setting)."
+    )
+    author_email: AuthorEmail | None = Field(
+        None, description="Author and committer email (default: the gateway's setting)."
+    )
+
+
+class RepoPushInput(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    branch: GitRef | None = Field(None, description="The local branch (default: the current one).")
+    remote_branch: GitRef | None = Field(
+        None,
+        description="The branch on GitHub (default: agent/<workspace_id>/<branch>, a new one).",
+    )
+    force: bool = Field(
+        False,
+        description="Replace the remote branch (--force-with-lease): only a branch this "
+        "workspace created by an earlier push.",
+    )
+    wait_seconds: float = Field(
+        600, ge=0, le=3600, description="How long to wait for the push before answering."
+    )
+
+
+class RepoPullRequestInput(Input):
+    workspace_id: WorkspaceId
+    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    head: GitRef | None = Field(
+        None, description="The pushed branch (default: the one this workspace pushed last)."
+    )
+    base: GitRef | None = Field(
+        None, description="The branch to merge into (default: the repository's default branch)."
+    )
+    title: Title = Field(description="The pull request's title.")
+    body: Body = Field("", description="The pull request's description (Markdown).")
+    draft: bool = Field(True, description="Open it as a draft.")
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+class ChangedFile(Output):
+    path: str = Field(description="The path, relative to the repository.")
+    added: int | None = Field(default=None, description="Lines added (null for binary).")
+    removed: int | None = Field(default=None, description="Lines removed (null for binary).")
+
+
+class RepoCommitResult(Output):
+    destination: str = Field(description="The repository's directory.")
+    commit: str = Field(description="The new commit.")
+    branch: str | None = Field(description="The branch it is on (null when detached).")
+    files: list[ChangedFile] = Field(description="The files it changed (at most 1000).")
+    truncated: bool = Field(default=False, description="It changed more files than listed.")
+
+
+class PushedCommit(Output):
+    commit: str = Field(description="The commit id.")
+    subject: str = Field(description="Its message's first line.")
+
+
+class RepoPushResult(Output):
+    exec_id: str = Field(description="The push's exec: its events hold git's output.")
+    state: str = Field(description="finished, or running when wait_seconds passed first.")
+    pushed: bool = Field(description="The remote branch now points at `commit`.")
+    repository: str = Field(description="The canonical repository URL.")
+    destination: str = Field(description="The repository's directory.")
+    branch: str = Field(description="The local branch pushed.")
+    remote_branch: str = Field(description="The branch on GitHub.")
+    branch_url: str = Field(description="The remote branch on the web.")
+    created: bool = Field(description="The push created the remote branch.")
+    forced: bool = Field(description="The push replaced the remote branch (force-with-lease).")
+    commit: str | None = Field(default=None, description="The commit pushed.")
+    previous: str | None = Field(default=None, description="What the remote branch was before.")
+    commit_count: int = Field(default=0, description="How many commits the push added.")
+    commits: list[PushedCommit] = Field(
+        default_factory=list, description="The commits the push added (the newest 200)."
+    )
+    file_count: int = Field(default=0, description="How many files those commits touched.")
+    files: list[str] = Field(default_factory=list, description="Those files (the first 200).")
+    truncated: bool = Field(
+        default=False, description="More commits or files than listed (see the counts)."
+    )
+    error: str | None = Field(default=None, description="Why the push failed.")
+
+
+class RepoPullRequestResult(Output):
+    number: int = Field(description="The pull request's number.")
+    url: str = Field(description="The pull request on the web.")
+    state: str = Field(description="open or closed.")
+    draft: bool = Field(description="It is a draft.")
+    created: bool = Field(description="Opened now (false: the open one for this head).")
+    head: str = Field(description="Its branch.")
+    base: str = Field(description="The branch it merges into.")
+    title: str = Field(description="Its title.")
+
+
+# --- commit --------------------------------------------------------------------------------------
+
+
+def _repo_relative(dest: str, path: str) -> str:
+    """A commit path (a canonical /workspace path) relative to the repository at `dest`."""
+    if path == dest:
+        return "."
+    if not path.startswith(dest + "/"):
+        raise InvalidArgumentError(
+            f"paths: {path[:200]} is not inside the repository {dest}", field="paths"
+        )
+    return path[len(dest) + 1 :]
+
+
+@declare(
+    method="POST",
+    path=WS + "/repo/commit",
+    hints=WRITE,
+    summary="Commit the repository's changes (all, or the listed paths) with a message.",
+    limits="Refuses when there is nothing to commit (409).",
+)
+async def repo_commit(svc: Service, inp: RepoCommitInput) -> RepoCommitResult:
+    record = await svc.record(inp.workspace_id)
+    record, dest = await recorded_destination(svc, record, inp.destination)
+    paths = [_repo_relative(dest, p) for p in inp.paths] if inp.paths else None
+    name = inp.author_name or svc.settings.git_author_name
+    email = inp.author_email or svc.settings.git_author_email
+    done = await run_to_end(
+        svc,
+        record,
+        argv=delivery.commit_argv(dest, inp.message, paths),
+        env=delivery.commit_env(name, email),
+        timeout_seconds=300,
+        cap=256 * 1024,
+        head_only=True,
+        internal=True,
+    )
+    code = done.status.get("returncode")
+    if code == delivery.NOTHING_TO_COMMIT:
+        what = "the listed paths have" if paths else "the working tree has"
+        raise ConflictError(f"nothing to commit: {what} no changes in {dest}")
+    facts = delivery.parse_commit(done.stdout.head.decode(errors="replace"))
+    if code != 0 or facts is None:
+        raise git_failure(done.stderr.text() or "git commit failed", dest)
+    return RepoCommitResult(
+        destination=dest,
+        commit=facts.commit,
+        branch=facts.branch,
+        files=[ChangedFile.model_validate(f) for f in facts.files],
+        truncated=facts.truncated,
+    )
+
+
+# --- push ----------------------------------------------------------------------------------------
+
+
+def default_remote_branch(workspace_id: str, branch: str) -> str:
+    return policy.git_ref(f"agent/{workspace_id}/{branch}")
+
+
+async def _current_branch(svc: Service, record: WorkspaceRecord, dest: str) -> str:
+    done = await run_to_end(
+        svc,
+        record,
+        argv=["git", "-C", gitcmd.repo_dir(dest), "symbolic-ref", "--quiet", "--short", "HEAD"],
+        env={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"},
+        timeout_seconds=60,
+        cap=4096,
+        head_only=True,
+        internal=True,
+    )
+    name = done.stdout.head.decode(errors="replace").strip()
+    if done.status.get("returncode") != 0 or not name:
+        stderr = done.stderr.text()
+        if stderr:
+            raise git_failure(stderr, dest)
+        raise InvalidArgumentError(
+            "branch: HEAD is detached in this repository; name the branch to push "
+            "(or create one with repo_checkout create_branch)",
+            field="branch",
+        )
+    try:
+        return policy.git_ref(name)
+    except policy.PolicyError as exc:
+        raise InvalidArgumentError(f"branch: the current branch is not pushable ({exc})") from None
+
+
+@declare(
+    method="POST",
+    path=WS + "/repo/push",
+    hints=PUBLISH,
+    consequential=True,
+    summary="Push a branch to GitHub (by default a new branch agent/<workspace>/<branch>) and "
+    "say which commits and files it pushed.",
+    limits="Never forces onto a branch this workspace did not create. Waits up to "
+    "wait_seconds, then answers state running: follow exec_id.",
+    bounds={
+        "actions": {"wait_seconds": Bound(30, 30)},
+        "mcp": {"wait_seconds": Bound(45, 45)},
+    },
+)
+async def repo_push(svc: Service, inp: RepoPushInput) -> RepoPushResult:
+    record = await svc.record(inp.workspace_id)
+    ws = record.workspace_id
+    record, dest = await recorded_destination(svc, record, inp.destination)
+    agent_dir, askpass = await agent_paths(svc, ws)
+    repo = await origin_repo(svc, record, dest)
+    base = svc.settings.github_url
+    branch = inp.branch or await _current_branch(svc, record, dest)
+    remote_branch = inp.remote_branch or default_remote_branch(ws, branch)
+    record_key = delivery.push_record_key(ws, repo.url, remote_branch)
+    lease = record.tags.get(record_key)
+    if inp.force and lease is None:
+        raise PermissionDeniedError(
+            f"force: {remote_branch} is not a branch this workspace created by a push; only its "
+            "own branches may be replaced (push without force, or to a new branch)",
+            field="force",
+        )
+    credential = await credentials.for_operation(svc, repo, credentials.PUSH, "repo_push")
+    nonce = secrets.token_hex(16)
+    exec_id = policy.new_id("ex")
+    bundle_dir, bundle_name = delivery.bundle_path(exec_id)
+    bundle = f"{bundle_dir}/{bundle_name}"
+    mirror = gitcmd.mirror_path(agent_dir, dest)
+    steps: list[dict[str, Any]] = [
+        {
+            "argv": delivery.bundle_argv(dest, branch, bundle),
+            "env": dict(gitcmd.WORKSPACE_STEP_ENV),
+            "workdir": record.root,
+        },
+        {
+            "identity": "agent",
+            "argv": delivery.push_argv(
+                bundle_dir,
+                bundle_name,
+                mirror,
+                repo.url_on(base),
+                branch,
+                remote_branch,
+                lease if inp.force else None,
+            ),
+            "env": delivery.push_env(askpass, nonce, base),
+            "credential": {"base": gitcmd.base_origin(base), "token": credential.token},
+        },
+        {"argv": delivery.remove_bundle_argv(bundle), "env": {}, "workdir": record.root},
+    ]
+    args = {
+        "exec_id": exec_id,
+        "steps": steps,
+        "secrets": credential.redact,
+        "timeout_seconds": PUSH_TIMEOUT_SECONDS,
+    }
+    await svc.request(ws, "exec.start", args)
+    outcome = _PushOutcome(
+        exec_id=exec_id,
+        repository=repo.url,
+        destination=dest,
+        branch=branch,
+        remote_branch=remote_branch,
+        branch_url=f"{base}/{repo.slug}/tree/{remote_branch}",
+        forced=inp.force,
+    )
+    # The push's bookkeeping runs to its end (a task the service owns) even when this answer
+    # goes out first.
+    finishing = svc.spawn(_finish_push(svc, ws, nonce, record_key, lease, outcome))
+    try:
+        return await asyncio.wait_for(asyncio.shield(finishing), timeout=inp.wait_seconds)
+    except TimeoutError:
+        return outcome.result(state="running")
+
+
+class _PushOutcome:
+    def __init__(self, **facts: Any) -> None:
+        self.facts = facts
+
+    def result(self, **more: Any) -> RepoPushResult:
+        defaults = {"state": "running", "pushed": False, "created": False}
+        return RepoPushResult.model_validate({**defaults, **self.facts, **more})
+
+
+async def _finish_push(
+    svc: Service, ws: str, nonce: str, record_key: str, lease: str | None, outcome: _PushOutcome
+) -> RepoPushResult:
+    """Waits for the push to end, reads its report and records the branch it created."""
+    exec_id = outcome.facts["exec_id"]
+    done = await drain(
+        svc, ws, exec_id, timeout_seconds=PUSH_TIMEOUT_SECONDS, cap=512 * 1024, head_only=False
+    )
+    report = delivery.parse_push_report(done.stdout.text(), nonce)
+    state = str(done.status.get("state", "finished"))
+    pushed = report.pushed and done.status.get("returncode") == 0 and report.new is not None
+    created = pushed and report.old is None
+    if pushed and (created or lease is not None):
+        # This workspace's own branch (created now, or by an earlier push): what it may force
+        # again, on the commit it pushed.
+        assert report.new is not None
+        await svc.merge_tags(
+            ws, {record_key: report.new, LAST_PUSH_TAG: outcome.facts["remote_branch"]}
+        )
+    elif pushed:
+        await svc.merge_tags(ws, {LAST_PUSH_TAG: outcome.facts["remote_branch"]})
+    error = None if pushed else _push_error(done.stdout.text(), done.stderr.text(), state)
+    return outcome.result(
+        state=state,
+        pushed=pushed,
+        created=created,
+        commit=report.new,
+        previous=report.old,
+        commit_count=report.commit_count,
+        commits=report.commits,
+        file_count=report.file_count,
+        files=report.files,
+        truncated=report.commit_count > len(report.commits)
+        or report.file_count > len(report.files),
+        error=error,
+    )
+
+
+def _push_error(stdout: str, stderr: str, state: str) -> str:
+    """Why a push failed, in words an agent can act on: git's porcelain status of the ref
+    (`!<TAB>src:dst<TAB>[rejected] (reason)`), else the end of its stderr."""
+    if state != "finished":
+        return f"the push was {state}"
+    rejected = [line for line in stdout.split("\n") if line.startswith("!\t")]
+    reason = rejected[-1].rsplit("\t", 1)[-1] if rejected else ""
+    if "stale info" in reason:
+        return "the remote branch changed since this workspace pushed it: not replaced"
+    if "non-fast-forward" in reason or "fetch first" in reason:
+        return (
+            "the remote branch has commits this branch does not: fetch and merge or rebase, "
+            "or push to a new branch"
+        )
+    if reason:
+        return f"GitHub refused the push: {reason[:300]}"
+    return stderr.strip()[-800:] or "the push failed"
+
+
+# --- pull request --------------------------------------------------------------------------------
+
+
+@declare(
+    method="POST",
+    path=WS + "/repo/pull-request",
+    hints=PUBLISH_ONCE,
+    consequential=True,
+    summary="Open a pull request (a draft by default) from a pushed branch; the same branch "
+    "answers its open pull request instead of a second one.",
+)
+async def repo_pull_request(svc: Service, inp: RepoPullRequestInput) -> RepoPullRequestResult:
+    record = await svc.record(inp.workspace_id)
+    record, dest = await recorded_destination(svc, record, inp.destination)
+    repo = await origin_repo(svc, record, dest)
+    head = inp.head or record.tags.get(LAST_PUSH_TAG)
+    if head is None:
+        raise InvalidArgumentError(
+            "head: this workspace has pushed no branch; repo_push first, or name the branch",
+            field="head",
+        )
+    head = policy.git_ref(head)
+    credential = await credentials.for_operation(
+        svc, repo, credentials.PULL_REQUEST, "repo_pull_request"
+    )
+    gh = credentials.rest_client(svc, credential)
+    try:
+        found = await _open_pull(gh, repo, head)
+        if found is not None:
+            return _pull_result(found, created=False)
+        base = inp.base or await _default_branch(gh, repo)
+        try:
+            opened = await gh.arequest(
+                "POST",
+                f"/repos/{repo.owner}/{repo.name}/pulls",
+                json={
+                    "title": inp.title,
+                    "head": head,
+                    "base": base,
+                    "body": inp.body,
+                    "draft": inp.draft,
+                },
+            )
+        except RequestFailed as exc:
+            if exc.response.status_code == 422 and (again := await _open_pull(gh, repo, head)):
+                return _pull_result(again, created=False)  # another call opened it meanwhile
+            raise
+        return _pull_result(opened.json(), created=True)
+    except RequestFailed as exc:
+        raise _api_error(exc, repo, head) from None
+    except GitHubException as exc:
+        raise UpstreamError(f"could not reach the GitHub API: {type(exc).__name__}") from None
+
+
+async def _open_pull(gh: Any, repo: policy.GitHubRepo, head: str) -> dict[str, Any] | None:
+    listed = await gh.arequest(
+        "GET",
+        f"/repos/{repo.owner}/{repo.name}/pulls",
+        params={"state": "open", "head": f"{repo.owner}:{head}", "per_page": 10},
+    )
+    pulls = listed.json()
+    if isinstance(pulls, list):
+        for pull in pulls:
+            if isinstance(pull, dict) and (pull.get("head") or {}).get("ref") == head:
+                return pull
+    return None
+
+
+async def _default_branch(gh: Any, repo: policy.GitHubRepo) -> str:
+    answer = await gh.arequest("GET", f"/repos/{repo.owner}/{repo.name}")
+    branch = answer.json().get("default_branch")
+    if not isinstance(branch, str):
+        raise UpstreamError(f"GitHub named no default branch for {repo.slug}: give base")
+    return policy.git_ref(branch)
+
+
+def _pull_result(pull: dict[str, Any], *, created: bool) -> RepoPullRequestResult:
+    try:
+        return RepoPullRequestResult(
+            number=int(pull["number"]),
+            url=str(pull["html_url"]),
+            state=str(pull.get("state", "open")),
+            draft=bool(pull.get("draft", False)),
+            created=created,
+            head=str(pull["head"]["ref"]),
+            base=str(pull["base"]["ref"]),
+            title=str(pull.get("title", "")),
+        )
+    except (KeyError, TypeError, ValueError):
+        raise UpstreamError("GitHub's answer is not a pull request") from None
+
+
+def _api_error(exc: RequestFailed, repo: policy.GitHubRepo, head: str) -> Exception:
+    status = exc.response.status_code
+    try:
+        message = str(exc.response.json().get("message", ""))[:300]
+    except ValueError:
+        message = ""
+    if status == 422:
+        return InvalidArgumentError(
+            f"GitHub refused the pull request: {message or 'unprocessable'} (is {head} pushed?)"
+        )
+    if status in (401, 403):
+        return PermissionDeniedError(f"GitHub refused the pull request on {repo.slug} ({status})")
+    if status == 404:
+        return NotFoundError(f"GitHub has no repository {repo.slug} this token can see")
+    return UpstreamError(f"the GitHub API answered {status}: {message}")
