@@ -6,6 +6,7 @@ tampered signature or after its expiry."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import tempfile
 import time
@@ -223,6 +224,19 @@ async def test_mcp_gets_the_listing_and_a_link_that_downloads(gw: Gateway) -> No
             {"workspace_id": gw.workspace_id, "path": "mcp/2.txt", "content": content},
         )
         assert not uploaded.is_error, uploaded.content
+        # Thousands of entries: the listing stays within the encoded bound there too.
+        gw.sh(
+            "python3 -c \"import os; os.makedirs('mcp-many', exist_ok=True); "
+            "[open(f'mcp-many/{i:05d}' + '\\\\\\\\' * 60, 'w').close() for i in range(3000)]\""
+        )
+        many = await client.call_tool(
+            "artifact_download",
+            {"workspace_id": gw.workspace_id, "path": "mcp-many", "max_entries": 10_000},
+        )
+        assert not many.is_error, many.content
+        text = many.content[0].text  # type: ignore[union-attr]
+        assert len(text) < ACTIONS_CHARS and json.loads(text)["truncated"] is True
+        assert json.loads(text)["entries"] == 3000
     assert [e["path"] for e in listed["listing"]] == ["1.txt"]
     assert listed["download_url"].startswith(gw.served.base_url + "/artifact-links/")
     async with httpx2.AsyncClient(timeout=60) as anonymous:
