@@ -85,7 +85,8 @@ fn plan(staged: &mut File, limits: TarLimits) -> Result<Vec<TarEntry>, FileError
     staged.seek(SeekFrom::Start(0)).map_err(|e| bad_tar(&e))?;
     let mut archive = tar::Archive::new(staged);
     let mut plan = TarPlan::new(limits);
-    for entry in archive.entries().map_err(|e| bad_tar(&e))? {
+    // Headers only: the data between them is seeked over, not read.
+    for entry in archive.entries_with_seek().map_err(|e| bad_tar(&e))? {
         let entry = entry.map_err(|e| bad_tar(&e))?;
         let Some(kind) = kind_of(&entry.header().entry_type()) else {
             continue;
