@@ -147,6 +147,16 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     route("file_read", "GET", f"{ws_path}/files/content", path="worst.txt")
     route("file_read", "GET", f"{ws_path}/files/content", path="blob.bin")
     route("file_list", "GET", f"{ws_path}/files", path="many")
+    # The listing of a download, as Actions get it: cut to fit, with its link.
+    listed = route(
+        "artifact_download",
+        "GET",
+        f"{ws_path}/artifacts",
+        path="many",
+        listing=True,
+        max_entries=1000,
+    )
+    assert listed["truncated"] and listed["download_url"].startswith("http")
     route("file_search", "GET", f"{ws_path}/files/search", pattern="\\\\", path=".")
     route("file_search", "GET", f"{ws_path}/files/search", pattern="*", mode="name")
 
@@ -250,7 +260,7 @@ def test_every_actions_operation_fits_at_its_largest_arguments(rig: Rig) -> None
     assert fetched["exec_id"]
     # The bulky answers were cut to fit, not left small by accident.
     bulky = ("file_read", "workspace_exec", "repo_diff", "file_list", "workspace_list")
-    for name in (*bulky, "repo_commit", "repo_push"):
+    for name in (*bulky, "repo_commit", "repo_push", "artifact_download"):
         assert rig.sizes[name] > ACTIONS_CHARS // 2, (name, rig.sizes[name])
 
 

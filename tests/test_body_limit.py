@@ -90,3 +90,30 @@ async def test_the_api_refuses_an_oversized_body_with_413_and_calls_no_driver() 
         assert response.status_code == 413, response.text
         assert response.json()["error"]["code"] == "limit"
     assert driver.calls == []
+
+
+async def test_a_raw_upload_route_has_its_own_bound_and_no_other_route_does() -> None:
+    routes = [("PUT", "/api/workspaces/{workspace_id}/artifacts")]
+    app = BodyLimit(echo_length, 10, raw_routes=routes, raw_max_bytes=100)
+
+    async def send(method: str, path: str, size: int) -> int:
+        scope_path = path.format(workspace_id=WS)
+        headers = [(b"content-length", str(size).encode())]
+        sent: list[Message] = []
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b"x" * size, "more_body": False}
+
+        async def record(message: Message) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": method, "path": scope_path, "headers": headers}
+        await app(scope, receive, record)
+        return int(sent[0]["status"])
+
+    upload = "/api/workspaces/{workspace_id}/artifacts"
+    assert await send("PUT", upload, 100) == 200
+    assert await send("PUT", upload, 101) == 413
+    assert await send("GET", upload, 11) == 413  # only the upload's method
+    assert await send("PUT", upload + "/x", 11) == 413  # only the route itself
+    assert await send("PUT", "/api/workspaces/{workspace_id}/files/content", 11) == 413

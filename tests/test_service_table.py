@@ -59,6 +59,8 @@ EXPECTED = {
     "file_list": ("GET", "/workspaces/{workspace_id}/files"),
     "file_remove": ("DELETE", "/workspaces/{workspace_id}/files"),
     "file_search": ("GET", "/workspaces/{workspace_id}/files/search"),
+    "artifact_download": ("GET", "/workspaces/{workspace_id}/artifacts"),
+    "artifact_upload": ("PUT", "/workspaces/{workspace_id}/artifacts"),
     "workspace_file_watch_start": ("POST", "/workspaces/{workspace_id}/file-watches"),
     "workspace_file_watch_events": (
         "GET",

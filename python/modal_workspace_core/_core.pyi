@@ -54,6 +54,7 @@ __all__ = [
     "image_packages",
     "memory_limit_mib",
     "memory_mib",
+    "mint_link",
     "modal_app_name",
     "modal_function_name",
     "name_allowlist",
@@ -69,6 +70,7 @@ __all__ = [
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
+    "verify_link",
     "volume_mount",
     "workspace_path",
 ]
@@ -247,6 +249,15 @@ def image_packages(kind: str, items: list[str]) -> list[str]:
     `=VERSION` (an exact Debian version); pip: a PEP 508 name, optionally `==VERSION` (a PEP 440
     public version). No options, paths, URLs, extras, markers or ranges. Raises `PolicyError`
     (rules `package.*`)."""
+
+def mint_link(key: bytes, workspace_id: str, path: str, expires: int) -> str:
+    """A download link's token naming `path` in `workspace_id` until `expires` (unix seconds),
+    signed with HMAC-SHA256 under `key` (at least 16 bytes). Raises `PolicyError` (`link.*`)."""
+
+def verify_link(key: bytes, token: str, now: int) -> tuple[str, str, int]:
+    """`(workspace_id, path, expires)` of a link's token when `key` signed it (compared in
+    constant time) and it has not expired at `now`. Raises `PolicyError`: `link.malformed`,
+    `link.signature` (altered, or another key) or `link.expired`."""
 
 def volume_mount(text: str) -> str:
     """Check where a volume may be mounted (absolute, no `..`, not at, under or above what a

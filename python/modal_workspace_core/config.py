@@ -87,6 +87,15 @@ DEFAULT_GITHUB_API_URL = "https://api.github.com"
 ALLOWED_FUNCTIONS_ENV = "MODAL_WORKSPACE_ALLOWED_FUNCTIONS"
 FUNCTIONS_IN_ACTIONS_ENV = "MODAL_WORKSPACE_FUNCTIONS_IN_ACTIONS"
 
+# Artifacts (`operations/artifacts.py`): the most one upload or download may hold, and how
+# long a download link lives.
+ARTIFACT_MAX_BYTES_ENV = "MODAL_WORKSPACE_ARTIFACT_MAX_BYTES"
+ARTIFACT_LINK_SECONDS_ENV = "MODAL_WORKSPACE_ARTIFACT_LINK_SECONDS"
+DEFAULT_ARTIFACT_MAX_BYTES = 1 << 30
+MAX_ARTIFACT_MAX_BYTES = 16 << 30  # the agent's own bound on a staged archive
+DEFAULT_ARTIFACT_LINK_SECONDS = 600
+MAX_ARTIFACT_LINK_SECONDS = 3600
+
 MIN_TOKEN_CHARS = 8
 # How long the gateway waits for a workspace agent's answer (on top of a long-poll's own wait)
 # before it answers 504: long enough for a busy agent, short enough that a stopped one does not
@@ -161,6 +170,9 @@ class Settings(BaseModel):
     # The deployed functions agents may call, as `app/function`; empty: the operations are off.
     allowed_functions: tuple[str, ...] = ()
     functions_in_actions: bool = False
+    # Artifacts: the most bytes one upload or download holds, and a download link's lifetime.
+    artifact_max_bytes: int = DEFAULT_ARTIFACT_MAX_BYTES
+    artifact_link_seconds: int = DEFAULT_ARTIFACT_LINK_SECONDS
 
     @property
     def channel_secret(self) -> bytes | None:
@@ -184,6 +196,21 @@ class Settings(BaseModel):
         maps the same key to a new exec)."""
         joined = "\x00".join(sorted(self.tokens))
         return hashlib.sha256(f"mwc-idempotency\x00{joined}".encode()).digest()
+
+    @property
+    def link_secret(self) -> bytes | None:
+        """What download links are signed with: derived, like `channel_secret`, from the
+        configured channel secret, else the bearer tokens, so every gateway of a deployment
+        accepts the links another minted (and a rotation ends every link). None without
+        either: no links are minted."""
+        if self.configured_channel_secret:
+            return hashlib.sha256(
+                f"mwc-link-secret\x00{self.configured_channel_secret}".encode()
+            ).digest()
+        if not self.tokens:
+            return None
+        joined = "\x00".join(sorted(self.tokens))
+        return hashlib.sha256(f"mwc-link\x00{joined}".encode()).digest()
 
     def __repr__(self) -> str:
         # Tokens and secret values stay out of every repr, log line and traceback.
@@ -427,9 +454,29 @@ def load_settings(
         ),
         modal=_load_modal(env) if chosen == "modal" else None,
         **_load_functions(env),
+        **_load_artifacts(env),
         **_load_github_app(env),
         **_load_git_author(env),
     )
+
+
+def _load_artifacts(env: Mapping[str, str]) -> dict[str, Any]:
+    size = (env.get(ARTIFACT_MAX_BYTES_ENV) or "").strip()
+    if size and (not size.isdigit() or not 1 << 20 <= int(size) <= MAX_ARTIFACT_MAX_BYTES):
+        raise ConfigError(
+            f"{ARTIFACT_MAX_BYTES_ENV} must be bytes from 1048576 to {MAX_ARTIFACT_MAX_BYTES}, "
+            f"not {size[:24]!r}"
+        )
+    return {
+        "artifact_max_bytes": int(size) if size else DEFAULT_ARTIFACT_MAX_BYTES,
+        "artifact_link_seconds": _load_seconds(
+            env,
+            ARTIFACT_LINK_SECONDS_ENV,
+            DEFAULT_ARTIFACT_LINK_SECONDS,
+            1,
+            most=MAX_ARTIFACT_LINK_SECONDS,
+        ),
+    }
 
 
 def _load_github_app(env: Mapping[str, str]) -> dict[str, Any]:

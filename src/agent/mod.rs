@@ -1,6 +1,7 @@
 //! The workspace agent: the supervisor that lives inside a workspace and owns its processes,
 //! their durable logs, contained file access and watches.
 
+pub mod archive;
 pub mod cli;
 pub mod connect;
 pub mod daemon;

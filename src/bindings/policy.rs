@@ -355,6 +355,29 @@ fn image_packages(kind: &Bound<'_, PyString>, items: Vec<String>) -> PyResult<Ve
     policy::image_packages(self::text(kind)?, &items).map_err(policy_error)
 }
 
+/// A download link's token for `path` in `workspace_id`, valid until `expires` (unix seconds).
+#[pyfunction]
+fn mint_link(
+    key: &[u8],
+    workspace_id: &Bound<'_, PyString>,
+    path: &Bound<'_, PyString>,
+    expires: u64,
+) -> PyResult<String> {
+    policy::mint_link(key, text(workspace_id)?, text(path)?, expires).map_err(policy_error)
+}
+
+/// What a download link's token names, `(workspace_id, path, expires)`, when `key` signed it
+/// and it has not expired at `now`.
+#[pyfunction]
+fn verify_link(
+    key: &[u8],
+    token: &Bound<'_, PyString>,
+    now: u64,
+) -> PyResult<(String, String, u64)> {
+    let claim = policy::verify_link(key, text(token)?, now).map_err(policy_error)?;
+    Ok((claim.workspace_id, claim.path, claim.expires))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
@@ -378,6 +401,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(image_name, m)?)?;
     m.add_function(wrap_pyfunction!(image_id, m)?)?;
     m.add_function(wrap_pyfunction!(image_packages, m)?)?;
+    m.add_function(wrap_pyfunction!(mint_link, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_link, m)?)?;
     m.add("MAX_IMAGE_PACKAGES", policy::MAX_IMAGE_PACKAGES)?;
     m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
     m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;

@@ -3,6 +3,7 @@
 //! Each function returns the input in canonical form or a [`PolicyError`] naming the rule.
 
 mod allowlist;
+mod artifact_link;
 mod commit;
 mod error;
 mod functions;
@@ -15,8 +16,10 @@ mod path;
 mod repo;
 mod resources;
 mod tags;
+mod tar_entry;
 
 pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
+pub use artifact_link::{mint_link, verify_link, LinkClaim, MAX_LINK_TOKEN_CHARS};
 pub use commit::{
     author_email, author_name, commit_message, pull_request_body, pull_request_title,
     MAX_AUTHOR_EMAIL_CHARS, MAX_AUTHOR_NAME_CHARS, MAX_COMMIT_MESSAGE_BYTES,
@@ -47,6 +50,7 @@ pub use tags::{
     IDEMPOTENCY_TAG, MANAGED_TAGS, MANAGED_TAG_PREFIXES, MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_SNAPSHOT_LABEL_CHARS, MAX_TAGS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, WORKSPACE_TAGS,
 };
+pub use tar_entry::{TarEntry, TarKind, TarLimits, TarPlan};
 
 /// How many cases each property test runs: ~2000 by default, `PROPTEST_CASES` for longer runs.
 #[cfg(test)]

@@ -9,6 +9,7 @@ from ..errors import InvalidArgumentError
 from ..git.pending import resume_pending
 from ..service import Service
 from . import (
+    artifacts,
     execs,
     files,
     functions,
@@ -45,6 +46,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         repo,
         repo_delivery,
         files,
+        artifacts,
         watches,
         streams,
         functions,

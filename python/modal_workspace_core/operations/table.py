@@ -8,7 +8,7 @@ REST routes, MCP tools and the Python API's methods are generated from the decla
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -55,6 +55,46 @@ FW = WS + "/file-watches/{watch_id}"
 
 
 @dataclass(frozen=True)
+class RawReply:
+    """Bytes a REST route answers as they are, not as JSON: `chunks` streamed with
+    `Content-Length: length` (so an HTTP client shows progress). `close` runs once the stream
+    ends, however it ends (finished, failed or abandoned by the client); it must not wait on
+    anything (it runs while the request is being cancelled): spawn what needs awaiting."""
+
+    chunks: AsyncIterator[bytes]
+    length: int
+    media_type: str
+    filename: str | None = None
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+# Serves an operation's REST route in its byte form: the input (from the path and the query),
+# the request body as it arrives (empty for a GET) and the request's headers; answers bytes, a
+# model that REST answers as JSON like any other operation's, or None: the declared handler's
+# answer, as JSON.
+RawServer = Callable[
+    ["Service", Any, AsyncIterator[bytes], Mapping[str, str]],
+    Awaitable[BaseModel | RawReply | None],
+]
+
+
+@dataclass(frozen=True)
+class RawRest:
+    """An operation whose REST route carries raw bytes rather than JSON: every input comes from
+    the path and the query, the body (when `request_media` is set) is the bytes, and the answer
+    may be bytes (`response_media`). MCP and the Python API call the declared handler, which
+    carries the same content as text."""
+
+    serve: RawServer
+    # The body's media types (documented; empty: the route takes no body) and the answer's.
+    request_media: tuple[str, ...] = ()
+    response_media: tuple[str, ...] = ()
+    # The boolean query field that asks for the text form instead of bytes: the GPT Actions
+    # schema requires it true there (Actions take only text).
+    text_field: str | None = None
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str
     summary: str  # one sentence, also the MCP tool's description and the REST summary
@@ -71,6 +111,8 @@ class Operation:
     consequential: bool = False
     # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
     bounds: Bounds = field(default_factory=dict)
+    # Set when the REST route carries bytes, not JSON (`RawRest`).
+    raw: RawRest | None = None
 
     def input_for(self, surface: Surface) -> type[Input]:
         """The input model as `surface` validates it: the operation's, with its bounds there."""
@@ -104,6 +146,7 @@ class Declarations:
         in_actions: bool = True,
         consequential: bool = False,
         bounds: Bounds | None = None,
+        raw: RawRest | None = None,
     ) -> Callable[[H], H]:
         def declare(handler: H) -> H:
             inp, output = _models_of(handler)
@@ -121,6 +164,7 @@ class Declarations:
                     in_actions=in_actions,
                     consequential=consequential,
                     bounds=bounds or {},
+                    raw=raw,
                 )
             )
             return handler

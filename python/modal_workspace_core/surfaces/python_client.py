@@ -17,6 +17,7 @@ import asyncio
 import functools
 import inspect
 import operator
+import os
 import types
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
@@ -30,12 +31,21 @@ from ..config import Settings, load_settings
 from ..drivers import Driver
 from ..errors import InvalidArgumentError, NotFoundError
 from ..operations import OPERATIONS, Operation, call, operation, parse_request
+from ..operations import artifact_transfer as transfer
+from ..operations.artifacts import (
+    ArtifactDownload,
+    ArtifactListing,
+    ArtifactUpload,
+    ArtifactUploadResult,
+)
+from ..operations.artifacts import upload as upload_artifact
 from ..operations.execs import ExecResult
 from ..operations.fields import MAX_WAIT_SECONDS
 from ..operations.pages import Event, EventPage
 from ..operations.workspaces import TerminateResult, WorkspaceListResult
 from ..operations.workspaces import Workspace as WorkspaceInfo
-from ..service import Service
+from ..path_view import shown
+from ..service import Service, translate_error
 
 __all__ = ["Workspace", "WorkspaceCreation", "Workspaces"]
 
@@ -221,6 +231,38 @@ class Workspace:
             cursor = page.next_cursor
             if page.done:
                 return
+
+    async def download_artifact(self, path: str, dest: str | os.PathLike[str]) -> ArtifactListing:
+        """Downloads `path` of the workspace to the local file `dest`: a file's bytes, or a
+        directory as a tar (extract it with `tarfile`, `filter="data"`). Returns the listing
+        (its `download_url` is None in-process: there is no gateway to serve it)."""
+        op = operation("artifact_download")
+        svc = self._owner.service
+        inp = await parse_request(svc, op, {"workspace_id": self.id, "path": path})
+        listing = cast(ArtifactListing, await call(svc, op, inp))
+        try:
+            reply = await transfer.download(svc, self.id, cast(ArtifactDownload, inp).path)
+            await transfer.write_to(reply, Path(dest))
+        except Exception as exc:
+            raise translate_error(exc) from None
+        return listing
+
+    async def upload_artifact(
+        self, src: str | os.PathLike[str], path: str, *, overwrite: bool = False
+    ) -> ArtifactUploadResult:
+        """Uploads the local file `src` to `path`, or the local directory `src` as a tree at
+        `path` (sent as a tar), streamed in chunks; all of it lands or nothing. Something at
+        `path` is replaced only with `overwrite`."""
+        op = operation("artifact_upload")
+        svc = self._owner.service
+        args = {"workspace_id": self.id, "path": path, "overwrite": overwrite}
+        inp = cast(ArtifactUpload, await parse_request(svc, op, args))
+        body, fmt = await transfer.local_chunks(Path(src))
+        try:
+            result = await upload_artifact(svc, inp, body, fmt)
+        except Exception as exc:
+            raise translate_error(exc) from None
+        return cast(ArtifactUploadResult, shown(result, await svc.root(self.id)))
 
     async def exec_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Event]:
         """Starts a command as a realtime exec and yields its events until it has ended.

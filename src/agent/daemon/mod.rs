@@ -2,6 +2,7 @@
 //! exec registry with its durable logs, and serves the channel protocol on a unix socket.
 
 mod agent_env;
+mod archive_ops;
 mod askpass;
 mod exec_io;
 mod exec_steps;
@@ -146,6 +147,7 @@ impl Daemon {
             .to_owned();
         crate::policy::workspace_path(&root_str, ".").map_err(|e| e.message)?;
         let ws = Arc::new(Workspace::open(&root).map_err(|e| e.message)?);
+        let staging = crate::agent::archive::Staging::open(&config.state_dir.join("artifacts"))?;
         // Variables named in MWC_PRIVATE_ENV are withheld from every exec (and kept nowhere).
         let secrets = inherited_secrets(&config.redact_env, &launch.env);
         let base_env = agent_env::workspace_env(launch.env);
@@ -194,6 +196,7 @@ impl Daemon {
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned()),
             ws,
+            staging,
             execs,
             started: Instant::now(),
             workspace_user: launch.workspace_user,

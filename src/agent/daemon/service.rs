@@ -28,6 +28,8 @@ pub struct Daemon {
     pub(crate) agent_dir: String,
     pub(crate) askpass: Option<String>,
     pub(crate) ws: Arc<Workspace>,
+    /// Where archives are staged between their steps (see `archive_ops`).
+    pub(crate) staging: crate::agent::archive::Staging,
     pub(crate) execs: ExecRegistry,
     pub(crate) watches: WatchStreams,
     pub(crate) tasks: TaskStreams,
@@ -116,6 +118,20 @@ impl Service for Daemon {
             AgentRequest::TaskProgress(progress) => ready(self.tasks.progress(progress)),
             AgentRequest::TaskEnd(end) => ready(self.tasks.end(end)),
             AgentRequest::TaskStatus(task) => ready(self.tasks.status(&task)),
+            AgentRequest::Archive(request) => {
+                let cx = super::archive_ops::ArchiveContext {
+                    ws: Arc::clone(&self.ws),
+                    root: self.root.clone(),
+                    staging: self.staging.clone(),
+                    user: self.workspace_user,
+                };
+                Box::pin(async move {
+                    let done =
+                        tokio::task::spawn_blocking(move || super::archive_ops::run(&cx, request))
+                            .await;
+                    done.unwrap_or_else(|e| Reply::err(internal("an archive operation failed", e)))
+                })
+            }
             AgentRequest::File(file) => {
                 let ws = Arc::clone(&self.ws);
                 let root = self.root.clone();

@@ -53,6 +53,7 @@ pub use error::{FileError, FileErrorKind};
 pub use list::{ListOptions, Listing};
 pub use mkdir::MkdirOutcome;
 pub use read::{ReadChunk, ReadOptions};
+pub(crate) use remove::remove_tree;
 pub use remove::RemoveOutcome;
 pub use resolve::{RelPath, Resolver, MAX_SYMLINKS};
 pub use search::{GlobQuery, GrepQuery, SearchHit, SearchResult};

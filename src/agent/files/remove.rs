@@ -61,7 +61,7 @@ impl Workspace {
 
 /// Empties and removes the directory `name` in `parent`. An entry that is not a directory when
 /// opened with `O_DIRECTORY | O_NOFOLLOW` (a symlink swapped in, say) is unlinked as a name.
-fn remove_tree(
+pub(crate) fn remove_tree(
     parent: BorrowedFd<'_>,
     name: &[u8],
     depth: usize,

@@ -7,6 +7,7 @@
 //! and `unsubscribe` are not in the table: the channel server answers them itself, in order
 //! with the stream's pages.
 
+mod archive;
 mod args;
 mod exec;
 mod file;
@@ -19,6 +20,7 @@ use serde_json::{Map, Value};
 use crate::channel::message::ErrorBody;
 use crate::policy;
 
+pub(crate) use archive::{ArchiveOp, ArchiveRequest};
 pub(crate) use args::{file_error, internal, log_error, policy, Args};
 pub(crate) use exec::{
     CancelRequest, InputRequest, ReadRequest, ResizeRequest, StartRequest, StatusRequest,
@@ -60,10 +62,15 @@ pub enum AgentOp {
     TaskProgress,
     TaskEnd,
     TaskStatus,
+    ArchiveCreate,
+    ArchiveRead,
+    ArchiveWrite,
+    ArchiveExtract,
+    ArchiveRemove,
 }
 
 impl AgentOp {
-    pub const ALL: [AgentOp; 27] = [
+    pub const ALL: [AgentOp; 32] = [
         AgentOp::Ping,
         AgentOp::ExecStart,
         AgentOp::ExecInput,
@@ -91,6 +98,11 @@ impl AgentOp {
         AgentOp::TaskProgress,
         AgentOp::TaskEnd,
         AgentOp::TaskStatus,
+        AgentOp::ArchiveCreate,
+        AgentOp::ArchiveRead,
+        AgentOp::ArchiveWrite,
+        AgentOp::ArchiveExtract,
+        AgentOp::ArchiveRemove,
     ];
 
     /// The op's name on the wire.
@@ -123,6 +135,11 @@ impl AgentOp {
             AgentOp::TaskProgress => "task.progress",
             AgentOp::TaskEnd => "task.end",
             AgentOp::TaskStatus => "task.status",
+            AgentOp::ArchiveCreate => "archive.create",
+            AgentOp::ArchiveRead => "archive.read",
+            AgentOp::ArchiveWrite => "archive.write",
+            AgentOp::ArchiveExtract => "archive.extract",
+            AgentOp::ArchiveRemove => "archive.remove",
         }
     }
 
@@ -135,7 +152,9 @@ impl AgentOp {
     /// start of the same id answers the first. `exec.input` (stdin would be written twice),
     /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.remove`,
     /// `watch.start` and `task.progress` (a report would show twice) are not; `task.start` and
-    /// `task.end` are (the gateway names the task; a second end answers the first).
+    /// `task.end` are (the gateway names the task; a second end answers the first). The
+    /// `archive.*` steps name their archive and offset, so they repeat safely, except
+    /// `archive.extract` (a second one would find its own result in place).
     pub fn repeatable(self) -> bool {
         !matches!(
             self,
@@ -145,6 +164,7 @@ impl AgentOp {
                 | AgentOp::FileRemove
                 | AgentOp::WatchStart
                 | AgentOp::TaskProgress
+                | AgentOp::ArchiveExtract
         )
     }
 
@@ -183,6 +203,13 @@ impl AgentOp {
             AgentOp::TaskProgress => AgentRequest::TaskProgress(TaskProgressRequest::parse(&a)?),
             AgentOp::TaskEnd => AgentRequest::TaskEnd(TaskEndRequest::parse(&a)?),
             AgentOp::TaskStatus => AgentRequest::TaskStatus(TaskRef::parse(&a)?),
+            AgentOp::ArchiveCreate
+            | AgentOp::ArchiveRead
+            | AgentOp::ArchiveWrite
+            | AgentOp::ArchiveExtract
+            | AgentOp::ArchiveRemove => {
+                AgentRequest::Archive(ArchiveRequest::parse(self, &a, payload)?)
+            }
         })
     }
 }
@@ -210,6 +237,7 @@ pub(crate) enum AgentRequest {
     TaskProgress(TaskProgressRequest),
     TaskEnd(TaskEndRequest),
     TaskStatus(TaskRef),
+    Archive(ArchiveRequest),
 }
 
 impl AgentRequest {

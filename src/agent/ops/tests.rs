@@ -56,6 +56,10 @@ fn the_repeatable_ops_are_those_that_do_nothing_twice() {
             "task.start",
             "task.end",
             "task.status",
+            "archive.create",
+            "archive.read",
+            "archive.write",
+            "archive.remove",
         ]
     );
 }

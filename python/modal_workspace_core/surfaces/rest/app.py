@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -25,14 +25,14 @@ from ...errors import (
     WorkspaceError,
     invalid_from_details,
 )
-from ...operations import actions_operations
+from ...operations import OPERATIONS, actions_operations, artifact_transfer
 from ...operations.fields import ErrorResponse
-from ...service import Service
+from ...service import Service, translate_error
 from ..mcp import McpEndpoint
 from .body_limit import BodyLimit
 from .forwarded import TrustedProxyHeaders
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
-from .routes import OperationRoute, OperationServer, endpoint
+from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 
@@ -154,7 +154,19 @@ def create_app(
             responses=error_responses,
             name=op.name,
             route_class_override=OperationRoute,
+            openapi_extra=raw_openapi(op) or None,
         )
+
+    @app.get(artifact_transfer.LINK_ROUTE + "{token}", include_in_schema=False)
+    async def artifact_link(token: str) -> Response:
+        # No bearer token: the signed link is the capability (one workspace, one path, until
+        # it expires); what it names is packed and streamed like a REST download.
+        workspace_id, path = artifact_transfer.verify_link(service, token)
+        try:
+            reply = await artifact_transfer.download(service, workspace_id, path)
+        except Exception as exc:
+            raise translate_error(exc) from None
+        return bytes_response(reply)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
@@ -197,12 +209,40 @@ def create_app(
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
-    # Outermost last: the bearer check, then the body bound.
-    app.add_middleware(BodyLimit)
+    # Outermost last: the public base links are minted under, the bearer check, the body bound
+    # (raw uploads to theirs).
+    raw_uploads = [
+        (op.method, "/api" + op.path) for op in OPERATIONS if op.raw and op.raw.request_media
+    ]
+    app.add_middleware(
+        BodyLimit, raw_routes=raw_uploads, raw_max_bytes=service.settings.artifact_max_bytes
+    )
+    app.add_middleware(LinkBase, public_url=service.settings.public_url, scheme=public_scheme)
     app.add_middleware(BearerAuth, tokens=tokens)
     # Outermost: no part of the app sees a proxy header that no trusted proxy sent.
     app.add_middleware(TrustedProxyHeaders, trusted=service.settings.trusted_proxies)
     return app
+
+
+class LinkBase:
+    """ASGI middleware: the base URL this request reached the gateway by (the settings' public
+    URL when set), for the download links an operation mints while serving it."""
+
+    def __init__(self, app: ASGIApp, public_url: str | None, scheme: str | None) -> None:
+        self.app = app
+        self.public_url = public_url
+        self.scheme = scheme
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        base = self.public_url or _server_url(Request(scope), self.scheme)
+        token = artifact_transfer.LINK_BASE.set(base)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            artifact_transfer.LINK_BASE.reset(token)
 
 
 def _server_url(request: Request, public_scheme: str | None) -> str:

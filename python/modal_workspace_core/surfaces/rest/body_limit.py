@@ -1,8 +1,12 @@
 """ASGI middleware: a request body larger than the bound is refused (413, `limit`) instead of
 being held in memory whole. A declared `Content-Length` over it is refused before any byte is
-read; a body that grows past it while read fails its read with the same `LimitError`."""
+read; a body that grows past it while read fails its read with the same `LimitError`. Routes
+whose body is raw bytes streamed to a workspace (uploads) have a bound of their own."""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -16,18 +20,40 @@ from ...operations.fields import MAX_FILE_BYTES
 MAX_REQUEST_BYTES = 6 * 2 * MAX_FILE_BYTES + 1024 * 1024
 
 
+def _route_pattern(path: str) -> re.Pattern[str]:
+    """A route template (`/api/workspaces/{workspace_id}/artifacts`) as a full-match pattern."""
+    parts = re.split(r"{\w+}", path)
+    return re.compile("[^/]+".join(re.escape(part) for part in parts))
+
+
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_REQUEST_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int = MAX_REQUEST_BYTES,
+        raw_routes: Sequence[tuple[str, str]] = (),
+        raw_max_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.raw_routes = [(method, _route_pattern(path)) for method, path in raw_routes]
+        self.raw_max_bytes = raw_max_bytes
+
+    def _bound(self, scope: Scope) -> int:
+        method, path = scope.get("method", ""), scope.get("path", "")
+        for raw_method, pattern in self.raw_routes:
+            if method == raw_method and pattern.fullmatch(path):
+                return self.raw_max_bytes
+        return self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        bound = self._bound(scope)
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_bytes:
-            await JSONResponse(self._error().to_dict(), status_code=413)(scope, receive, send)
+        if declared is not None and declared > bound:
+            await JSONResponse(self._error(bound).to_dict(), status_code=413)(scope, receive, send)
             return
         received = 0
 
@@ -36,14 +62,14 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise self._error()
+                if received > bound:
+                    raise self._error(bound)
             return message
 
         await self.app(scope, bounded, send)
 
-    def _error(self) -> LimitError:
-        return LimitError(f"the request body is over {self.max_bytes} bytes")
+    def _error(self, bound: int) -> LimitError:
+        return LimitError(f"the request body is over {bound} bytes")
 
 
 def _content_length(scope: Scope) -> int | None:

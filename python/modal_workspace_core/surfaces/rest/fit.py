@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ...errors import UpstreamError
+from ...operations.artifacts import ArtifactListing
 from ...operations.execs import ExecListResult, ExecResult
 from ...operations.files import FileContent, FileListResult, FileSearchResult
 from ...operations.repo import RepoDiff, RepoStatus
@@ -165,4 +166,5 @@ _FITTERS: dict[type[BaseModel], Callable[[Any, int], BaseModel]] = {
     RepoCommitResult: _entries("files"),
     # The files go first: the commits are what a person reviews before a pull request.
     RepoPushResult: _each("files", "commits"),
+    ArtifactListing: _entries("listing"),
 }

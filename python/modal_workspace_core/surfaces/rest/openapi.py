@@ -84,6 +84,18 @@ def _clip_descriptions(node: Any, limit: int) -> None:
             _clip_descriptions(value, limit)
 
 
+_RAW_TEXT_FIELDS = {op.name: op.raw.text_field for op in OPERATIONS if op.raw and op.raw.text_field}
+
+
+def _text_form_only(op: dict[str, Any]) -> None:
+    """The field of a raw route that selects its text form, required and true."""
+    field = _RAW_TEXT_FIELDS.get(op.get("operationId", ""))
+    for param in op.get("parameters", []):
+        if field is not None and param.get("name") == field:
+            param["required"] = True
+            param["schema"] = {**param.get("schema", {}), "enum": [True], "default": True}
+
+
 def actions_schema(
     full: dict[str, Any], server_url: str, wanted: Collection[str] | None = None
 ) -> dict[str, Any]:
@@ -107,6 +119,13 @@ def actions_schema(
             op["description"] = _clip(op.get("description", ""), MAX_DESCRIPTION_CHARS)
             for param in op.get("parameters", []):
                 _clip_descriptions(param, MAX_PARAMETER_DESCRIPTION_CHARS)
+            # Actions take text only: a route that can also answer bytes is documented there
+            # by its JSON answer alone, and asks for it always.
+            _text_form_only(op)
+            for response in op.get("responses", {}).values():
+                content = response.get("content") if isinstance(response, dict) else None
+                if isinstance(content, dict) and "application/json" in content:
+                    response["content"] = {"application/json": content["application/json"]}
         if kept:
             paths[path] = kept
     schemas = copy.deepcopy(full.get("components", {}).get("schemas", {}))

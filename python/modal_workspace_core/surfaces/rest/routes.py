@@ -11,20 +11,23 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Annotated, Any, cast
 
 from fastapi import Body, Path, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, create_model
 from starlette.datastructures import QueryParams
+from starlette.types import Receive, Scope, Send
 
 from ...errors import InvalidArgumentError
 from ...operations import OPERATIONS, Operation, parse_request, run
 from ...operations.fields import Input
 from ...operations.pages import PageResult
-from ...service import ANSWER_BY, Service
+from ...operations.table import RawReply
+from ...path_view import shown
+from ...service import ANSWER_BY, CALL, Call, Service, translate_error
 from ..limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
 from .fit import fit_json
 
@@ -49,11 +52,17 @@ def rest_model(op: Operation) -> type[BaseModel] | None:
     }
     if not fields:
         return None
-    suffix = "Query" if op.method in ("GET", "DELETE") else "Body"
+    suffix = "Query" if takes_query(op) else "Body"
     name = "".join(part.title() for part in op.name.split("_")) + suffix
     # On the bare `Input` (its config: unknown fields refused), not the input's own parent,
     # whose fields (path parameters among them) `fields` has already sorted.
     return create_model(name, __base__=Input, **fields)  # type: ignore[call-overload,no-any-return]
+
+
+def takes_query(op: Operation) -> bool:
+    """Whether the route's inputs (beyond the path) come from the query string: a GET's or a
+    DELETE's, and every input of a route whose body is raw bytes."""
+    return op.method in ("GET", "DELETE") or op.raw is not None
 
 
 class OperationServer:
@@ -65,7 +74,7 @@ class OperationServer:
         self.op = op
         self.rest = rest_model(op)
         self.fields = frozenset(self.rest.model_fields) if self.rest is not None else frozenset()
-        self.in_query = op.method in ("GET", "DELETE")
+        self.in_query = takes_query(op)
 
     @classmethod
     def every(cls, service: Service) -> list[OperationServer]:
@@ -83,6 +92,43 @@ class OperationServer:
         data.update(path_params)
         inp = await parse_request(self.service, self.op, data, "actions")
         return await call_json(self.service, self.op, inp)
+
+    async def raw(
+        self,
+        query: QueryParams,
+        body: AsyncIterator[bytes],
+        path_params: Mapping[str, str],
+        headers: Mapping[str, str],
+    ) -> str | RawReply:
+        """The byte form of an operation with `raw`: its server's bytes, or JSON."""
+        raw = self.op.raw
+        assert raw is not None
+        inp = await self.parse(query, path_params)
+        current = Call()
+        token = CALL.set(current)
+        try:
+            result = await raw.serve(self.service, inp, body, headers)
+        except Exception as exc:
+            error = translate_error(exc)
+            if error is exc:
+                raise
+            raise error from None
+        finally:
+            CALL.reset(token)
+        if result is None:
+            return await call_json(self.service, self.op, inp)
+        if isinstance(result, RawReply):
+            return result
+        root = await self.service.root(getattr(inp, "workspace_id", None))
+        return fit_json(shown(result, root), ACTIONS_RESPONSE_CHARS)
+
+    async def parse(self, query: QueryParams, path_params: Mapping[str, str]) -> Input:
+        data: dict[str, Any] = dict(query.items())
+        for name in data:
+            if name not in self.fields:
+                raise InvalidArgumentError(f"{name[:64]}: unknown field", field=name[:64])
+        data.update(path_params)
+        return await parse_request(self.service, self.op, data, "actions")
 
 
 # What a GPT Actions response may take, with room to spare under its limit.
@@ -138,7 +184,7 @@ def endpoint(server: OperationServer) -> Callable[..., Awaitable[Any]]:
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
         )
     if rest is not None:
-        if op.method in ("GET", "DELETE"):
+        if takes_query(op):
             annotation = Annotated[rest, Query()]
             params.append(
                 inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
@@ -174,8 +220,68 @@ class OperationRoute(APIRoute):
         server: OperationServer = cast(Any, self.endpoint).server
 
         async def serve(request: Request) -> Response:
+            if server.op.raw is not None:
+                return await serve_raw(request)
             body = b"" if server.in_query else await request.body()
             text = await server(request.query_params, body, request.path_params)
             return Response(text, media_type="application/json")
 
+        async def serve_raw(request: Request) -> Response:
+            raw = server.op.raw
+            body = request.stream() if raw is not None and raw.request_media else _no_body()
+            answer = await server.raw(
+                request.query_params, body, request.path_params, request.headers
+            )
+            if isinstance(answer, str):
+                return Response(answer, media_type="application/json")
+            return bytes_response(answer)
+
         return serve
+
+
+async def _no_body() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator that yields nothing
+
+
+class _Streamed(StreamingResponse):
+    """A streamed answer that runs its reply's `close` however the response ends: sent,
+    failed, or abandoned by the client before its first byte (when the body's generator never
+    starts, and so never reaches a `finally` of its own)."""
+
+    def __init__(self, reply: RawReply, headers: dict[str, str]) -> None:
+        super().__init__(reply.chunks, media_type=reply.media_type, headers=headers)
+        self.close = reply.close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.close is not None:
+                await self.close()
+
+
+def bytes_response(reply: RawReply) -> StreamingResponse:
+    """`reply` streamed with its length (clients show progress) and a file name to save as."""
+    headers = {"Content-Length": str(reply.length)}
+    if reply.filename:
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in reply.filename)
+        headers["Content-Disposition"] = f'attachment; filename="{safe or "download"}"'
+    return _Streamed(reply, headers)
+
+
+def raw_openapi(op: Operation) -> dict[str, Any]:
+    """What OpenAPI says of a raw route beyond its signature: the body's and answer's bytes."""
+    raw = op.raw
+    if raw is None:
+        return {}
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    extra: dict[str, Any] = {}
+    if raw.request_media:
+        extra["requestBody"] = {
+            "required": True,
+            "content": {media: binary for media in raw.request_media},
+        }
+    if raw.response_media:
+        extra["responses"] = {"200": {"content": {m: binary for m in raw.response_media}}}
+    return extra

@@ -1,0 +1,223 @@
+//! Download links: a token that names one workspace, one path and an expiry, signed with
+//! HMAC-SHA256 under a key every gateway of a deployment derives alike. The token is the
+//! capability (a link needs no bearer token), so it is checked exactly: its shape, the
+//! signature in constant time, then the expiry. Tampering with any part breaks the signature.
+//!
+//! Shape: `<workspace id>.<expiry, unix seconds>.<path, base64url>.<signature, base64url>`.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use super::error::PolicyError;
+use super::id::check_id;
+use super::path::MAX_PATH_BYTES;
+
+/// The longest token taken: a path of [`MAX_PATH_BYTES`] in base64 and the rest.
+pub const MAX_LINK_TOKEN_CHARS: usize = MAX_PATH_BYTES * 4 / 3 + 160;
+/// The shortest key that signs links (a SHA-256 digest is 32 bytes).
+const MIN_KEY_BYTES: usize = 16;
+
+/// What a valid token names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkClaim {
+    pub workspace_id: String,
+    pub path: String,
+    pub expires: u64,
+}
+
+fn mac(
+    key: &[u8],
+    workspace_id: &str,
+    path: &str,
+    expires: u64,
+) -> Result<Hmac<Sha256>, PolicyError> {
+    if key.len() < MIN_KEY_BYTES {
+        return Err(PolicyError::without_echo(
+            "link.key",
+            format!("a link key must be at least {MIN_KEY_BYTES} bytes"),
+        ));
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(key)
+        .map_err(|_| PolicyError::without_echo("link.key", "the link key cannot be used"))?;
+    // Domain-separated, NUL-delimited: no field can hold a NUL (ids and paths are checked).
+    for part in [
+        b"mwc-artifact-link".as_slice(),
+        workspace_id.as_bytes(),
+        path.as_bytes(),
+        expires.to_string().as_bytes(),
+    ] {
+        mac.update(part);
+        mac.update(b"\0");
+    }
+    Ok(mac)
+}
+
+fn check_path(path: &str) -> Result<(), PolicyError> {
+    if path.is_empty() || path.len() > MAX_PATH_BYTES || path.contains('\0') {
+        return Err(PolicyError::without_echo(
+            "link.path",
+            "a link's path must be a non-empty path without NUL",
+        ));
+    }
+    Ok(())
+}
+
+/// A token for `path` (as the gateway canonicalised it) in `workspace_id`, valid until
+/// `expires` (unix seconds).
+pub fn mint_link(
+    key: &[u8],
+    workspace_id: &str,
+    path: &str,
+    expires: u64,
+) -> Result<String, PolicyError> {
+    check_id("ws", workspace_id)?;
+    check_path(path)?;
+    let signature = mac(key, workspace_id, path, expires)?
+        .finalize()
+        .into_bytes();
+    Ok(format!(
+        "{workspace_id}.{expires}.{}.{}",
+        URL_SAFE_NO_PAD.encode(path),
+        URL_SAFE_NO_PAD.encode(signature)
+    ))
+}
+
+fn malformed() -> PolicyError {
+    PolicyError::without_echo(
+        "link.malformed",
+        "this is not a download link's token (ask artifact_download for a new link)",
+    )
+}
+
+/// What `token` names, when its signature is `key`'s and it has not expired at `now`.
+pub fn verify_link(key: &[u8], token: &str, now: u64) -> Result<LinkClaim, PolicyError> {
+    if token.len() > MAX_LINK_TOKEN_CHARS || !token.is_ascii() {
+        return Err(malformed());
+    }
+    let mut parts = token.split('.');
+    let (Some(workspace_id), Some(expires), Some(path), Some(signature), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return Err(malformed());
+    };
+    check_id("ws", workspace_id).map_err(|_| malformed())?;
+    if expires.is_empty() || expires.len() > 20 || !expires.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(malformed());
+    }
+    let expires: u64 = expires.parse().map_err(|_| malformed())?;
+    let path = URL_SAFE_NO_PAD
+        .decode(path)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .ok_or_else(malformed)?;
+    check_path(&path).map_err(|_| malformed())?;
+    let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| malformed())?;
+    // `verify_slice` compares in constant time.
+    mac(key, workspace_id, &path, expires)?
+        .verify_slice(&signature)
+        .map_err(|_| {
+            PolicyError::without_echo(
+                "link.signature",
+                "the download link's signature does not match: it was altered, or minted by \
+                 another deployment",
+            )
+        })?;
+    if now >= expires {
+        return Err(PolicyError::without_echo(
+            "link.expired",
+            "the download link has expired; ask artifact_download for a new one",
+        ));
+    }
+    Ok(LinkClaim {
+        workspace_id: workspace_id.to_owned(),
+        path,
+        expires,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+    const WS: &str = "ws-0123456789abcdef0123456789abcdef";
+    const OTHER: &str = "ws-ffffffffffffffffffffffffffffffff";
+
+    #[test]
+    fn a_minted_link_verifies_until_it_expires() {
+        let token = mint_link(KEY, WS, "/workspace/out", 1000).unwrap();
+        let claim = verify_link(KEY, &token, 999).unwrap();
+        assert_eq!(claim.workspace_id, WS);
+        assert_eq!(claim.path, "/workspace/out");
+        assert_eq!(
+            verify_link(KEY, &token, 1000).unwrap_err().rule,
+            "link.expired"
+        );
+    }
+
+    #[test]
+    fn another_workspace_path_or_expiry_breaks_the_signature() {
+        let token = mint_link(KEY, WS, "/workspace/out", 1000).unwrap();
+        let parts: Vec<&str> = token.split('.').collect();
+        let other_path = URL_SAFE_NO_PAD.encode("/workspace/secret");
+        for forged in [
+            format!("{OTHER}.{}.{}.{}", parts[1], parts[2], parts[3]),
+            format!("{}.{}.{other_path}.{}", parts[0], parts[1], parts[3]),
+            format!("{}.99999.{}.{}", parts[0], parts[2], parts[3]),
+        ] {
+            assert_eq!(
+                verify_link(KEY, &forged, 0).unwrap_err().rule,
+                "link.signature"
+            );
+        }
+        let mut flipped = token.clone().into_bytes();
+        let last = flipped.len() - 2;
+        flipped[last] = if flipped[last] == b'A' { b'B' } else { b'A' };
+        let flipped = String::from_utf8(flipped).unwrap();
+        assert!(verify_link(KEY, &flipped, 0).is_err());
+    }
+
+    #[test]
+    fn another_key_refuses_the_link() {
+        let token = mint_link(KEY, WS, "/workspace/out", 1000).unwrap();
+        let other = b"ffffffffffffffffffffffffffffffff";
+        assert_eq!(
+            verify_link(other, &token, 0).unwrap_err().rule,
+            "link.signature"
+        );
+    }
+
+    #[test]
+    fn malformed_tokens_are_refused_without_echo() {
+        for token in [
+            "",
+            "a.b.c.d",
+            "ws-x.1.cGF0aA.c2ln",
+            &"x".repeat(10_000),
+            "é",
+        ] {
+            let err = verify_link(KEY, token, 0).unwrap_err();
+            assert_eq!(err.rule, "link.malformed", "{token:?}");
+            assert!(!err.message.contains("ws-x"));
+        }
+        let token = mint_link(KEY, WS, "/workspace/out", 1000).unwrap();
+        assert_eq!(
+            verify_link(KEY, &format!("{token}.x"), 0).unwrap_err().rule,
+            "link.malformed"
+        );
+    }
+
+    #[test]
+    fn a_short_key_is_refused() {
+        assert_eq!(
+            mint_link(b"short", WS, "/w", 1).unwrap_err().rule,
+            "link.key"
+        );
+    }
+}
