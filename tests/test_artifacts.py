@@ -146,6 +146,15 @@ def test_a_link_downloads_without_the_bearer_token(gw: Gateway, tmp_path: Path) 
     # A file's link is its bytes.
     single = ok(listing(gw, "linked/b.txt"))
     assert httpx2.get(single["download_url"], timeout=60).content == b"hi"
+    # The link is a capability: the gateway's access log names its route, not its token.
+    token = url.rsplit("/", 1)[1]
+    deadline = time.monotonic() + 10
+    log = gw.served.log.read_text()
+    while "/artifact-links/<token>" not in log and time.monotonic() < deadline:
+        time.sleep(0.1)  # the line is written after the response
+        log = gw.served.log.read_text()
+    assert "/artifact-links/<token>" in log
+    assert token not in log
 
 
 def test_a_link_for_another_workspace_or_path_or_tampered_or_expired_is_refused(

@@ -164,8 +164,15 @@ def _client(scope: Scope) -> str:
     return f"{client[0]}:{client[1]}" if client else ""
 
 
+# A download link's token is its capability: the log names the route, never the token.
+_LINK_PREFIX = "/artifact-links/"
+
+
 def _path_with_query(scope: Scope) -> str:
     path = urllib.parse.quote(scope["path"])  # uvicorn's path holds its root path already
+    at = path.find(_LINK_PREFIX)
+    if at >= 0:
+        path = path[: at + len(_LINK_PREFIX)] + "<token>"
     query: bytes = scope.get("query_string", b"")
     return f"{path}?{query.decode('ascii', 'replace')}" if query else path
 
