@@ -4,8 +4,8 @@ its paths; any failure is a `WorkspaceError`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -20,6 +20,8 @@ from .pages import PageResult
 if TYPE_CHECKING:
     from ..service import Service
     from .table import Operation
+
+T = TypeVar("T")
 
 
 def parse_input(
@@ -54,6 +56,21 @@ async def parse_request(
     return parse_input(op, args, surface, root)
 
 
+async def in_call(work: Awaitable[T], current: Call | None = None) -> T:
+    """Awaits `work` as one operation's call (`current`, else a new `Call`: the records it
+    reads once, the resumes it made); any failure becomes a `WorkspaceError`."""
+    token = CALL.set(current if current is not None else Call())
+    try:
+        return await work
+    except Exception as exc:
+        error = translate_error(exc)
+        if error is exc:
+            raise
+        raise error from None
+    finally:
+        CALL.reset(token)
+
+
 async def call(service: Service, op: Operation, inp: Input) -> BaseModel:
     """Runs a validated input through its handler; any failure becomes a `WorkspaceError`."""
     result = await run(service, op, inp)
@@ -64,16 +81,7 @@ async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageRe
     """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
     workspace_id = getattr(inp, "workspace_id", None)
     current = Call()
-    token = CALL.set(current)
-    try:
-        result = await op.handler(service, inp)
-    except Exception as exc:
-        error = translate_error(exc)
-        if error is exc:
-            raise
-        raise error from None
-    finally:
-        CALL.reset(token)
+    result = await in_call(op.handler(service, inp), current)
     if isinstance(result, PageResult):
         return result
     if not isinstance(result, op.output):

@@ -25,9 +25,10 @@ from ...errors import InvalidArgumentError
 from ...operations import OPERATIONS, Operation, parse_request, run
 from ...operations.fields import Input
 from ...operations.pages import PageResult
+from ...operations.run import in_call
 from ...operations.table import RawReply
 from ...path_view import shown
-from ...service import ANSWER_BY, CALL, Call, Service, translate_error
+from ...service import ANSWER_BY, Service
 from ..limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
 from .fit import fit_json
 
@@ -104,17 +105,7 @@ class OperationServer:
         raw = self.op.raw
         assert raw is not None
         inp = await self.parse(query, path_params)
-        current = Call()
-        token = CALL.set(current)
-        try:
-            result = await raw.serve(self.service, inp, body, headers)
-        except Exception as exc:
-            error = translate_error(exc)
-            if error is exc:
-                raise
-            raise error from None
-        finally:
-            CALL.reset(token)
+        result = await in_call(raw.serve(self.service, inp, body, headers))
         if result is None:
             return await call_json(self.service, self.op, inp)
         if isinstance(result, RawReply):
