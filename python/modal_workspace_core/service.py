@@ -120,7 +120,8 @@ class Service:
         # ends (`git.pending.settle`): what an operation defaulting to the cloned repository
         # waits for when the clone has just ended.
         self.repo_settling: dict[str, set[asyncio.Task[Any]]] = {}
-        self._claimed: set[str] = set()
+        # A claimed key, and what its release sets (for `claim_within`).
+        self._claimed: dict[str, asyncio.Event] = {}
         self._reached: set[str] = set()
         self._roots: dict[str, str] = {}
         # When an operation last used each workspace (monotonic), for the idle limit; before
@@ -465,11 +466,24 @@ class Service:
         background work, however many ways it was started."""
         if key in self._claimed:
             return False
-        self._claimed.add(key)
+        self._claimed[key] = asyncio.Event()
+        return True
+
+    async def claim_within(self, key: str, seconds: float) -> bool:
+        """`claim`, waiting up to `seconds` for a holder's release."""
+        deadline = time.monotonic() + seconds
+        while not self.claim(key):
+            released = self._claimed[key]
+            try:
+                await asyncio.wait_for(released.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return False
         return True
 
     def release(self, key: str) -> None:
-        self._claimed.discard(key)
+        released = self._claimed.pop(key, None)
+        if released is not None:
+            released.set()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -58,6 +58,8 @@ MAX_SNAPSHOT_WAIT = 900.0
 # a task stream when it stops.
 _ANSWER_MARGIN_SECONDS = 2.0
 _END_REPORT_SECONDS = 2.0
+# How long a snapshot request waits for the one before it to finish before it is refused.
+_CLAIM_WAIT_SECONDS = 1.0
 _SNAPSHOT_BOUNDS: Bounds = {
     "actions": {"wait_seconds": Bound(30, 30)},
     "mcp": {"wait_seconds": Bound(50, 40)},
@@ -185,7 +187,9 @@ async def workspace_snapshot(svc: Service, inp: SnapshotCreate) -> Snapshot:
     # One snapshot of a workspace at a time from a gateway: they are bounded, and a second one
     # while the first is taken would only copy the same files.
     key = f"snapshot:{ws}"
-    if not svc.claim(key):
+    # A snapshot at its very end (listed already, its record being read back) is waited for,
+    # not refused: "wait for it to be listed" must be enough.
+    if not await svc.claim_within(key, _CLAIM_WAIT_SECONDS):
         raise ConflictError(
             f"a snapshot of workspace {ws} is being taken; wait for it to be listed",
             field="workspace_id",
