@@ -433,10 +433,11 @@ class Service:
                 )
         return self.secrets.for_workspace(names)
 
-    def github_token(self, as_env: str) -> ExecSecret:
-        """The GitHub secret's `GH_TOKEN` as variable `as_env` of one exec."""
+    def github_token(self, as_env: str, field: str = "use_github_token") -> ExecSecret:
+        """The GitHub secret's `GH_TOKEN` as variable `as_env` of one exec; `field` names the
+        input that asked for it in a refusal."""
         name = self.settings.github_secret
-        self._check_secret(name, "use_github_token")
+        self._check_secret(name, field)
         return self.secrets.for_exec(name, "GH_TOKEN", as_env)
 
     def _check_secret(self, name: str, field: str) -> None:

@@ -15,7 +15,6 @@ Redaction is told the exact value: installation tokens have no fixed length or s
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, cast
 
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
     from ..policy import GitHubRepo
     from ..service import Service
 
-log = logging.getLogger("modal_workspace_core.git")
 
 Permission = Literal["read", "write"]
 # What each kind of operation asks for, and nothing more.
@@ -44,11 +42,9 @@ SECRET_AS = "MWC_GIT_TOKEN"
 
 @dataclass(frozen=True)
 class Credential:
-    """One operation's token, and how it is redacted. `source` is `app` or `secret`."""
+    """One operation's token, and how it is redacted."""
 
     token: str = field(repr=False)
-    source: str
-    expires_at: str | None = None
 
     @property
     def redact(self) -> list[str]:
@@ -66,8 +62,8 @@ async def for_operation(
     allowlisted GitHub secret (`field_name` names the input that asked, for its errors)."""
     if app_configured(svc):
         return await _installation_token(svc, repo, permissions)
-    secret = svc.github_token(SECRET_AS)
-    return Credential(token=secret.env[SECRET_AS], source="secret")
+    secret = svc.github_token(SECRET_AS, field_name)
+    return Credential(token=secret.env[SECRET_AS])
 
 
 def _app_client(svc: Service) -> GitHub[AppAuthStrategy]:
@@ -106,7 +102,7 @@ async def _installation_token(
     except GitHubException as exc:
         raise UpstreamError(f"could not reach the GitHub API: {type(exc).__name__}") from None
     data = minted.parsed_data
-    return Credential(token=data.token, source="app", expires_at=data.expires_at)
+    return Credential(token=data.token)
 
 
 def _refused(exc: RequestFailed, repo: GitHubRepo) -> PermissionDeniedError | UpstreamError:
