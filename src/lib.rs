@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod channel;
 pub mod event;
+pub mod host_tree;
 pub mod policy;
 pub mod ring;
 
@@ -25,5 +26,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bindings::stream::register(m)?;
     bindings::agent::register(m)?;
     bindings::channel::register(m)?;
+    bindings::host_tree::register(m)?;
     Ok(())
 }

@@ -29,6 +29,8 @@ __all__ = [
     "PolicyError",
     "RingError",
     "StreamKind",
+    "TreeError",
+    "TreeProgress",
     "_LoopBell",
     "_RingWatch",
     "__version__",
@@ -41,7 +43,9 @@ __all__ = [
     "check_id",
     "commit_message",
     "cpu_cores",
+    "copy_tree",
     "cpu_limit",
+    "empty_dir",
     "env_name",
     "function_allowlist",
     "function_call_id",
@@ -67,9 +71,11 @@ __all__ = [
     "pull_request_title",
     "region",
     "regions",
+    "remove_tree",
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
+    "tree_usage",
     "verify_link",
     "volume_mount",
     "workspace_path",
@@ -553,6 +559,61 @@ def agent_main(argv: list[str]) -> int:
     PATH]` or `["connect", "--socket", PATH]` or `["--help"]`. The GIL is released for the whole
     run (the daemon runs until SIGTERM or SIGINT); the agent builds its own tokio runtime.
     """
+
+# --- the host's operations on workspace trees ----------------------------------------------
+
+class TreeError(RuntimeError):
+    """A host-side tree operation stopped. `kind` is `limit` (a bound of the caller's),
+    `no_space` (the disk is full or under the free-space floor), `cancelled` or `io`; the
+    message names entries by the display root it was given, never a host path."""
+
+    kind: Literal["limit", "no_space", "cancelled", "io"]
+
+@final
+class TreeProgress:
+    """How far a running `copy_tree` is, readable from another thread, and a way to stop it."""
+
+    def __new__(cls) -> Self: ...
+    @property
+    def bytes(self) -> int:
+        """File bytes written so far."""
+    @property
+    def entries(self) -> int:
+        """Entries met so far."""
+    def cancel(self) -> None:
+        """Stops the copy at its next entry or chunk (it raises `TreeError`, kind `cancelled`)."""
+
+def copy_tree(
+    source: str,
+    target: str,
+    *,
+    display: str,
+    max_bytes: int,
+    max_entries: int,
+    min_free_bytes: int = 0,
+    owner: int | None = None,
+    progress: TreeProgress | None = None,
+) -> dict[str, int]:
+    """Copy the contents of the directory `source` into the existing directory `target`,
+    walking both by directory fds that never follow a link (`O_NOFOLLOW`, one name at a time,
+    never across a mount): symlinks are copied as symlinks, FIFOs, sockets and devices left out,
+    a file copied up to the size it had when opened (holes kept), setuid and setgid dropped,
+    owners kept as root (or all `owner`'s). Raises `TreeError` past `max_bytes` of file data,
+    `max_entries`, or when the target's file system has less than `min_free_bytes` free.
+    Returns counts: `bytes`, `files`, `dirs`, `symlinks`, `hardlinks`, `skipped`, `changed`.
+    The GIL is released while it runs."""
+
+def tree_usage(root: str, *, display: str, max_entries: int) -> dict[str, Any]:
+    """What a copy of `root` would write (`bytes`: the regular files' allocated data),
+    `entries`, and `truncated` when the walk stopped at `max_entries` or too deep."""
+
+def remove_tree(path: str, *, display: str) -> None:
+    """Remove `path` and everything under it through directory fds: a symlink is removed as
+    a link, directories a command locked are opened up, nothing outside is touched; nothing
+    there is no failure. Raises `TreeError`."""
+
+def empty_dir(path: str, *, display: str) -> None:
+    """Remove everything in the directory `path`, which stays (it may be a mount point)."""
 
 # --- the agent channel (gateway side) -------------------------------------------------------
 

@@ -64,6 +64,12 @@ ALLOW_GITHUB_SECRET_ENV = "MODAL_WORKSPACE_ALLOW_GITHUB_SECRET_IN_WORKSPACES"
 CHANNEL_SECRET_ENV = "MODAL_WORKSPACE_CHANNEL_SECRET"
 ISOLATION_ENV = "MODAL_WORKSPACE_ISOLATION"
 DISK_MB_ENV = "MODAL_WORKSPACE_DISK_MB"
+# What local snapshots may hold on the host: per workspace (default: twice its disk), for the
+# whole data root (default: half its file system), and the free space a copy leaves.
+SNAPSHOT_BUDGET_ENV = "MODAL_WORKSPACE_SNAPSHOT_BUDGET_MB"
+SNAPSHOTS_BUDGET_ENV = "MODAL_WORKSPACE_SNAPSHOTS_BUDGET_MB"
+SNAPSHOT_FREE_FLOOR_ENV = "MODAL_WORKSPACE_SNAPSHOT_FREE_FLOOR_MB"
+DEFAULT_SNAPSHOT_FREE_FLOOR_MB = 1024
 # The lifecycle sweep (`janitor.py`): how often it runs (0: never), how long before a lifetime
 # ends it takes a safety snapshot, how long suspended and terminated workspaces are kept.
 JANITOR_SECONDS_ENV = "MODAL_WORKSPACE_JANITOR_SECONDS"
@@ -161,6 +167,10 @@ class Settings(BaseModel):
     # size of each workspace's own disk, where the gateway can mount one.
     isolation: IsolationMode = "auto"
     disk_mb: int = DEFAULT_DISK_MB
+    # Local snapshots' byte budgets in MiB (None: the defaults above) and free-space floor.
+    snapshot_budget_mb: int | None = None
+    snapshots_budget_mb: int | None = None
+    snapshot_free_floor_mb: int = DEFAULT_SNAPSHOT_FREE_FLOOR_MB
     janitor_seconds: int = DEFAULT_JANITOR_SECONDS
     safety_margin_seconds: int = DEFAULT_SAFETY_MARGIN_SECONDS
     retention_seconds: int = DEFAULT_RETENTION_SECONDS
@@ -444,6 +454,11 @@ def load_settings(
         configured_channel_secret=_load_channel_secret(env.get(CHANNEL_SECRET_ENV)),
         isolation=_load_isolation(env.get(ISOLATION_ENV)),
         disk_mb=_load_disk_mb(env.get(DISK_MB_ENV)),
+        snapshot_budget_mb=_load_mib(env, SNAPSHOT_BUDGET_ENV, None),
+        snapshots_budget_mb=_load_mib(env, SNAPSHOTS_BUDGET_ENV, None),
+        snapshot_free_floor_mb=_load_mib(
+            env, SNAPSHOT_FREE_FLOOR_ENV, DEFAULT_SNAPSHOT_FREE_FLOOR_MB, least=0
+        ),
         janitor_seconds=_load_seconds(env, JANITOR_SECONDS_ENV, DEFAULT_JANITOR_SECONDS, 0),
         safety_margin_seconds=_load_seconds(
             env, SAFETY_MARGIN_ENV, DEFAULT_SAFETY_MARGIN_SECONDS, 0
@@ -567,6 +582,18 @@ def _load_disk_mb(value: str | None) -> int:
         raise ConfigError(
             f"{DISK_MB_ENV} must be a size in MiB from 64 to 16777216, not {value.strip()[:16]!r}"
         )
+    return int(value)
+
+
+def _load_mib(
+    env: Mapping[str, str], name: str, default: int | None, least: int = 1
+) -> Any:
+    value = (env.get(name) or "").strip()
+    if not value:
+        return default
+    most = 1 << 30
+    if not value.isdigit() or not least <= int(value) <= most:
+        raise ConfigError(f"{name} must be a size in MiB from {least} to {most}, not {value[:16]!r}")
     return int(value)
 
 

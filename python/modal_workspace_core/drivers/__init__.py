@@ -22,6 +22,7 @@ def create_driver(settings: Settings) -> Driver:
     """The driver `settings.driver` names, configured from its section of the settings."""
     if settings.driver == "local":
         from .local import LocalDriver
+        from .local.snapshots import SnapshotBudget
 
         return LocalDriver(
             data_root=settings.data_root,
@@ -29,6 +30,11 @@ def create_driver(settings: Settings) -> Driver:
             host_ports=settings.host_ports,
             disk_mb=settings.disk_mb,
             keepalive_seconds=settings.channel_keepalive_seconds,
+            snapshot_budget=SnapshotBudget(
+                per_workspace_mb=settings.snapshot_budget_mb,
+                root_mb=settings.snapshots_budget_mb,
+                free_floor_mb=settings.snapshot_free_floor_mb,
+            ),
         )
     if settings.driver == "modal":
         from .modal.driver import ModalDriver

@@ -9,7 +9,7 @@
 
 mod pack;
 mod staging;
-mod sys;
+pub(crate) mod sys;
 mod unpack;
 
 #[cfg(test)]

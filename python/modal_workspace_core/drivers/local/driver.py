@@ -43,7 +43,7 @@ from .disk import DiskError, WorkspaceDisk
 from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
 from .lifecycle import LocalLifecycle
 from .record import as_record, check_live, live_state, process_marker
-from .snapshots import SnapshotStore
+from .snapshots import SnapshotBudget, SnapshotStore
 from .store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers, remove_tree
 
 # WORKSPACE_ID_ENV: the variable that marks a workspace's processes (by which they are found).
@@ -82,20 +82,22 @@ class LocalDriver(LocalLifecycle):
         limits: dict[str, int] | None = None,
         disk_mb: int = DEFAULT_DISK_MB,
         keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS,
+        snapshot_budget: SnapshotBudget | None = None,
     ) -> None:
         """`data_root` defaults to `$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory.
         `isolation` (`Settings.isolation`): `auto` uses bubblewrap when it works here and warns
         once when it does not; `bwrap` requires it; `none` never isolates. `host_ports` are the
         host's loopback ports workspaces may reach, `disk_mb` each workspace's own disk (where
         one can be mounted). `agent_argv` is the command that runs `mwc-agent` (its subcommand
-        follows)."""
+        follows). `snapshot_budget` bounds what snapshots hold on the host."""
         # How often a channel's Hello promises the agent a frame (`Settings`).
         self.keepalive_seconds = keepalive_seconds
         self.data_root = Path(data_root) if data_root is not None else default_data_root()
         self.data_root = self.data_root.expanduser().resolve()
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         remove_leftovers(self.data_root)
-        self.snapshots = SnapshotStore(self.data_root)
+        self.snapshots = SnapshotStore(self.data_root, snapshot_budget)
+        self.default_disk_mb = disk_mb
         self.snapshots.prune_leftovers()
         mode = isolation
         if mode not in ("auto", "bwrap", "none"):

@@ -42,6 +42,8 @@ class LocalLifecycle:
 
     snapshots: SnapshotStore
     _socket_paths: daemon.SocketPaths
+    # The disk bound a workspace without a disk of its own is measured against.
+    default_disk_mb: int
 
     if TYPE_CHECKING:
 
@@ -76,7 +78,11 @@ class LocalLifecycle:
         meta = self._meta(ws)
         check_live(meta)
         parts = self._parts(ws, meta, with_state=True)
-        return self.snapshots.take(meta["workspace_id"], spec, parts, meta.get("tags", {}), report)
+        # Its snapshots' budget follows its disk: its own, else the bound it would have had.
+        disk_mb = int(meta.get("local", {}).get("disk_mb") or self.default_disk_mb)
+        return self.snapshots.take(
+            meta["workspace_id"], spec, parts, meta.get("tags", {}), report, disk_mb=disk_mb
+        )
 
     async def list_snapshots(self, workspace_id: str) -> builtins.list[SnapshotRecord]:
         ws = self._dir(workspace_id)

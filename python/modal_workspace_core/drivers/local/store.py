@@ -14,12 +14,13 @@ import fcntl
 import json
 import os
 import secrets
-import shutil
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ... import _core
+from ...errors import UpstreamError
 
 DATA_ROOT_ENV = "MODAL_WORKSPACE_DATA_ROOT"
 
@@ -157,24 +158,18 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """`rm -rf`, including directories a command made read-only (git objects, caches)."""
-
-    def make_writable_and_retry(func: Callable[..., Any], failed: str, *_: Any) -> None:
-        parent = os.path.dirname(failed)
-        with contextlib.suppress(OSError):
-            os.chmod(parent, 0o700)
-            if os.path.isdir(failed) and not os.path.islink(failed):
-                os.chmod(failed, 0o700)
-        func(failed)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=make_writable_and_retry)
-    else:
-        shutil.rmtree(path, onerror=make_writable_and_retry)
+    """`rm -rf` of a tree a workspace may have shaped (or still be reshaping): the core's
+    removal through directory fds, which removes a symlink as a link, never what it points at,
+    and opens up directories a command made read-only (git objects, caches). Its messages name
+    no host path."""
+    try:
+        _core.remove_tree(str(path), display="the workspace's files")
+    except _core.TreeError as err:
+        raise UpstreamError(f"removing the workspace's files failed: {err}") from None
 
 
 def remove_leftovers(data_root: Path) -> None:
     """Finish removals an earlier process was interrupted in."""
     for trash in data_root.glob(".trash-ws-*"):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, UpstreamError):
             remove_tree(trash)
