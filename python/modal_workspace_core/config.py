@@ -585,15 +585,15 @@ def _load_disk_mb(value: str | None) -> int:
     return int(value)
 
 
-def _load_mib(
-    env: Mapping[str, str], name: str, default: int | None, least: int = 1
-) -> Any:
+def _load_mib(env: Mapping[str, str], name: str, default: int | None, least: int = 1) -> Any:
     value = (env.get(name) or "").strip()
     if not value:
         return default
     most = 1 << 30
     if not value.isdigit() or not least <= int(value) <= most:
-        raise ConfigError(f"{name} must be a size in MiB from {least} to {most}, not {value[:16]!r}")
+        raise ConfigError(
+            f"{name} must be a size in MiB from {least} to {most}, not {value[:16]!r}"
+        )
     return int(value)
 
 

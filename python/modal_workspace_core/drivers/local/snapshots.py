@@ -169,7 +169,7 @@ class SnapshotStore:
         write (it may grow while copied, up to what the budgets leave); returns that."""
         mib = 1 << 20
         own_budget = self.budget.for_workspace(disk_mb)
-        own = sum(r.size_bytes for r in self.list(workspace_id))
+        own = sum(r.size_bytes or 0 for r in self.list(workspace_id))
         if own + total > own_budget:
             raise LimitError(
                 f"a snapshot of {workspace_id} would hold {_mib(total)} MiB, and its snapshots "
@@ -253,7 +253,7 @@ class SnapshotStore:
         with contextlib.suppress(FileNotFoundError):
             for where in self.root.iterdir():
                 if where.name.startswith("ws-"):
-                    total += sum(r.size_bytes for r in self.list(where.name))
+                    total += sum(r.size_bytes or 0 for r in self.list(where.name))
         return total
 
     def list(self, workspace_id: str) -> list[SnapshotRecord]:
@@ -298,10 +298,11 @@ class SnapshotStore:
                 field="snapshot_id",
             )
         floor = self.budget.free_floor_mb << 20
-        if _free_bytes(self.root) - record.size_bytes < floor:
+        if _free_bytes(self.root) - (record.size_bytes or 0) < floor:
             raise LimitError(
                 f"restoring snapshot {record.snapshot_id} would leave the server less than "
-                f"{floor >> 20} MiB free ({SNAPSHOT_FREE_FLOOR_ENV}): delete snapshots or workspaces first",
+                f"{floor >> 20} MiB free ({SNAPSHOT_FREE_FLOOR_ENV}): delete snapshots or "
+                "workspaces first",
                 field="snapshot_id",
             )
         for name, path in parts.items():
