@@ -605,7 +605,8 @@ def copy_tree(
 
 def tree_usage(root: str, *, display: str, max_entries: int) -> dict[str, Any]:
     """What a copy of `root` would write (`bytes`: the regular files' allocated data),
-    `entries`, and `truncated` when the walk stopped at `max_entries` or too deep."""
+    `entries`, `truncated` when the walk stopped at `max_entries`, and `too_deep`: the first
+    directory deeper than a walk descends (256 levels), or None."""
 
 def remove_tree(path: str, *, display: str) -> None:
     """Remove `path` and everything under it through directory fds: a symlink is removed as

@@ -107,6 +107,7 @@ fn tree_usage<'py>(
     out.set_item("bytes", usage.bytes)?;
     out.set_item("entries", usage.entries)?;
     out.set_item("truncated", usage.truncated)?;
+    out.set_item("too_deep", usage.too_deep)?;
     Ok(out)
 }
 

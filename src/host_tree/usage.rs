@@ -16,8 +16,10 @@ pub struct Usage {
     pub bytes: u64,
     /// Entries below the root.
     pub entries: u64,
-    /// The walk stopped at `max_entries` (or below `MAX_DEPTH`): there is more.
+    /// The walk stopped at `max_entries`: there is more.
     pub truncated: bool,
+    /// The first directory met that is deeper than a walk descends (`MAX_DEPTH`), if any.
+    pub too_deep: Option<String>,
 }
 
 /// What `root` holds, counting at most `max_entries` entries.
@@ -56,7 +58,9 @@ fn walk(
             usage.bytes = usage.bytes.saturating_add(size.min(allocated));
         } else if sys::is_dir(&st) && st.st_dev == dev {
             if depth + 1 >= MAX_DEPTH {
-                usage.truncated = true;
+                if usage.too_deep.is_none() {
+                    usage.too_deep = Some(child_display(display, name));
+                }
                 continue;
             }
             let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;

@@ -352,8 +352,14 @@ def _measure(name: str, path: Path) -> int:
         raise _copy_error(err) from None
     if usage["truncated"]:
         raise LimitError(
-            f"{DISPLAY[name]} holds more than {MAX_ENTRIES} entries or is too deep to "
-            "snapshot: remove files first",
+            f"{DISPLAY[name]} holds more than {MAX_ENTRIES} entries to snapshot: remove files "
+            "first",
+            field="workspace_id",
+        )
+    if usage["too_deep"]:
+        raise LimitError(
+            f"{usage['too_deep']} is nested more than 256 directories deep, past what a snapshot "
+            "copies: move it up or remove it first",
             field="workspace_id",
         )
     return int(usage["bytes"])

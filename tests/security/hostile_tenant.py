@@ -1,0 +1,216 @@
+"""A hostile tenant for the security suite: a process inside a workspace that keeps reshaping
+its tree while the host works on it, and the checks that nothing of the host leaked.
+
+The tenant (`TENANT`, run by `python3` inside the sandbox) lays out directories `t/d0…d7`, each
+holding a large file (`aaa-big`, opened first by any copy) and files named like those of the
+host's canary directory; then, on inotify events in those directories (a copy opening the large
+file) and on a timer, it swaps a directory for a symlink to the canary directory (a host path:
+the symlink resolves there only for a host process that follows it) and back. Meanwhile it keeps
+FIFOs, a socket, hard links and a growing file, and writes a forged line into every output descriptor of its own uid's processes it can open.
+
+A test starts it with `start_tenant`, runs a host-side operation, and checks with
+`assert_no_leak` that the canary is nowhere under the data root (where every workspace, snapshot
+and fork lives) and that the canary directory is unchanged. A new operation that touches
+workspace data gets a case in `test_host_side_operations.py` under this tenant.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CANARY = "HOST-CANARY-7c2d91"
+# The names in the canary directory; the tenant's directories hold files of the same names.
+CANARY_FILES = ("secret", "channel.key")
+TENANT_PATH = "t"
+# A line the tenant writes into every output it can reach.
+FORGED = "FORGED-BY-TENANT"
+
+TENANT = r"""
+import ctypes, os, socket, sys, threading, time
+
+host = sys.argv[1]
+names = sys.argv[2].split(",")
+forged = sys.argv[3].encode() + b"\n"
+root = os.path.abspath("t")
+os.makedirs(root, exist_ok=True)
+os.chdir(root)
+dirs = [f"d{i}" for i in range(8)]
+for d in dirs:
+    os.makedirs(d, exist_ok=True)
+    with open(f"{d}/aaa-big", "wb") as f:
+        f.write(os.urandom(1 << 20) * 4)
+    for name in names:
+        with open(f"{d}/{name}", "w") as f:
+            f.write("workspace data\n")
+for special in ("fifo", "fifo2"):
+    try:
+        os.mkfifo(special)
+    except FileExistsError:
+        pass
+sock = socket.socket(socket.AF_UNIX)
+try:
+    sock.bind("sock")
+except OSError:
+    pass
+with open("linked", "w") as f:
+    f.write("linked\n")
+for i in range(3):
+    try:
+        os.link("linked", f"link{i}")
+    except FileExistsError:
+        pass
+try:
+    os.symlink(host, "host-link")
+    os.symlink(host + "/" + names[0], "host-file-link")
+except FileExistsError:
+    pass
+lock = threading.Lock()
+
+def swap(d, hold):
+    with lock:
+        aside = f".aside-{d}"
+        try:
+            os.rename(d, aside)
+        except OSError:
+            return
+        try:
+            os.symlink(host, d)
+            time.sleep(hold)
+            os.unlink(d)
+        except OSError:
+            pass
+        finally:
+            os.rename(aside, d)
+
+libc = ctypes.CDLL(None, use_errno=True)
+IN_OPEN, IN_ACCESS = 0x20, 0x01
+fd = libc.inotify_init()
+watches = {}
+for d in dirs:
+    wd = libc.inotify_add_watch(fd, os.path.join(root, d).encode(), IN_OPEN | IN_ACCESS)
+    watches[wd] = d
+
+def on_events():
+    while True:
+        buf = os.read(fd, 65536)
+        at = 0
+        while at + 16 <= len(buf):
+            wd = int.from_bytes(buf[at:at + 4], "little", signed=True)
+            length = int.from_bytes(buf[at + 12:at + 16], "little")
+            at += 16 + length
+            d = watches.get(wd)
+            if d is not None:
+                swap(d, 0.05)
+
+def on_timer():
+    i = 0
+    while True:
+        swap(dirs[i % len(dirs)], 0.002)
+        i += 1
+        time.sleep(0.001)
+
+def grow():
+    with open("growing.log", "ab") as f:
+        while True:
+            f.write(b"x" * 65536)
+            f.flush()
+            if f.tell() > 64 << 20:
+                f.truncate(0)
+            time.sleep(0.001)
+
+def forge():
+    me = os.getpid()
+    while True:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == me:
+                continue
+            for n in ("1", "2"):
+                try:
+                    out = os.open(f"/proc/{pid}/fd/{n}", os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                try:
+                    os.write(out, forged)
+                except OSError:
+                    pass
+                finally:
+                    os.close(out)
+        time.sleep(0.05)
+
+for job in (on_events, on_timer, grow, forge):
+    threading.Thread(target=job, daemon=True).start()
+with open("ready", "w") as f:
+    f.write("ready\n")
+while True:
+    time.sleep(3600)
+"""
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A host directory no workspace may see, holding root-only files with the canary."""
+
+    directory: Path
+
+    @classmethod
+    def make(cls, where: Path) -> Canary:
+        directory = where / "host-canary"
+        directory.mkdir(mode=0o700)
+        for name in CANARY_FILES:
+            path = directory / name
+            path.write_text(f"{CANARY} {name}\n")
+            path.chmod(0o600)
+        return cls(directory)
+
+    def snapshot(self) -> dict[str, tuple[int, int, bytes]]:
+        return {
+            p.name: (p.stat().st_mode, p.stat().st_size, p.read_bytes())
+            for p in sorted(self.directory.iterdir())
+        }
+
+
+async def start_tenant(ws: Any, canary: Canary) -> None:
+    """Starts the tenant in the background of the workspace (`ws`, a Python API `Workspace`)
+    and returns once it is reshaping its tree."""
+    await ws.file_write(".tenant.py", TENANT)
+    names = ",".join(CANARY_FILES)
+    done = await ws.exec(
+        f"(setsid python3 .tenant.py {canary.directory} {names} {FORGED} "
+        ">/dev/null 2>&1 </dev/null &); "
+        "for i in $(seq 600); do [ -f t/ready ] && break; sleep 0.1; done; "
+        "test -f t/ready && echo tenant-ready"
+    )
+    assert "tenant-ready" in done.stdout, (done.stdout, done.stderr)
+
+
+def files_holding(root: Path, needle: bytes) -> list[Path]:
+    """Every regular file under `root` (links not followed, as root: everything) whose bytes
+    hold `needle`."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath, name)
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                with open(path, "rb", buffering=0) as f:
+                    # os.walk never follows links; this open is of a regular file just seen.
+                    if needle in f.read():
+                        found.append(path)
+            except OSError:
+                continue
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    return found
+
+
+def assert_no_leak(
+    data_root: Path, canary: Canary, before: dict[str, tuple[int, int, bytes]]
+) -> None:
+    leaked = files_holding(data_root, CANARY.encode())
+    assert not leaked, f"the host's canary reached workspace data: {leaked}"
+    assert canary.snapshot() == before, "the host's canary directory changed"
