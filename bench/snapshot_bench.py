@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from agent_stack import cpu_model
+from modal_workspace_core import _core
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.service import PROGRESS
 from modal_workspace_core.surfaces.python_client import Workspaces
@@ -33,6 +34,19 @@ def parse_size(text: str) -> int:
     if text[-1:].upper() in units:
         return int(float(text[:-1]) * units[text[-1].upper()])
     return int(text)
+
+
+def core_copy(source: Path, scratch: Path) -> float:
+    """The copy a snapshot makes now: the core's fd walk (`_core.copy_tree`), no workspace."""
+    target = scratch / "core"
+    target.mkdir()
+    started = time.perf_counter()
+    _core.copy_tree(
+        str(source), str(target), display="/workspace", max_bytes=1 << 62, max_entries=1 << 30
+    )
+    seconds = time.perf_counter() - started
+    _core.remove_tree(str(target), display="/workspace")
+    return seconds
 
 
 def cp_baseline(source: Path, scratch: Path) -> float:
@@ -46,7 +60,13 @@ def cp_baseline(source: Path, scratch: Path) -> float:
 
 async def product(data_root: Path, size: int, files: int, rounds: int) -> dict[str, list[float]]:
     env = {**os.environ, "MODAL_WORKSPACE_DATA_ROOT": str(data_root)}
-    times: dict[str, list[float]] = {"cp": [], "snapshot": [], "fork": [], "resume": []}
+    times: dict[str, list[float]] = {
+        "cp": [],
+        "core": [],
+        "snapshot": [],
+        "fork": [],
+        "resume": [],
+    }
     reports: list[float] = []
 
     async def report(done: float, line: str) -> None:
@@ -67,6 +87,7 @@ async def product(data_root: Path, size: int, files: int, rounds: int) -> dict[s
         for _ in range(rounds):
             with tempfile.TemporaryDirectory(dir=data_root) as scratch:
                 times["cp"].append(cp_baseline(source, Path(scratch)))
+                times["core"].append(core_copy(source, Path(scratch)))
             token = PROGRESS.set(report)
             started = time.perf_counter()
             snap = await wss.call("workspace_snapshot", workspace_id=ws.id)
@@ -114,6 +135,7 @@ def main() -> None:
     print("|---------------------------------------|---------:|-----:|--------:|")
     names = {
         "cp": "baseline: `cp -a --reflink=auto` of the tree",
+        "core": "`_core.copy_tree` of the tree (fds, no link)",
         "snapshot": "workspace_snapshot (files, home, exec logs)",
         "fork": "workspace_fork of that snapshot",
         "resume": "workspace_resume from it",

@@ -141,3 +141,13 @@ def test_an_agent_error_is_one_of_the_family_and_answers_as_a_caller_sees_it() -
         "message": "the exec has ended",
         "field": "exec_id",
     }
+
+
+def test_no_error_names_a_hidden_host_path() -> None:
+    from modal_workspace_core.errors import UpstreamError
+    from modal_workspace_core.operations.run import without_host_paths
+
+    err = UpstreamError("mount failed: /srv/data/ws-1/disk.img and /srv/data-two/x")
+    shown = without_host_paths(err, ("/srv/data", "/srv/data-two"))
+    assert shown.message == "mount failed: <data root>/ws-1/disk.img and <data root>/x"
+    assert "/srv" not in str(shown) and "/srv" not in str(shown.to_dict())

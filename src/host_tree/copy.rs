@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use serde::Serialize;
@@ -63,6 +62,8 @@ const FREE_CHECK_EVERY: u64 = 64 << 20;
 const CHUNK: u64 = 8 << 20;
 /// The most distinct hard-linked files remembered; past it, further links become copies.
 const MAX_LINK_GROUPS: usize = 1 << 20;
+/// The buffer of a copy that reads and writes.
+const PLAIN_BUFFER: usize = 1 << 20;
 
 /// Copies the contents of `source` into the existing directory `target` (whose own mode, owner
 /// and times become the source root's). On failure what was copied stays: the caller copies
@@ -90,6 +91,8 @@ pub fn copy_tree(
         links: HashMap::new(),
         euid: sys::euid(),
         next_free_check: 0,
+        plain: false,
+        buffer: Vec::new(),
     };
     copy.check_free(dst.as_fd())?;
     copy.dir(src.as_fd(), dst.as_fd(), root_display, &mut Vec::new(), 0)?;
@@ -108,6 +111,9 @@ struct Copy<'a> {
     links: HashMap<(libc::dev_t, libc::ino_t), Vec<u8>>,
     euid: u32,
     next_free_check: u64,
+    /// `copy_file_range` refused once (across file systems): read and write through `buffer`.
+    plain: bool,
+    buffer: Vec<u8>,
 }
 
 enum Opened {
@@ -422,7 +428,6 @@ impl Copy<'_> {
         display: &str,
     ) -> Result<u64, TreeError> {
         let mut at = start;
-        let mut plain = false;
         while at < end {
             self.progress.check()?;
             let want = (end - at).min(CHUNK);
@@ -439,8 +444,8 @@ impl Copy<'_> {
             if self.stats.bytes >= self.next_free_check {
                 self.check_free(to)?;
             }
-            let n = if plain {
-                read_write(from, to, at, want)
+            let n = if self.plain {
+                read_write(from, to, at, want, &mut self.buffer)
             } else {
                 match sys::copy_range(from, to, at, want as usize) {
                     Err(e)
@@ -452,8 +457,8 @@ impl Copy<'_> {
                                 | Some(libc::EOPNOTSUPP)
                         ) =>
                     {
-                        plain = true;
-                        read_write(from, to, at, want)
+                        self.plain = true;
+                        read_write(from, to, at, want, &mut self.buffer)
                     }
                     other => other.map(|n| n as u64),
                 }
@@ -470,12 +475,23 @@ impl Copy<'_> {
     }
 }
 
-/// Reads and writes up to `len` bytes at `at` (where `copy_file_range` cannot).
-fn read_write(from: BorrowedFd<'_>, to: BorrowedFd<'_>, at: u64, len: u64) -> io::Result<u64> {
-    let from = std::fs::File::from(from.try_clone_to_owned()?);
-    let to = std::fs::File::from(to.try_clone_to_owned()?);
-    let mut buf = vec![0u8; len.min(1 << 20) as usize];
-    let n = from.read_at(&mut buf, at)?;
-    to.write_all_at(&buf[..n], at)?;
+/// Reads and writes up to `len` bytes at `at` through `buf` (where `copy_file_range` cannot:
+/// across file systems).
+fn read_write(
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    at: u64,
+    len: u64,
+    buf: &mut Vec<u8>,
+) -> io::Result<u64> {
+    if buf.is_empty() {
+        buf.resize(PLAIN_BUFFER, 0);
+    }
+    let want = len.min(buf.len() as u64) as usize;
+    let n = sys::pread(from, &mut buf[..want], at)?;
+    let mut written = 0;
+    while written < n {
+        written += sys::pwrite(to, &buf[written..n], at + written as u64)?;
+    }
     Ok(n as u64)
 }

@@ -77,7 +77,9 @@ async def test_snapshots_forks_resume_and_removal_under_the_tenant_never_reach_t
     assert_no_leak(data_root, canary, before)
     for child_id in (fork.workspace_id, taken.workspace_id):
         child = await workspaces.get(child_id)
-        read = await child.exec(f"cat {STABLE}; grep -rls HOST-CANARY / 2>/dev/null | head")
+        read = await child.exec(
+            f"cat {STABLE}; grep -rls HOST-CANARY /workspace ~ /tmp 2>/dev/null | head"
+        )
         assert read.stdout == "kept across every copy\n", read.stdout
         assert child.info.lineage is not None
         assert child.info.lineage.parent_workspace_id == ws.id

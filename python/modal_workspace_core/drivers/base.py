@@ -262,6 +262,9 @@ class Driver(Protocol):
     # leaves idleness alone: a gateway knows only its own calls (several may serve one
     # workspace), and looking would itself be use (a channel keeps a sandbox active).
     ends_idle_workspaces: bool
+    # Host paths no answer may name (the local data root, where workspaces are isolated): the
+    # service replaces them in every error's message, after each driver's own care.
+    hidden_paths: tuple[str, ...]
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord: ...
     async def get(self, workspace_id: str) -> WorkspaceRecord: ...  # raises NotFoundError

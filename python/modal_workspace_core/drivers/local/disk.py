@@ -7,12 +7,14 @@ device") and every other workspace, and the host, keep their space.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 _TOOLS_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+log = logging.getLogger(__name__)
 _TIMEOUT = 120.0
 
 
@@ -103,7 +105,12 @@ def _run(argv: list[str]) -> None:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise DiskError(f"{argv[0]} failed: {err}") from err
+        log.warning("%s failed: %s", argv[0], err)
+        raise DiskError(
+            f"{argv[0]} failed ({type(err).__name__}); the server's log says why"
+        ) from err
     if done.returncode != 0:
+        # The tool's own words name host paths (the image, the mount point): for the log only.
         why = (done.stderr or done.stdout).decode(errors="replace").strip()
-        raise DiskError(f"{argv[0]} failed: {why}")
+        log.warning("%s failed (exit %d): %s", argv[0], done.returncode, why)
+        raise DiskError(f"{argv[0]} failed (exit {done.returncode}); the server's log says why")

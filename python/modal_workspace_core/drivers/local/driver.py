@@ -97,6 +97,7 @@ class LocalDriver(LocalLifecycle):
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         remove_leftovers(self.data_root)
         self.snapshots = SnapshotStore(self.data_root, snapshot_budget)
+        given = Path(data_root).expanduser() if data_root is not None else self.data_root
         self.default_disk_mb = disk_mb
         self.snapshots.prune_leftovers()
         mode = isolation
@@ -112,6 +113,10 @@ class LocalDriver(LocalLifecycle):
             self.isolation = bubblewrap.probe()
         self.network_problem = (
             "" if self.isolation.pasta else "pasta is not installed (apt-get install passt)"
+        )
+        # An unisolated workspace's root is its host directory, which its answers name.
+        self.hidden_paths: tuple[str, ...] = (
+            tuple({str(self.data_root), str(given.absolute())}) if self.isolation.enabled else ()
         )
         if mode == "bwrap" and not self.isolation.enabled:
             raise UpstreamError("upstream", f"isolation=bwrap, but {self.isolation.reason}")

@@ -100,6 +100,7 @@ class ModalDriver(ModalLifecycle):
 
     name = "modal"
     keeps_snapshots = True
+    hidden_paths: tuple[str, ...] = ()
     ends_idle_workspaces = True
 
     def __init__(
