@@ -6,7 +6,8 @@ holding a large file (`aaa-big`, opened first by any copy) and files named like 
 host's canary directory; then, on inotify events in those directories (a copy opening the large
 file) and on a timer, it swaps a directory for a symlink to the canary directory (a host path:
 the symlink resolves there only for a host process that follows it) and back. Meanwhile it keeps
-FIFOs, a socket, hard links and a growing file, and writes a forged line into every output descriptor of its own uid's processes it can open.
+FIFOs, a socket, hard links and a growing file, and writes a forged line into every output
+descriptor of its own uid's processes it can open.
 
 A test starts it with `start_tenant`, runs a host-side operation, and checks with
 `assert_no_leak` that the canary is nowhere under the data root (where every workspace, snapshot
@@ -173,17 +174,23 @@ class Canary:
         }
 
 
-async def start_tenant(ws: Any, canary: Canary) -> None:
-    """Starts the tenant in the background of the workspace (`ws`, a Python API `Workspace`)
-    and returns once it is reshaping its tree."""
-    await ws.file_write(".tenant.py", TENANT)
+def launch_command(canary: Canary) -> str:
+    """The shell command that starts the tenant (written as `.tenant.py` in the workspace's root)
+    in the background and prints `tenant-ready` once it is reshaping its tree."""
     names = ",".join(CANARY_FILES)
-    done = await ws.exec(
+    return (
         f"(setsid python3 .tenant.py {canary.directory} {names} {FORGED} "
         ">/dev/null 2>&1 </dev/null &); "
         "for i in $(seq 600); do [ -f t/ready ] && break; sleep 0.1; done; "
         "test -f t/ready && echo tenant-ready"
     )
+
+
+async def start_tenant(ws: Any, canary: Canary) -> None:
+    """Starts the tenant in a workspace (`ws`, a Python API `Workspace`) and returns once it is
+    reshaping its tree."""
+    await ws.file_write(".tenant.py", TENANT)
+    done = await ws.exec(launch_command(canary))
     assert "tenant-ready" in done.stdout, (done.stdout, done.stderr)
 
 

@@ -1,7 +1,7 @@
 """Every host-side operation on workspace data runs under the hostile tenant
 (`hostile_tenant.py`): a command that keeps swapping its directories for symlinks to a host
-directory (on inotify events and on a timer), FIFOs, a socket, hard links, a growing file, and forged
-lines in every output it reaches. Asserted each time:
+directory (on inotify events and on a timer), FIFOs, a socket, hard links, a growing file, and
+forged lines in every output it reaches. Asserted each time:
 the host's canary is nowhere under the data root (so in no snapshot, fork or workspace), the
 canary directory is unchanged, the operation ends within its bound, and its answer is true.
 
