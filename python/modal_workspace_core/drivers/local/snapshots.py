@@ -154,7 +154,7 @@ class SnapshotStore:
             write_json_atomic(building / _RECORD, record.model_dump())
             building.rename(final)
         except BaseException:
-            with contextlib.suppress(OSError, _core.TreeError):
+            with contextlib.suppress(OSError, UpstreamError):
                 remove_tree(building)
             raise
         finally:
@@ -330,7 +330,7 @@ class SnapshotStore:
         with contextlib.suppress(FileNotFoundError):
             for where in self.root.iterdir():
                 for entry in where.glob(".*"):
-                    with contextlib.suppress(OSError, _core.TreeError):
+                    with contextlib.suppress(OSError, UpstreamError):
                         remove_tree(entry)
 
 
