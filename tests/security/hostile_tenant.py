@@ -1,7 +1,7 @@
 """A hostile tenant for the security suite: a process inside a workspace that keeps reshaping
 its tree while the host works on it, and the checks that nothing of the host leaked.
 
-The tenant (`TENANT`, run by `python3` inside the sandbox) lays out directories `t/d0…d7`, each
+The tenant (`TENANT`, run by `python3` inside the sandbox) lays out directories `t/d0…d5`, each
 holding a large file (`aaa-big`, opened first by any copy) and files named like those of the
 host's canary directory; then, on inotify events in those directories (a copy opening the large
 file) and on a timer, it swaps a directory for a symlink to the canary directory (a host path:
@@ -33,17 +33,21 @@ FORGED = "FORGED-BY-TENANT"
 TENANT = r"""
 import ctypes, os, socket, sys, threading, time
 
+# React to an inotify event within a fraction of a millisecond, not a GIL switch interval.
+sys.setswitchinterval(0.0002)
+
 host = sys.argv[1]
 names = sys.argv[2].split(",")
 forged = sys.argv[3].encode() + b"\n"
 root = os.path.abspath("t")
 os.makedirs(root, exist_ok=True)
 os.chdir(root)
-dirs = [f"d{i}" for i in range(8)]
+dirs = [f"d{i}" for i in range(6)]
 for d in dirs:
     os.makedirs(d, exist_ok=True)
     with open(f"{d}/aaa-big", "wb") as f:
-        f.write(os.urandom(1 << 20) * 4)
+        # Large enough that a copy is still reading it when the directory is swapped.
+        f.write(os.urandom(1 << 20) * 16)
     for name in names:
         with open(f"{d}/{name}", "w") as f:
             f.write("workspace data\n")
@@ -112,7 +116,7 @@ def on_timer():
     while True:
         swap(dirs[i % len(dirs)], 0.002)
         i += 1
-        time.sleep(0.001)
+        time.sleep(0.05)
 
 def grow():
     with open("growing.log", "ab") as f:

@@ -42,7 +42,7 @@ async def bounded(what: str, awaitable: object) -> object:
 @pytest.fixture
 async def wss(tmp_path: Path) -> AsyncIterator[tuple[mwc.Workspaces, Path]]:
     data_root = tmp_path / "data"
-    env = {"MODAL_WORKSPACE_ISOLATION": "bwrap", "MODAL_WORKSPACE_DISK_MB": "256"}
+    env = {"MODAL_WORKSPACE_ISOLATION": "bwrap", "MODAL_WORKSPACE_DISK_MB": "1024"}
     settings = load_settings(env, data_root=data_root)
     async with mwc.Workspaces(settings=settings) as workspaces:
         try:
@@ -109,7 +109,7 @@ async def test_file_and_artifact_operations_under_the_tenant_stay_in_the_workspa
     ws = await workspaces.create()
     await start_tenant(ws, canary)
     for _ in range(5):
-        for d in range(8):
+        for d in range(6):
             for name in ("secret", "channel.key"):
                 try:
                     got = await bounded("file_read", ws.file_read(f"t/d{d}/{name}"))
