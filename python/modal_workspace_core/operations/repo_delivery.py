@@ -183,6 +183,9 @@ async def repo_commit(svc: Service, inp: RepoCommitInput) -> RepoCommitResult:
     if code == delivery.NOTHING_TO_COMMIT:
         what = "the listed paths have" if paths else "the working tree has"
         raise ConflictError(f"nothing to commit: {what} no changes in {dest}")
+    # The facts are the workspace's own git's, printed on an output its processes may write to:
+    # they are answered to the client and never recorded nor decided on (the commit is the
+    # workspace's to make, and what a push sends is read from the push's own report).
     facts = delivery.parse_commit(done.stdout.head.decode(errors="replace"))
     if code != 0 or facts is None:
         raise git_failure(done.stderr.text() or "git commit failed", dest)
@@ -203,6 +206,9 @@ def default_remote_branch(workspace_id: str, branch: str) -> str:
 
 
 async def _current_branch(svc: Service, record: WorkspaceRecord, dest: str) -> str:
+    """The repository's current branch, as its git prints it on an output the workspace's
+    processes may write to: the workspace's to name as it could by a checkout, held to the ref
+    policy, and only ever the local branch (a default remote branch is under its namespace)."""
     argv = ["git", "-C", gitcmd.repo_dir(dest), "symbolic-ref", "--quiet", "--short", "HEAD"]
     done = await git_query(svc, record, argv)
     name = done.stdout.head.decode(errors="replace").strip()
