@@ -17,6 +17,7 @@ from modal_workspace_core.errors import (
     WorkspaceError,
     from_agent_error,
 )
+from modal_workspace_core.git.delivery import parse_push_report
 from modal_workspace_core.operations.execs import Capture, derived_exec_id
 from modal_workspace_core.operations.files import FileList, FileSearch, decode_text
 from modal_workspace_core.operations.watches import WatchStart
@@ -151,3 +152,23 @@ def test_no_error_names_a_hidden_host_path() -> None:
     shown = without_host_paths(err, ("/srv/data", "/srv/data-two"))
     assert shown.message == "mount failed: <data root>/ws-1/disk.img and <data root>/x"
     assert "/srv" not in str(shown) and "/srv" not in str(shown.to_dict())
+
+
+def test_a_push_created_its_branch_only_when_its_report_says_so_twice() -> None:
+    new, old = "a" * 40, "b" * 40
+    fresh = f"ref {new} none\ncount 1\nfiles 1\nstatus *\trefs/mwc/push:refs/heads/x\t[new branch]"
+    assert parse_push_report(fresh + "\npushed\n").created("x")
+    # Not pushed, another branch's answer, or a remote that had the branch: not created.
+    assert not parse_push_report(fresh + "\n").created("x")
+    assert not parse_push_report(fresh + "\npushed\n").created("y")
+    had = fresh.replace(f"{new} none", f"{new} {old}")
+    assert not parse_push_report(had + "\npushed\n").created("x")
+    forwarded = fresh.replace("*\t", " \t").replace("[new branch]", f"{old[:7]}..{new[:7]}")
+    assert not parse_push_report(forwarded + "\npushed\n").created("x")
+
+
+def test_a_push_report_cut_at_its_bound_loses_only_its_cut_line() -> None:
+    report = f"ref {'a' * 40} none\npushed\nfile one.txt\nfile tw"
+    assert parse_push_report(report).files == ["one.txt", "tw"]
+    cut = parse_push_report(report, truncated=True)
+    assert cut.pushed and cut.files == ["one.txt"]

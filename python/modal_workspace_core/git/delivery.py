@@ -1,4 +1,4 @@
-"""The git command lines that take work out of a workspace: a commit, and a push in three steps.
+"""The git command lines that take work out of a workspace: a commit, and a push in two steps.
 
 A push never lets the git that holds the token read the workspace's repository, whose files,
 configuration and hooks are the workspace's to forge:
@@ -7,11 +7,13 @@ configuration and hooks are the workspace's to forge:
 2. as the agent (the token reaches this step's git only through its askpass): `mwc-agent stage`
    copies that file into the step's private home (contained: no link out, no FIFO, no
    hard-linked file), git fetches it into the agent's own mirror with every object checked, and
-   pushes from the mirror, where nothing of the workspace's configuration applies; it reports
-   what it pushed on lines that start with a nonce only the step's environment holds, so no
-   process of the workspace (which may still write to the exec's output) can forge the report;
-3. as the workspace: the bundle is removed.
-Every script is a constant taking its values as positional parameters.
+   pushes from the mirror, where nothing of the workspace's configuration applies.
+The push step reports what it pushed on its report channel (`REPORT_FD`, 3: a pipe only that
+step's processes hold and only the agent reads, returned by `exec.status` with `report`), never
+on the exec's output, which every process of the workspace may write to. It is the exec's last
+step; the bundle is removed afterwards by an exec of its own, whose output nobody reads.
+Every script is a constant taking its values as positional parameters: no value the gateway
+decides on is in any argv.
 """
 
 from __future__ import annotations
@@ -82,13 +84,17 @@ fi
 """
 
 # $1 bundle's dir, $2 bundle's name there, $3 mirror, $4 url, $5 branch, $6 remote branch,
-# $7 lease ("" for a plain push), $8 most bundle bytes. The nonce is MWC_PUSH_NONCE.
+# $7 lease ("" for a plain push), $8 most bundle bytes. The report goes to descriptor 3 (the
+# agent's report channel), git's answer to the exec's output as well, for the client to read.
 _PUSH = """set -e
 [ -n "${MWC_AGENT_PYTHON-}" ] || { echo "this workspace's agent cannot stage a push" >&2; exit 1; }
+[ "${MWC_REPORT_FD-}" = 3 ] || {
+  echo "this workspace's agent cannot report a push: create the workspace again" >&2
+  exit 1
+}
 dir=$1 name=$2 mirror=$3 url=$4 branch=$5 dst=$6 lease=$7 max=$8
-n=$MWC_PUSH_NONCE
-staged="$HOME/push-$$.bundle"
-trap 'rm -f -- "$staged"' EXIT
+staged="$HOME/push-$$.bundle" answer="$HOME/push-$$.status" lists="$HOME/push-$$.lists"
+trap 'rm -f -- "$staged" "$answer" "$lists"' EXIT
 "$MWC_AGENT_PYTHON" -I -m modal_workspace_core.agent stage --root "$dir" --path "$name" \\
   --to "$staged" --max-bytes "$max"
 if [ ! -d "$mirror" ]; then
@@ -103,25 +109,32 @@ old=$(git ls-remote --heads -- "$url" | awk -v r="refs/heads/$dst" '$2 == r { pr
 if [ -n "$old" ] && ! git cat-file -e "$old^{commit}" 2>/dev/null; then
   git fetch --quiet --no-tags --no-write-fetch-head -- "$url" "+refs/heads/$dst:refs/mwc/remote"
 fi
-echo "$n ref $new ${old:-none}"
+echo "ref $new ${old:-none}" >&3
 if [ -n "$old" ]; then
   set -- "$new" --not "$old"
 else
   set -- "$new" --not --exclude='refs/mwc/*' --branches
 fi
-echo "$n count $(git rev-list --count "$@")"
-git log --max-count=200 --format="$n commit %H %s" "$@"
-git log --format= --name-only "$@" | sort -u | head -n 200 | sed "s/^/$n file /"
-echo "$n files $(git log --format= --name-only "$@" | sort -u | wc -l)"
+echo "count $(git rev-list --count "$@")" >&3
+echo "files $(git log --format= --name-only "$@" | sort -u | wc -l)" >&3
+# The lists go last, after what the gateway decides on: a report cut at its bound loses only
+# their end. A subject is cut to 1300 bytes (the answer keeps its first 300 characters).
+git log --max-count=200 --format="commit %H %s" "$@" | cut -b 1-1300 >"$lists"
+git log --format= --name-only "$@" | sort -u | head -n 200 | sed "s/^/file /" >>"$lists"
+code=0
 if [ -n "$lease" ]; then
   # No "+" on the refspec: it would force past the lease.
   git push --porcelain "--force-with-lease=refs/heads/$dst:$lease" -- "$url" \\
-    "refs/mwc/push:refs/heads/$dst"
+    "refs/mwc/push:refs/heads/$dst" >"$answer" || code=$?
 else
-  git push --porcelain -- "$url" "refs/mwc/push:refs/heads/$dst"
+  git push --porcelain -- "$url" "refs/mwc/push:refs/heads/$dst" >"$answer" || code=$?
 fi
+cat -- "$answer"
+sed "s/^/status /" "$answer" >&3
+[ "$code" = 0 ] || exit "$code"
 git update-ref "refs/heads/$dst" "$new"
-echo "$n pushed"
+echo pushed >&3
+cat -- "$lists" >&3
 """
 
 
@@ -199,6 +212,8 @@ def bundle_argv(dest: str, branch: str, bundle: str) -> list[str]:
 
 
 def remove_bundle_argv(bundle: str) -> list[str]:
+    """An exec of its own, after the push's: no step of the workspace's runs after the push
+    step in the exec whose outcome the gateway reads."""
     return ["rm", "-f", "--", bundle]
 
 
@@ -227,10 +242,10 @@ def push_argv(
     ]
 
 
-def push_env(askpass: str, nonce: str, base: str) -> dict[str, str]:
+def push_env(askpass: str, base: str) -> dict[str, str]:
     """The agent step's environment: no configuration file, the network configuration of every
     token-holding git (`commands._NETWORK_CONFIG`, as `GIT_CONFIG_*` so that each git of the
-    script has it), the askpass, and the report's nonce."""
+    script has it) and the askpass."""
     config = list(_NETWORK_CONFIG)
     if base.startswith("http://"):
         config.append("protocol.http.allow=always")  # a local or test server only
@@ -239,7 +254,6 @@ def push_env(askpass: str, nonce: str, base: str) -> dict[str, str]:
         "GIT_CONFIG_GLOBAL": "/dev/null",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_ASKPASS": askpass,
-        "MWC_PUSH_NONCE": nonce,
         "GIT_CONFIG_COUNT": str(len(config)),
     }
     for i, item in enumerate(config):
@@ -251,7 +265,8 @@ def push_env(askpass: str, nonce: str, base: str) -> dict[str, str]:
 
 @dataclass
 class PushReport:
-    """What the push step said it did, read only from lines that carry its nonce."""
+    """What the push step reported on its report channel (`exec.status`'s `report`): written by
+    the agent's git alone, so what the gateway records comes from here and nowhere else."""
 
     new: str | None = None
     old: str | None = None
@@ -259,33 +274,56 @@ class PushReport:
     commits: list[dict[str, str]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     file_count: int = 0
+    # git push --porcelain's line for each ref: (flag, "src:dst", summary).
+    statuses: list[tuple[str, str, str]] = field(default_factory=list)
     pushed: bool = False
 
+    def status_of(self, remote_branch: str) -> tuple[str, str] | None:
+        """(flag, summary) of git's answer for the remote branch: `*` it was created, ` ` fast
+        forwarded, `+` forced, `=` already there, `!` refused."""
+        dst = f"refs/heads/{remote_branch}"
+        for flag, refs, summary in self.statuses:
+            if refs.rpartition(":")[2] == dst:
+                return flag, summary
+        return None
 
-def parse_push_report(stdout: str, nonce: str) -> PushReport:
-    report = PushReport()
-    prefix = f"{nonce} "
-    for line in stdout.split("\n"):
-        if not line.startswith(prefix):
-            continue
-        kind, _, rest = line[len(prefix) :].partition(" ")
+    def created(self, remote_branch: str) -> bool:
+        """The push created the branch: the remote had no such branch before it (the step's own
+        ls-remote) and git's answer for it says a new ref. Both, or it did not."""
+        status = self.status_of(remote_branch)
+        return self.pushed and self.old is None and status is not None and status[0] == "*"
+
+
+def parse_push_report(report: str, truncated: bool = False) -> PushReport:
+    """`truncated`: the agent kept only the report's start, whose last line may be cut short."""
+    parsed = PushReport()
+    lines = report.split("\n")
+    if truncated:
+        lines = lines[:-1]
+    for line in lines:
+        kind, _, rest = line.partition(" ")
         if kind == "ref":
             new, _, old = rest.partition(" ")
-            report.new = new if _SHA.fullmatch(new) else None
-            report.old = old if _SHA.fullmatch(old) else None
+            parsed.new = new if _SHA.fullmatch(new) else None
+            parsed.old = old if _SHA.fullmatch(old) else None
         elif kind == "count" and rest.strip().isdigit():
-            report.commit_count = int(rest)
+            parsed.commit_count = int(rest)
         elif kind == "commit":
             sha, _, subject = rest.partition(" ")
-            if _SHA.fullmatch(sha) and len(report.commits) < MAX_REPORTED:
-                report.commits.append({"commit": sha, "subject": subject[:300]})
-        elif kind == "file" and len(report.files) < MAX_REPORTED:
-            report.files.append(rest)
+            if _SHA.fullmatch(sha) and len(parsed.commits) < MAX_REPORTED:
+                parsed.commits.append({"commit": sha, "subject": subject[:300]})
+        elif kind == "file" and len(parsed.files) < MAX_REPORTED:
+            parsed.files.append(rest)
         elif kind == "files" and rest.strip().isdigit():
-            report.file_count = int(rest)
-        elif kind == "pushed":
-            report.pushed = True
-    return report
+            parsed.file_count = int(rest)
+        elif kind == "status":
+            # `FLAG<TAB>src:dst<TAB>summary`; "To URL" and "Done" are git's too, and skipped.
+            parts = rest.split("\t")
+            if len(parts) >= 3 and len(parts[0]) == 1 and len(parsed.statuses) < MAX_REPORTED:
+                parsed.statuses.append((parts[0], parts[1], parts[2]))
+        elif kind == "pushed" and not rest:
+            parsed.pushed = True
+    return parsed
 
 
 def push_record_key(workspace_id: str, url: str, branch: str) -> str:

@@ -42,7 +42,9 @@ _HEAD = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 async def repo_heads(svc: Service, record: WorkspaceRecord) -> dict[str, str]:
     """The git HEAD of each repository the workspace records (its `repo-path` tag). What the
-    workspace's git prints is its own, so only a well-formed object name is kept."""
+    workspace's git prints is its own (and on an output any process of the workspace may write
+    to), so only a well-formed object name is kept: shown with the snapshot, the workspace's own
+    data, never decided on."""
     dest = record.tags.get("repo-path")
     if not dest:
         return {}

@@ -261,7 +261,9 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
 async def origin_repo(svc: Service, record: WorkspaceRecord, dest: str) -> policy.GitHubRepo:
     """The repository `dest` belongs to: the gateway's own record of the clone when it made
     it, else the repository's `origin`, read as untrusted input and held to the policy (so a
-    rewritten origin can name only another repository on the configured base)."""
+    rewritten origin can name only another repository on the configured base). That origin is
+    the workspace's to name either way (its `.git/config`, or the output of the git that reads
+    it, which its processes may write to)."""
     base = svc.settings.github_url
     if record.tags.get("repo-path") == dest and record.tags.get("repo-url"):
         return policy.github_repo(record.tags["repo-url"])

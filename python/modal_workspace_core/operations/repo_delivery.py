@@ -1,9 +1,12 @@
 """Delivering a repository's work: commit, and push a branch (the pull request that follows is
 `repo_pull_request`).
 
-A commit is the workspace's own git, run by the gateway. A push is one realtime exec of three
+A commit is the workspace's own git, run by the gateway. A push is one realtime exec of two
 steps (`git.delivery`): the token, minted for this push and this repository alone
-(`git.credentials`), reaches only the agent step's git through its askpass.
+(`git.credentials`), reaches only the agent step's git through its askpass. What the push did
+(whether it created the branch, the old and new tips, its commits and files) is read from that
+step's report channel alone (`exec.status` with `report`), never from the exec's output, which
+any process of the workspace may write to.
 
 A push goes to a new branch under the workspace's namespace (`agent/<workspace>/<branch>`)
 unless the caller names one. It is never forced onto a branch this workspace did not create:
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field
@@ -25,6 +27,7 @@ from ..errors import (
     ConflictError,
     InvalidArgumentError,
     PermissionDeniedError,
+    WorkspaceError,
 )
 from ..git import commands as gitcmd
 from ..git import credentials, delivery
@@ -180,6 +183,9 @@ async def repo_commit(svc: Service, inp: RepoCommitInput) -> RepoCommitResult:
     if code == delivery.NOTHING_TO_COMMIT:
         what = "the listed paths have" if paths else "the working tree has"
         raise ConflictError(f"nothing to commit: {what} no changes in {dest}")
+    # The facts are the workspace's own git's, printed on an output its processes may write to:
+    # they are answered to the client and never recorded nor decided on (the commit is the
+    # workspace's to make, and what a push sends is read from the push's own report).
     facts = delivery.parse_commit(done.stdout.head.decode(errors="replace"))
     if code != 0 or facts is None:
         raise git_failure(done.stderr.text() or "git commit failed", dest)
@@ -200,6 +206,9 @@ def default_remote_branch(workspace_id: str, branch: str) -> str:
 
 
 async def _current_branch(svc: Service, record: WorkspaceRecord, dest: str) -> str:
+    """The repository's current branch, as its git prints it on an output the workspace's
+    processes may write to: the workspace's to name as it could by a checkout, held to the ref
+    policy, and only ever the local branch (a default remote branch is under its namespace)."""
     argv = ["git", "-C", gitcmd.repo_dir(dest), "symbolic-ref", "--quiet", "--short", "HEAD"]
     done = await git_query(svc, record, argv)
     name = done.stdout.head.decode(errors="replace").strip()
@@ -250,7 +259,6 @@ async def repo_push(svc: Service, inp: RepoPushInput) -> RepoPushResult:
             field="force",
         )
     credential = await credentials.for_operation(svc, repo, credentials.PUSH, "repo_push")
-    nonce = secrets.token_hex(16)
     exec_id = policy.new_id("ex")
     bundle_dir, bundle_name = delivery.bundle_path(exec_id)
     bundle = f"{bundle_dir}/{bundle_name}"
@@ -272,10 +280,12 @@ async def repo_push(svc: Service, inp: RepoPushInput) -> RepoPushResult:
                 remote_branch,
                 lease if inp.force else None,
             ),
-            "env": delivery.push_env(askpass, nonce, base),
+            "env": delivery.push_env(askpass, base),
             "credential": {"base": gitcmd.base_origin(base), "token": credential.token},
+            # What it pushed, on a channel of its own: the step is the exec's last, and no
+            # process of the workspace holds the channel.
+            "report": True,
         },
-        {"argv": delivery.remove_bundle_argv(bundle), "env": {}, "workdir": record.root},
     ]
     args = {
         "exec_id": exec_id,
@@ -295,7 +305,7 @@ async def repo_push(svc: Service, inp: RepoPushInput) -> RepoPushResult:
     )
     # The push's bookkeeping runs to its end (a task the service owns) even when this answer
     # goes out first.
-    finishing = svc.spawn(_finish_push(svc, ws, nonce, record_key, lease, outcome))
+    finishing = svc.spawn(_finish_push(svc, record, bundle, record_key, lease, outcome))
     try:
         return await asyncio.wait_for(asyncio.shield(finishing), timeout=inp.wait_seconds)
     except TimeoutError:
@@ -312,27 +322,47 @@ class _PushOutcome:
 
 
 async def _finish_push(
-    svc: Service, ws: str, nonce: str, record_key: str, lease: str | None, outcome: _PushOutcome
+    svc: Service,
+    record: WorkspaceRecord,
+    bundle: str,
+    record_key: str,
+    lease: str | None,
+    outcome: _PushOutcome,
 ) -> RepoPushResult:
-    """Waits for the push to end, reads its report and records the branch it created."""
+    """Waits for the push to end, reads its report and records the branch it created; then
+    removes the bundle, however the push ended."""
+    try:
+        return await _push_outcome(svc, record.workspace_id, record_key, lease, outcome)
+    finally:
+        await _remove_bundle(svc, record, bundle)
+
+
+async def _push_outcome(
+    svc: Service, ws: str, record_key: str, lease: str | None, outcome: _PushOutcome
+) -> RepoPushResult:
     exec_id = outcome.facts["exec_id"]
+    # The output is followed for progress and for git's stderr (an error's words, shown to the
+    # client); the exec's outcome and the push's report come from the agent's record alone.
     done = await drain(
-        svc, ws, exec_id, timeout_seconds=PUSH_TIMEOUT_SECONDS, cap=512 * 1024, head_only=False
+        svc, ws, exec_id, timeout_seconds=PUSH_TIMEOUT_SECONDS, cap=64 * 1024, head_only=False
     )
-    report = delivery.parse_push_report(done.stdout.text(), nonce)
-    state = str(done.status.get("state", "finished"))
-    pushed = report.pushed and done.status.get("returncode") == 0 and report.new is not None
-    created = pushed and report.old is None
+    status, _ = await svc.request(ws, "exec.status", {"exec_id": exec_id, "report": True})
+    text = status.get("report")
+    report = delivery.parse_push_report(
+        text if isinstance(text, str) else "", truncated=status.get("report_truncated") is True
+    )
+    remote_branch = outcome.facts["remote_branch"]
+    state = str(status.get("state", "finished"))
+    pushed = report.pushed and status.get("returncode") == 0 and report.new is not None
+    created = pushed and report.created(remote_branch)
     if pushed and (created or lease is not None):
         # This workspace's own branch (created now, or by an earlier push): what it may force
         # again, on the commit it pushed.
         assert report.new is not None
-        await svc.merge_tags(
-            ws, {record_key: report.new, LAST_PUSH_TAG: outcome.facts["remote_branch"]}
-        )
+        await svc.merge_tags(ws, {record_key: report.new, LAST_PUSH_TAG: remote_branch})
     elif pushed:
-        await svc.merge_tags(ws, {LAST_PUSH_TAG: outcome.facts["remote_branch"]})
-    error = None if pushed else _push_error(done.stdout.text(), done.stderr.text(), state)
+        await svc.merge_tags(ws, {LAST_PUSH_TAG: remote_branch})
+    error = None if pushed else _push_error(report, remote_branch, done.stderr.text(), state)
     return outcome.result(
         state=state,
         pushed=pushed,
@@ -349,13 +379,32 @@ async def _finish_push(
     )
 
 
-def _push_error(stdout: str, stderr: str, state: str) -> str:
-    """Why a push failed, in words an agent can act on: git's porcelain status of the ref
-    (`!<TAB>src:dst<TAB>[rejected] (reason)`), else the end of its stderr."""
+async def _remove_bundle(svc: Service, record: WorkspaceRecord, bundle: str) -> None:
+    """Removes the push's bundle from the workspace's /tmp, however the push ended: an exec of
+    the workspace's own after the push's, whose output nobody reads."""
+    try:
+        await run_to_end(
+            svc,
+            record,
+            argv=delivery.remove_bundle_argv(bundle),
+            env={},
+            timeout_seconds=60,
+            cap=1024,
+            internal=True,
+        )
+    except (WorkspaceError, TimeoutError) as exc:
+        # The workspace's own commits, in its own /tmp: left there, nothing is exposed.
+        log.warning("could not remove the push's bundle in %s: %s", record.workspace_id, exc)
+
+
+def _push_error(report: delivery.PushReport, remote_branch: str, stderr: str, state: str) -> str:
+    """Why a push failed, in words an agent can act on: git's porcelain status of the ref in the
+    push's report (`!<TAB>src:dst<TAB>[rejected] (reason)`), else the end of its stderr (which
+    the workspace's processes may also write: words for the client, never decided on)."""
     if state != "finished":
         return f"the push was {state}"
-    rejected = [line for line in stdout.split("\n") if line.startswith("!\t")]
-    reason = rejected[-1].rsplit("\t", 1)[-1] if rejected else ""
+    status = report.status_of(remote_branch)
+    reason = status[1] if status is not None and status[0] == "!" else ""
     if "stale info" in reason:
         return "the remote branch changed since this workspace pushed it: not replaced"
     if "non-fast-forward" in reason or "fetch first" in reason:

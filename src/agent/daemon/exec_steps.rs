@@ -55,6 +55,7 @@ impl StepRules {
             StepProgram::Argv(argv) => ExecSpec::argv(argv.clone()),
         };
         spec.identity = identity;
+        spec.report = step.report;
         let mut env = Vec::new();
         for (name, value) in &step.env {
             spec.env.push((OsString::from(name), OsString::from(value)));
@@ -89,6 +90,7 @@ impl StepRules {
             argv,
             env,
             workdir,
+            report: step.report,
         };
         Ok((spec, meta))
     }

@@ -207,7 +207,8 @@ impl ExecRegistry {
         let sink = Arc::new(LogSink {
             record: Arc::clone(&record),
             stdout: Mutex::new(redactor.clone()),
-            stderr: Mutex::new(redactor),
+            stderr: Mutex::new(redactor.clone()),
+            report: redactor,
         });
         let exec = self.supervisor.spawn(spec, sink);
         let _ = record.exec.set(exec.clone());

@@ -10,6 +10,8 @@ use crate::agent::exec_log::write_atomically;
 use crate::event::timestamp;
 
 pub(crate) const META_FILE: &str = "meta.json";
+/// Beside it: the report of the exec's step with a report channel (see [`ReportMeta`]).
+pub(crate) const REPORT_FILE: &str = "report";
 
 /// States after which nothing changes; `lost` is an exec an earlier daemon ran.
 pub(crate) fn is_final(state: &str) -> bool {
@@ -37,6 +39,19 @@ pub(crate) struct StepMeta {
     pub(crate) env: Vec<(String, String)>,
     #[serde(default)]
     pub(crate) workdir: Option<String>,
+    /// The step has the exec's report channel.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) report: bool,
+}
+
+/// The report of the step with a report channel: its first `MAX_REPORT_BYTES`, redacted like
+/// everything recorded, as text (invalid UTF-8 replaced), is the file [`REPORT_FILE`] beside the
+/// meta, read only when `exec.status` asks for it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub(crate) struct ReportMeta {
+    /// The step wrote more than was kept.
+    #[serde(default)]
+    pub(crate) truncated: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,6 +106,10 @@ pub(crate) struct ExecMeta {
     /// The gateway's own exec (git for a repo status or diff), left out of `exec.list`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) internal: bool,
+    /// Set once its step with a report channel has ended and its report is kept: out of the
+    /// reach of every other step and of the workspace's processes, unlike the exec's output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) report: Option<ReportMeta>,
 }
 
 impl ExecMeta {
@@ -120,6 +139,7 @@ impl ExecMeta {
             note: None,
             note_settled: false,
             internal: false,
+            report: None,
         }
     }
 

@@ -8,10 +8,11 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
-use super::meta::{is_final, ExecMeta};
-use crate::agent::exec_log::ExecLog;
+use super::exec_steps::redact_text;
+use super::meta::{is_final, ExecMeta, ReportMeta, REPORT_FILE};
+use crate::agent::exec_log::{write_atomically, ExecLog};
 use crate::agent::process::{
-    Exec, ExecState, ExecStatus, ExitStatus, OutputSink, Redactor, SinkFuture, Stream,
+    Exec, ExecState, ExecStatus, ExitStatus, OutputSink, Redactor, SinkFuture, StepReport, Stream,
 };
 use crate::event::timestamp;
 use crate::event::EventType;
@@ -59,12 +60,52 @@ impl ExecRecord {
 
     /// The status with what ran (`exec.status` with `"command": true`).
     pub(crate) fn status_with_command(&self) -> Value {
-        let meta = self.meta.lock();
-        let mut status = meta.status(self.log.last_seq());
-        if let (Value::Object(status), Value::Object(command)) = (&mut status, meta.command()) {
-            status.extend(command);
+        self.status_with(true, false)
+    }
+
+    /// The status, with what ran (`command`) and the report of its step with a report channel
+    /// (`report`) as `exec.status` asks for them.
+    pub(crate) fn status_with(&self, command: bool, report: bool) -> Value {
+        let (mut status, kept) = {
+            let meta = self.meta.lock();
+            let mut status = meta.status(self.log.last_seq());
+            if let (true, Value::Object(fields), Value::Object(ran)) =
+                (command, &mut status, meta.command())
+            {
+                fields.extend(ran);
+            }
+            (status, meta.report)
+        };
+        if let (true, Value::Object(fields)) = (report, &mut status) {
+            // Null until the step has ended, and for an exec without a report channel.
+            let text = kept.and_then(|_| self.read_report());
+            fields.insert(
+                "report_truncated".into(),
+                kept.is_some_and(|r| r.truncated).into(),
+            );
+            fields.insert("report".into(), text.map_or(Value::Null, Value::String));
         }
         status
+    }
+
+    fn read_report(&self) -> Option<String> {
+        match std::fs::read(self.dir.join(REPORT_FILE)) {
+            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(e) => {
+                tracing::error!(exec_id = %self.id, error = %e, "cannot read an exec's report");
+                None
+            }
+        }
+    }
+
+    /// Keeps what the step with the report channel wrote there (called once, when it ends,
+    /// before the exec's end is recorded): the file, then the meta that says it is there.
+    fn keep_report(&self, text: &str, report: ReportMeta) {
+        if let Err(e) = write_atomically(&self.dir.join(REPORT_FILE), text.as_bytes()) {
+            tracing::error!(exec_id = %self.id, error = %e, "cannot write an exec's report");
+            return;
+        }
+        self.update_meta(|meta| meta.report = Some(report));
     }
 
     /// The exec's note while the gateway has not settled it (with the status and what ran, so
@@ -212,11 +253,14 @@ impl ExecRecord {
     }
 }
 
-/// Output of one exec: each stream through its own redactor, into the log.
+/// Output of one exec: each stream through its own redactor, into the log; the report of its
+/// step with a report channel, redacted, into its record.
 pub(crate) struct LogSink {
     pub(crate) record: Arc<ExecRecord>,
     pub(crate) stdout: Mutex<Redactor>,
     pub(crate) stderr: Mutex<Redactor>,
+    /// A redactor that has seen nothing yet, for the report.
+    pub(crate) report: Redactor,
 }
 
 impl LogSink {
@@ -243,6 +287,21 @@ impl OutputSink for LogSink {
         let data = redactor.redact(chunk);
         self.store(kind, &data);
         Box::pin(async {})
+    }
+
+    fn report(&self, report: StepReport) -> SinkFuture<'_> {
+        let text = redact_text(&self.report, &String::from_utf8_lossy(&report.data));
+        let kept = ReportMeta {
+            truncated: report.truncated(),
+        };
+        // File writes (the report, meta.json), as at the end: on the blocking pool.
+        let record = Arc::clone(&self.record);
+        Box::pin(async move {
+            let keep = move || record.keep_report(&text, kept);
+            if let Err(e) = tokio::task::spawn_blocking(keep).await {
+                tracing::error!(error = %e, "recording a step's report failed");
+            }
+        })
     }
 
     fn finished<'a>(&'a self, status: &'a ExecStatus) -> SinkFuture<'a> {

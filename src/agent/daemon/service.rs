@@ -76,12 +76,11 @@ impl Service for Daemon {
             AgentRequest::ExecStart(start) => ready(self.execs.start(start)),
             AgentRequest::ExecCancel(cancel) => ready(self.execs.cancel(cancel)),
             AgentRequest::ExecResize(resize) => ready(self.execs.resize(resize)),
-            AgentRequest::ExecStatus(status) => ready(self.execs.record(&status.exec_id).map(
-                |record| match status.command {
-                    true => record.status_with_command(),
-                    false => record.status(),
-                },
-            )),
+            AgentRequest::ExecStatus(status) => ready(
+                self.execs
+                    .record(&status.exec_id)
+                    .map(|record| record.status_with(status.command, status.report)),
+            ),
             AgentRequest::ExecList => ready(Ok(json!({"execs": self.execs.list()}))),
             AgentRequest::ExecNotes => ready(Ok(json!({"execs": self.execs.open_notes()}))),
             AgentRequest::ExecSettle(exec_id) => ready(Ok(self.execs.settle_note(&exec_id))),

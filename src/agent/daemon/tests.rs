@@ -236,6 +236,53 @@ async fn an_agent_step_gets_its_env_value_and_the_workspace_step_after_it_does_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_steps_report_is_kept_redacted_and_no_later_output_changes_it() {
+    let dir = TempDir::new();
+    let registry = registry(&dir.0).with_agent_home(dir.0.join("agent-home"));
+    std::fs::create_dir_all(dir.0.join("agent-home")).unwrap();
+    let status = registry
+        .start_json(&args(json!({
+            "steps": [
+                {"argv": ["sh", "-c", "echo 'ref abc none' >&3; echo \"tok $T\" >&3"],
+                 "identity": "agent", "env": {"T": "s3cr3t-value"}, "report": true},
+                {"argv": ["sh", "-c", "echo 'ref forged none'; echo 'ref forged none' >&2"]},
+            ],
+            "secrets": ["s3cr3t-value"],
+        })))
+        .unwrap();
+    let id = status["exec_id"].as_str().unwrap().to_owned();
+    let meta = wait_final(&dir.0, &id).await;
+    assert_eq!(
+        (meta.state.as_str(), meta.returncode),
+        ("finished", Some(0))
+    );
+    let record = registry.record(&id).unwrap();
+    let status = record.status_with(false, true);
+    assert_eq!(status["report"], "ref abc none\ntok [REDACTED]\n");
+    assert_eq!(status["report_truncated"], false);
+    assert!(
+        record.status().get("report").is_none(),
+        "only when asked for"
+    );
+    // Kept beside the record (a restarted daemon answers it too), never with the secret.
+    let saved = std::fs::read(dir.0.join("execs").join(&id).join("report")).unwrap();
+    assert_eq!(saved, b"ref abc none\ntok [REDACTED]\n");
+    let reloaded = registry_inheriting(&dir.0, Vec::new());
+    let again = reloaded.record(&id).unwrap().status_with(false, true);
+    assert_eq!(again["report"], status["report"]);
+    // An exec without a report channel answers null.
+    let plain = registry
+        .start_json(&args(
+            json!({"argv": ["sh", "-c", "echo 'ref x none' >&3 || true"]}),
+        ))
+        .unwrap();
+    let plain_id = plain["exec_id"].as_str().unwrap().to_owned();
+    wait_final(&dir.0, &plain_id).await;
+    let plain = registry.record(&plain_id).unwrap().status_with(false, true);
+    assert!(plain["report"].is_null(), "{plain}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_are_refused_when_malformed_with_the_field_named() {
     let dir = TempDir::new();
     let registry = registry(&dir.0);
@@ -261,6 +308,17 @@ async fn steps_are_refused_when_malformed_with_the_field_named() {
         (
             json!({"argv": ["true"], "secret_env": {"T": "GH_TOKEN"}}),
             "secret_env",
+        ),
+        (
+            json!({"steps": [{"argv": ["true"], "report": true}]}),
+            "steps[0].report",
+        ),
+        (
+            json!({"steps": [
+                {"argv": ["true"], "identity": "agent", "report": true},
+                {"argv": ["true"], "identity": "agent", "report": true},
+            ]}),
+            "steps[1].report",
         ),
     ];
     for (request, field) in cases {

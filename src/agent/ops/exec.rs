@@ -50,6 +50,9 @@ pub(crate) struct StepRequest {
     pub(crate) credential: Option<StepCredential>,
     /// As given, for a workspace step (the daemon contains it under its root).
     pub(crate) workdir: Option<String>,
+    /// An agent step's report channel (`ExecSpec::report`): what it writes there is the exec's
+    /// `report`, which no other step and no process of the workspace can write to.
+    pub(crate) report: bool,
 }
 
 impl StepRequest {
@@ -112,6 +115,15 @@ impl StepRequest {
             }
             (_, dir) => dir.map(str::to_owned),
         };
+        let report = a.bool("report")?;
+        if report && identity != Identity::Agent {
+            // A workspace step's processes are the workspace's: its other processes can reach
+            // their descriptors, so a report from there would be theirs to write.
+            return Err(ErrorBody::invalid(
+                &field("report"),
+                "only an agent step has a report channel",
+            ));
+        }
         Ok(Self {
             prefix,
             identity,
@@ -119,6 +131,7 @@ impl StepRequest {
             env,
             credential,
             workdir,
+            report,
         })
     }
 
@@ -213,6 +226,12 @@ impl StartRequest {
                 ))
             }
         };
+        if let Some(second) = steps.iter().filter(|step| step.report).nth(1) {
+            return Err(ErrorBody::invalid(
+                &second.field("report"),
+                "an exec has one report: give 'report' to one step",
+            ));
+        }
         let pty = match a.object("pty")? {
             Some(p) => {
                 let size = |name: &str| -> Result<u16, ErrorBody> {
@@ -341,6 +360,8 @@ pub(crate) struct StatusRequest {
     pub(crate) exec_id: String,
     /// Also what ran, redacted.
     pub(crate) command: bool,
+    /// Also the report of its step with a report channel.
+    pub(crate) report: bool,
 }
 
 impl StatusRequest {
@@ -348,6 +369,7 @@ impl StatusRequest {
         Ok(Self {
             exec_id: exec_id(a)?,
             command: a.bool("command")?,
+            report: a.bool("report")?,
         })
     }
 }

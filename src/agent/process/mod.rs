@@ -26,8 +26,11 @@ mod tests;
 pub use confine::{CommandUser, Confinement, Limit};
 pub use exec::Exec;
 pub use redact::{Redactor, REDACTED};
-pub use sink::{ChannelSink, OutputSink, SinkEvent, SinkFuture, Stream, MAX_CHUNK};
-pub use spec::{CommandLine, ExecSpec, Identity, PidSlot, PtySize, DEFAULT_KILL_GRACE};
+pub use sink::{ChannelSink, OutputSink, SinkEvent, SinkFuture, StepReport, Stream, MAX_CHUNK};
+pub use spec::{
+    CommandLine, ExecSpec, Identity, PidSlot, PtySize, DEFAULT_KILL_GRACE, MAX_REPORT_BYTES,
+    REPORT_FD,
+};
 pub use status::{ExecState, ExecStatus, ExitStatus};
 pub use stdin::{StdinError, STDIN_CHUNK, STDIN_QUEUE_CHUNKS};
 pub use supervisor::{agent_base_env, Supervisor, SupervisorConfig, DEFAULT_DRAIN_TIMEOUT};

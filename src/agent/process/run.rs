@@ -12,9 +12,9 @@ use super::exec::ExecShared;
 use super::fdio::FdIo;
 use super::group::terminate_group;
 use super::reaper::{RawStatus, Reaper};
-use super::sink::{OutputSink, Stream, MAX_CHUNK};
+use super::sink::{OutputSink, StepReport, Stream, MAX_CHUNK};
 use super::spawn::{launch, Launched};
-use super::spec::{ExecSpec, Identity};
+use super::spec::{ExecSpec, Identity, MAX_REPORT_BYTES};
 use super::status::{ExecState, ExitStatus};
 use super::stdin::{pump, StdinMsg};
 use super::supervisor::SupervisorConfig;
@@ -92,12 +92,15 @@ pub(crate) async fn run(ctx: RunContext) {
         } else {
             None
         };
-        let (state, exit) = run_step(
+        let (state, exit, report) = run_step(
             &shared, &*sink, &config, &reaper, launched, stdin_rx, deadline, kill_grace,
         )
         .await;
         if let Some(slot) = &pid_slot {
             slot.clear();
+        }
+        if let Some(report) = report {
+            sink.report(report).await;
         }
         match next {
             Some(next)
@@ -110,7 +113,8 @@ pub(crate) async fn run(ctx: RunContext) {
     }
 }
 
-/// Streams one launched step's output and input until it ends; returns how it ended.
+/// Streams one launched step's output and input until it ends; returns how it ended and, for a
+/// step with a report channel, its report.
 #[allow(clippy::too_many_arguments)]
 async fn run_step(
     shared: &ExecShared,
@@ -121,7 +125,7 @@ async fn run_step(
     stdin_rx: Option<mpsc::Receiver<StdinMsg>>,
     deadline: Option<Instant>,
     kill_grace: std::time::Duration,
-) -> (ExecState, Option<ExitStatus>) {
+) -> (ExecState, Option<ExitStatus>, Option<StepReport>) {
     let Launched {
         pid,
         exit,
@@ -129,6 +133,7 @@ async fn run_step(
         stdout,
         stderr,
         pty_master,
+        report,
     } = launched;
     let is_pty = pty_master.is_some();
     if let Some(master) = pty_master {
@@ -144,12 +149,22 @@ async fn run_step(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_err = stop_rx.clone();
+    let stop_report = stop_rx.clone();
     let readers = async {
-        tokio::join!(read_stream(&stdout, Stream::Stdout, sink, stop_rx), async {
-            if let Some(stderr) = &stderr {
-                read_stream(stderr, Stream::Stderr, sink, stop_err).await;
+        tokio::join!(
+            read_stream(&stdout, Stream::Stdout, sink, stop_rx),
+            async {
+                if let Some(stderr) = &stderr {
+                    read_stream(stderr, Stream::Stderr, sink, stop_err).await;
+                }
+            },
+            async {
+                match &report {
+                    Some(report) => Some(read_report(report, stop_report).await),
+                    None => None,
+                }
             }
-        })
+        )
     };
     let supervise = async {
         let outcome = supervise(shared, reaper, pid, exit, deadline, kill_grace).await;
@@ -161,11 +176,11 @@ async fn run_step(
         }
         outcome
     };
-    let (outcome, _) = tokio::join!(supervise, readers);
+    let ((state, exit), (_, _, report)) = tokio::join!(supervise, readers);
     if let Some(task) = stdin_task {
         task.abort();
     }
-    outcome
+    (state, exit, report)
 }
 
 /// Launches the command unless it was cancelled first; under the gate, so that a cancel sees
@@ -246,6 +261,27 @@ async fn read_stream(
             },
         };
         sink.output(stream, &buf[..n]).await;
+    }
+}
+
+/// Reads a step's report channel to its end (or until the drain stops it, like the output):
+/// the first [`MAX_REPORT_BYTES`] are kept, the rest read and counted, so that a step that
+/// writes more is never blocked by a full pipe.
+async fn read_report(io: &FdIo, mut stop: watch::Receiver<bool>) -> StepReport {
+    let mut report = StepReport::default();
+    let mut buf = Vec::new();
+    loop {
+        let n = tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => return report,
+            read = read_lazily(io, &mut buf) => match read {
+                Ok(0) | Err(_) => return report,
+                Ok(n) => n,
+            },
+        };
+        let room = MAX_REPORT_BYTES.saturating_sub(report.data.len());
+        report.data.extend_from_slice(&buf[..n.min(room)]);
+        report.total += n as u64;
     }
 }
 

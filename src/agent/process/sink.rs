@@ -21,6 +21,22 @@ pub enum Stream {
 
 pub type SinkFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
+/// What a step with a report channel wrote there (see `ExecSpec::report`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepReport {
+    /// Its first `MAX_REPORT_BYTES`.
+    pub data: Vec<u8>,
+    /// How many bytes it wrote in all.
+    pub total: u64,
+}
+
+impl StepReport {
+    /// It wrote more than was kept.
+    pub fn truncated(&self) -> bool {
+        self.total > self.data.len() as u64
+    }
+}
+
 /// Receives an exec's output.
 ///
 /// Flow-control contract: each stream has one reader that reads at most [`MAX_CHUNK`] bytes,
@@ -29,8 +45,14 @@ pub type SinkFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 /// pipe, whose fill blocks the process's writes. Calls for one stream are in order and never
 /// overlap; stdout and stderr calls may run concurrently. `finished` is called exactly once,
 /// after every `output` call of the exec has returned, and before `Exec::wait` resolves.
+/// `report` is called once for each step that has a report channel, after that step's output
+/// and before the next step starts (or `finished`).
 pub trait OutputSink: Send + Sync + 'static {
     fn output<'a>(&'a self, stream: Stream, chunk: &'a [u8]) -> SinkFuture<'a>;
+
+    fn report(&self, _report: StepReport) -> SinkFuture<'_> {
+        Box::pin(async {})
+    }
 
     fn finished<'a>(&'a self, _status: &'a ExecStatus) -> SinkFuture<'a> {
         Box::pin(async {})

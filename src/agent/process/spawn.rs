@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -14,7 +14,7 @@ use super::fdio::FdIo;
 use super::group::signal_group;
 use super::pty;
 use super::reaper::{RawStatus, Reaper};
-use super::spec::{CommandLine, ExecSpec};
+use super::spec::{CommandLine, ExecSpec, REPORT_FD};
 
 pub(crate) struct Launched {
     pub(crate) pid: libc::pid_t,
@@ -25,6 +25,8 @@ pub(crate) struct Launched {
     pub(crate) stderr: Option<FdIo>,
     /// A PTY master kept for resizing.
     pub(crate) pty_master: Option<OwnedFd>,
+    /// The read end of the step's report channel (`ExecSpec::report`).
+    pub(crate) report: Option<FdIo>,
 }
 
 /// Starts the process; the error is the text a user needs (what failed and the OS error).
@@ -87,6 +89,34 @@ pub(crate) fn launch(
     // `spec.identity` chose the environment (`base_env`) and the confinement: workspace
     // commands and the agent's own steps run as different uids where the launcher gave them.
     confinement.apply(&mut command);
+    // The report channel: both ends close on exec here, and the child alone gets the write end
+    // again, as REPORT_FD, so it is held by this step's processes and read only by us.
+    let report_pipe = match spec.report {
+        true => Some(report_pipe().map_err(io_error)?),
+        false => None,
+    };
+    if let Some((_, writer)) = &report_pipe {
+        command.env("MWC_REPORT_FD", REPORT_FD.to_string());
+        let raw = writer.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec, where only
+        // async-signal-safe calls are allowed: dup2(2) and fcntl(2) on descriptors, which
+        // neither allocate nor take a lock; errors are built from errno without allocating.
+        // `raw` is open in the child (the parent keeps `writer` until the spawn returns).
+        unsafe {
+            command.pre_exec(move || {
+                if raw == REPORT_FD {
+                    // Already in place: only its close-on-exec flag is to go.
+                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, REPORT_FD) < 0 {
+                    // dup2 clears close-on-exec on the copy; the original still closes.
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let take_tty = pty_pair.is_some();
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
     // calls are allowed. It makes two system calls, setsid(2) and ioctl(2) on fd 0 (which std has
@@ -106,6 +136,8 @@ pub(crate) fn launch(
     let spawned = reaper.spawn(|| command.spawn());
     // Drop our copies of the PTY slave now: the master sees end-of-file only once all are closed.
     drop(command);
+    // And of the report's write end, for the same reason.
+    let report_reader = report_pipe.map(|(reader, _writer)| reader);
     let (mut child, exit) =
         spawned.map_err(|err| format!("cannot start {}: {err}", program.to_string_lossy()))?;
     let pid = libc::pid_t::try_from(child.id()).map_err(|err| err.to_string())?;
@@ -136,9 +168,13 @@ pub(crate) fn launch(
                 )
             }
         };
-        Ok((stdin, stdout, stderr, pty_master))
+        let report = match report_reader {
+            Some(reader) => Some(FdIo::new(reader, false).map_err(io_error)?),
+            None => None,
+        };
+        Ok((stdin, stdout, stderr, pty_master, report))
     })();
-    let (stdin, stdout, stderr, pty_master) = match streams {
+    let (stdin, stdout, stderr, pty_master, report) = match streams {
         Ok(streams) => streams,
         Err(err) => {
             // Unsupervised output would block the process forever: end it (the reaper reaps it).
@@ -154,5 +190,19 @@ pub(crate) fn launch(
         stdout,
         stderr,
         pty_master,
+        report,
     })
+}
+
+/// A pipe for a step's report, both ends close-on-exec, the write end numbered above the
+/// standard descriptors (which the child's own stdio replaces before it takes REPORT_FD).
+fn report_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (reader, writer) = io::pipe()?;
+    let writer = OwnedFd::from(writer);
+    let writer = match writer.as_raw_fd() {
+        // try_clone duplicates with F_DUPFD_CLOEXEC from 3 up.
+        0..=2 => writer.try_clone()?,
+        _ => writer,
+    };
+    Ok((OwnedFd::from(reader), writer))
 }

@@ -11,6 +11,11 @@ use std::time::Duration;
 /// How long a cancelled or timed-out exec gets between SIGTERM and SIGKILL unless the caller says.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
+/// The descriptor a step with a report channel writes its report to (see [`ExecSpec::report`]).
+pub const REPORT_FD: i32 = 3;
+/// The most of a step's report that is kept; the rest is read and counted, never stored.
+pub const MAX_REPORT_BYTES: usize = 1024 * 1024;
+
 /// The program to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandLine {
@@ -71,6 +76,13 @@ pub struct ExecSpec {
     /// Holds this step's process id while it runs (0 before and after): how the agent tells
     /// whether a process asking it for something descends from this step.
     pub pid_slot: Option<Arc<PidSlot>>,
+    /// Give the step a report channel of its own: descriptor [`REPORT_FD`] (also named by
+    /// `MWC_REPORT_FD` in its environment) is the write end of a pipe that only this step's
+    /// processes hold and only the supervisor reads. Unlike its output, which every step of the
+    /// exec (and whatever they leave running) shares, what arrives there is this step's alone;
+    /// the sink gets it when the step ends ([`OutputSink::report`](super::OutputSink::report)),
+    /// at most [`MAX_REPORT_BYTES`] of it.
+    pub report: bool,
 }
 
 /// A step's process id while it runs; 0 when it is not running.
@@ -128,11 +140,18 @@ impl ExecSpec {
             kill_grace: DEFAULT_KILL_GRACE,
             then: None,
             pid_slot: None,
+            report: false,
         }
     }
 
     pub fn identity(mut self, identity: Identity) -> Self {
         self.identity = identity;
+        self
+    }
+
+    /// Gives the step its report channel (see the field).
+    pub fn report(mut self) -> Self {
+        self.report = true;
         self
     }
 

@@ -19,7 +19,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::{
-    ExecSpec, ExecStatus, OutputSink, SinkFuture, Stream, Supervisor, SupervisorConfig, MAX_CHUNK,
+    ExecSpec, ExecStatus, OutputSink, SinkFuture, StepReport, Stream, Supervisor, SupervisorConfig,
+    MAX_CHUNK,
 };
 
 /// Far above anything these tests need, even on a loaded machine: only a hang trips it.
@@ -31,6 +32,8 @@ pub(super) struct CollectSink {
     pub(super) out: Mutex<Vec<u8>>,
     pub(super) err: Mutex<Vec<u8>>,
     pub(super) finished: Mutex<Option<ExecStatus>>,
+    /// Each report, with the stdout there was when it came.
+    pub(super) reports: Mutex<Vec<(StepReport, String)>>,
     output_after_finish: AtomicBool,
     oversized_chunk: AtomicBool,
     changed: Notify,
@@ -50,6 +53,13 @@ impl OutputSink for CollectSink {
                 Stream::Stderr => self.err.lock().extend_from_slice(chunk),
             }
             self.changed.notify_waiters();
+        })
+    }
+
+    fn report(&self, report: StepReport) -> SinkFuture<'_> {
+        Box::pin(async move {
+            let stdout = self.stdout();
+            self.reports.lock().push((report, stdout));
         })
     }
 

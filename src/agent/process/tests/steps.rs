@@ -1,9 +1,9 @@
 //! Steps and identities: a follow-up step runs in the same exec only after its predecessor
-//! exited 0, the outcome is the last step's, and an agent-identity step sees none of the
-//! workspace's environment.
+//! exited 0, the outcome is the last step's, an agent-identity step sees none of the
+//! workspace's environment, and a step's report channel is its own.
 
 use super::*;
-use crate::agent::process::{agent_base_env, ExecState, Identity};
+use crate::agent::process::{agent_base_env, ExecState, Identity, MAX_REPORT_BYTES};
 
 /// `sh -c TEXT` (not `bash -l`: a login shell's profile is no part of what these tests check).
 fn sh(text: &str) -> ExecSpec {
@@ -91,4 +91,64 @@ async fn test_an_agent_step_gets_the_fixed_environment_and_its_own_env_only() {
     );
     assert!(!agent.contains("GIT_CONFIG_GLOBAL"), "{agent}");
     assert!(workspace.contains("GIT_CONFIG_GLOBAL=/evil") && !workspace.contains("MINE"));
+}
+
+#[tokio::test]
+async fn test_a_steps_report_is_what_it_wrote_on_its_channel_and_no_other_step_has_one() {
+    let spec = sh("echo before")
+        .then(sh("echo out; echo \"fd=$MWC_REPORT_FD\" >&3; echo said >&3").report())
+        .then(sh(
+            "echo \"after:${MWC_REPORT_FD-unset}\"; { echo forged >&3; } 2>/dev/null || echo closed",
+        ));
+    let (sink, status) = run_to_end(&supervisor(), spec).await;
+    assert_eq!(status.returncode(), Some(0));
+    assert_eq!(sink.stdout(), "before\nout\nafter:unset\nclosed\n");
+    let reports = sink.reports.lock();
+    assert_eq!(reports.len(), 1, "one step has a report channel");
+    let (report, stdout_then) = &reports[0];
+    assert_eq!(report.data, b"fd=3\nsaid\n");
+    assert!(!report.truncated());
+    // Handed over when its step ended, before the next step ran.
+    assert_eq!(stdout_then, "before\nout\n");
+}
+
+#[tokio::test]
+async fn test_a_report_is_bounded_and_a_long_one_never_blocks_its_step() {
+    let written = MAX_REPORT_BYTES + 300_000;
+    let spec = sh(&format!(
+        "head -c {written} /dev/zero | tr '\\0' r >&3; echo done"
+    ))
+    .report();
+    let (sink, status) = run_to_end(&supervisor(), spec).await;
+    assert_eq!(
+        (status.returncode(), sink.stdout()),
+        (Some(0), "done\n".into())
+    );
+    let reports = sink.reports.lock();
+    let report = &reports[0].0;
+    assert_eq!(
+        (report.data.len(), report.total),
+        (MAX_REPORT_BYTES, written as u64)
+    );
+    assert!(report.truncated() && report.data.iter().all(|&b| b == b'r'));
+}
+
+#[tokio::test]
+async fn test_a_report_channel_left_open_by_a_background_process_ends_with_the_drain() {
+    let supervisor = Supervisor::new(SupervisorConfig {
+        adopt_orphans: false,
+        drain_timeout: Duration::from_millis(200),
+        ..SupervisorConfig::default()
+    })
+    .unwrap();
+    // The background sleep holds the channel (not the output) long after its step ended.
+    let spec = sh("echo kept >&3; sleep 5 >/dev/null 2>&1 & exit 0")
+        .report()
+        .then(sh("echo next"));
+    let (sink, status) = run_to_end(&supervisor, spec).await;
+    assert_eq!(
+        (status.returncode(), sink.stdout()),
+        (Some(0), "next\n".into())
+    );
+    assert_eq!(sink.reports.lock()[0].0.data, b"kept\n");
 }
