@@ -199,23 +199,28 @@ async def start_tenant(ws: Any, canary: Canary) -> None:
 
 
 def files_holding(root: Path, needle: bytes) -> list[Path]:
-    """Every regular file under `root` (links not followed, as root: everything) whose bytes
-    hold `needle`."""
+    """Every regular file under `root` whose bytes hold `needle`, found as root by directory fds
+    (`os.fwalk` never follows a link, and each file is opened `O_NOFOLLOW` beneath its
+    directory's fd): the tenant may be swapping links in while this looks, and a scan that
+    followed one would find the host's own canary."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for dirpath, _dirs, filenames, dir_fd in os.fwalk(root, follow_symlinks=False):
         for name in filenames:
-            path = Path(dirpath, name)
             try:
-                st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode):
+                fd = os.open(name, flags, dir_fd=dir_fd)
+            except OSError:
+                continue  # a link, a FIFO's peer, or gone
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
                     continue
-                with open(path, "rb", buffering=0) as f:
-                    # os.walk never follows links; this open is of a regular file just seen.
+                with os.fdopen(os.dup(fd), "rb") as f:
                     if needle in f.read():
-                        found.append(path)
+                        found.append(Path(dirpath, name))
             except OSError:
                 continue
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+            finally:
+                os.close(fd)
     return found
 
 

@@ -17,10 +17,15 @@ from typing import Any
 
 import pytest
 from e2e_support import Served, api_client, local_backend, ok, serve
+from modal_workspace_core.drivers.local.bubblewrap import probe
 
 from .hostile_tenant import TENANT, Canary, assert_no_leak, launch_command
 
 STABLE = "stable/keep.txt"
+# Unisolated, the tenant would reshape and write into the host's own processes: never run it so.
+pytestmark = pytest.mark.skipif(
+    not probe().enabled, reason=f"needs bubblewrap for the tenant: {probe()}"
+)
 
 
 @pytest.fixture
@@ -31,6 +36,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
             **backend.env,
             "MODAL_WORKSPACE_JANITOR_SECONDS": "1",
             "MODAL_WORKSPACE_SAFETY_MARGIN_SECONDS": "4",
+            "MODAL_WORKSPACE_ISOLATION": "bwrap",
         }
         with serve(tmp_path, "", dataclasses.replace(backend, env=env)) as served:
             yield served

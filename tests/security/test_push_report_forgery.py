@@ -15,20 +15,15 @@ forger signals every process it may, which only a pid namespace keeps to the wor
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx2
 import pytest
-from e2e_support import local_backend, serve
-from service_support import TOKEN
 from support.fake_github import FakeGitHub
 from support.git_server import HELLO_REPO, GitServer
+
+from .repo_rig import follow, ok, remote_sha, repo_api, sh
 
 pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
@@ -159,52 +154,10 @@ with open(result, "w") as f:
 """
 
 
-@contextlib.contextmanager
-def _api(tmp_path: Path, github_app: FakeGitHub) -> Iterator[httpx2.Client]:
-    with contextlib.ExitStack() as stack:
-        backend = stack.enter_context(local_backend(tmp_path, "ghp_never"))
-        served = stack.enter_context(
-            serve(tmp_path, "ghp_never", backend, github_env=github_app.gateway_env)
-        )
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        yield stack.enter_context(httpx2.Client(base_url=served.api, headers=headers, timeout=300))
-
-
-def ok(response: httpx2.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def follow(api: httpx2.Client, ws: str, exec_id: str) -> dict[str, Any]:
-    cursor = 0
-    while True:
-        page = ok(
-            api.get(
-                f"/workspaces/{ws}/streams/{exec_id}/events",
-                params={"cursor": cursor, "wait_seconds": 10},
-            )
-        )
-        cursor = page["next_cursor"]
-        if page["done"]:
-            return dict(page)
-
-
-def sh(api: httpx2.Client, ws: str, command: str) -> str:
-    done = ok(api.post(f"/workspaces/{ws}/exec", json={"command": command}))
-    assert done["returncode"] == 0, done
-    return str(done["stdout"])
-
-
-def remote_sha(git: GitServer, branch: str) -> str:
-    bare = git.root / f"{HELLO_REPO}.git"
-    argv = ["git", "--git-dir", str(bare), "rev-parse", "--verify", f"refs/heads/{branch}"]
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
-
-
 def test_a_forged_report_neither_creates_the_branch_nor_unlocks_force(
     tmp_path: Path, github_app: FakeGitHub, git_server: GitServer
 ) -> None:
-    with _api(tmp_path, github_app) as api:
+    with repo_api(tmp_path, github_app) as api:
         ws = ok(api.post("/workspaces", json={}))["workspace_id"]
         host_ns = os.readlink("/proc/self/ns/pid")
         if sh(api, ws, "readlink /proc/self/ns/pid").strip() == host_ns:
