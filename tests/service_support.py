@@ -27,6 +27,7 @@ class RecordingDriver:
     """Records every call; holds no workspaces, so every lookup is a 404."""
 
     name = "recording"
+    hidden_paths: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
