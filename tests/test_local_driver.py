@@ -7,6 +7,7 @@ Every test runs the real agent daemon and talks to it over its real socket.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -291,3 +292,84 @@ async def _clone_in_a_workspace(driver: LocalDriver, git_server: GitServer) -> N
     for path in (driver.data_root / wid).rglob("*"):
         if path.is_file() and path.name != "disk.img":  # read through its mount point
             assert git_server.token.encode() not in path.read_bytes(), path
+
+
+async def test_a_fork_gets_none_of_its_parents_secrets(tmp_path: Path) -> None:
+    """The local driver's side of the Modal driver's test: a workspace made with a secret (as a
+    client asks for one, by name), forked from a snapshot and without one (the fork takes its
+    own). The parent's commands have the secret; each fork's have neither its value nor its
+    name, and neither has anything the fork was started with: its record, its agent's command
+    line (which names the variables to redact), the launch configuration on its agent's
+    standard input (read as root), its files."""
+    import hashlib
+    import secrets
+
+    import modal_workspace_core as mwc
+    from modal_workspace_core.config import load_settings
+
+    value = "s3cret-" + secrets.token_hex(12)
+    name = "OPENAI_API_KEY"
+    held = tmp_path / "secrets.json"
+    held.write_text(json.dumps({"openai": {name: value}}))
+    env = {
+        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(held),
+        "MODAL_WORKSPACE_ALLOWED_SECRETS": f"openai:{name}",
+    }
+    settings = load_settings(env, data_root=tmp_path / "data")
+    # Neither line holds the value: one is its digest, one the variable as output shows it.
+    show = f'printf %s "${{{name}-unset}}" | sha256sum; echo "${{{name}-unset}}"; env'
+    digest = hashlib.sha256(value.encode()).hexdigest()
+
+    def started_with(data_root: Path, workspace_id: str) -> tuple[bytes, bytes | None]:
+        """The command lines of the workspace's agent and the processes starting it, and its
+        launch configuration (None unless root may read it)."""
+        recorded = json.loads((data_root / workspace_id / "agent.pid").read_text())["pid"]
+        pids = [recorded, *(p for p in processes_of(workspace_id) if p != recorded)]
+        argv = b""
+        for pid in pids:
+            with contextlib.suppress(OSError):  # one that ended meanwhile started nothing
+                argv += Path(f"/proc/{pid}/cmdline").read_bytes() + b"\n"
+        try:
+            config = Path(f"/proc/{recorded}/fd/0").read_bytes()
+        except PermissionError:
+            config = None
+        return argv, config
+
+    async with mwc.Workspaces(settings=settings) as wss:
+        driver = wss.service.driver
+        assert isinstance(driver, LocalDriver)
+        parent = await wss.create(secret_names=["openai"])
+        assert (await parent.exec(show)).stdout.split()[0] == digest
+        argv, config = started_with(driver.data_root, parent.id)
+        # The checks below can see a secret where there is one.
+        assert name.encode() in argv
+        assert config is None or (name.encode() in config and value.encode() in config)
+
+        snapshot = await wss.call("workspace_snapshot", workspace_id=parent.id, label="s")
+        snapshot_id = snapshot.model_dump()["snapshot_id"]
+        forks = [
+            (await wss.call("workspace_fork", **args)).model_dump()["workspace_id"]
+            for args in (
+                {"workspace_id": parent.id, "snapshot_id": snapshot_id},
+                {"workspace_id": parent.id},
+            )
+        ]
+        try:
+            for fork_id in forks:
+                fork = await wss.get(fork_id)
+                seen = (await fork.exec(show)).stdout.splitlines()
+                assert seen[0].split()[0] != digest and seen[1] == "unset", fork_id
+                assert not any(line.startswith(f"{name}=") for line in seen[2:]), fork_id
+                meta = (driver.data_root / fork_id / "meta.json").read_text()
+                assert name not in meta and value not in meta
+                argv, config = started_with(driver.data_root, fork_id)
+                assert name.encode() not in argv
+                if config is not None:
+                    assert json.loads(config)["env"].get(name) is None
+                    assert name.encode() not in config and value.encode() not in config
+                for path in (driver.data_root / fork_id).rglob("*"):
+                    if path.is_file() and path.name != "disk.img":
+                        assert value.encode() not in path.read_bytes(), path
+        finally:
+            for fork_id in forks:
+                await (await wss.get(fork_id)).terminate()

@@ -8,7 +8,10 @@ Every `MODAL_WORKSPACE_JANITOR_SECONDS` it looks at every workspace once and, wh
   (`timeout_seconds`) ends, and at the end suspends it with a final snapshot (where the provider
   ends it first, as Modal does, its exit snapshot is that final one);
 - deletes snapshots that have expired, and suspended or terminated workspaces (snapshots and
-  all) past `MODAL_WORKSPACE_RETENTION_SECONDS`.
+  all) past `MODAL_WORKSPACE_RETENTION_SECONDS`;
+- ends what the driver's host started for a workspace and outlived it (`end_strays`, where a
+  driver has such helpers: the local driver's pasta, when a crash took the watcher that ends
+  it with its sandbox).
 
 Every action is logged and kept on the workspace (`lifecycle`). Several gateways may sweep the
 same workspaces: each action is decided on a fresh record and refused by the driver when another
@@ -64,6 +67,12 @@ class Janitor:
 
     async def sweep(self, now: datetime | None = None) -> None:
         now = now or datetime.now(UTC)
+        end_strays = getattr(self.svc.driver, "end_strays", None)
+        if end_strays is not None:
+            try:
+                await end_strays()
+            except Exception:
+                log.exception("the sweep could not end the helpers that outlived workspaces")
         for record in await self.svc.driver.list():
             with contextlib.suppress(WorkspaceError):
                 await self._one(record, now)

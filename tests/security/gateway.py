@@ -23,6 +23,7 @@ class Gateway:
     port: int
     data_root: Path
     log: Path
+    pid: int  # the server's process (a test may kill it as a crash would)
 
     def url(self, path: str) -> str:
         return self.base_url + path
@@ -58,7 +59,7 @@ def gateway(
             start_new_session=True,
             preexec_fn=(lambda: _limit_descriptors(limit)) if limit is not None else None,
         )
-    served = Gateway(f"http://127.0.0.1:{port}", port, data_root, log)
+    served = Gateway(f"http://127.0.0.1:{port}", port, data_root, log, process.pid)
     try:
         wait_until_healthy(process, f"http://127.0.0.1:{port}", log)
         yield served

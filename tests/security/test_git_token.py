@@ -26,7 +26,7 @@ import httpx2
 import pytest
 from e2e_support import Served, local_backend, serve
 from service_support import TOKEN
-from support.git_server import HELLO_BRANCHES, HELLO_REPO, GitServer
+from support.git_server import HELLO_BRANCHES, HELLO_REPO, ArgvSampler, GitServer, start_ticks
 
 pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
@@ -289,15 +289,51 @@ NEEDLE = "printf 'gh%s_\\n' s > /tmp/needle; "
 def test_a_concurrent_command_scraping_proc_finds_no_token(rig: Rig) -> None:
     ws = create(rig)
     # Counts what it finds, never prints it: the count is all the test needs to read. Whatever
-    # uid git runs as, the token is in no process's environment or argv.
+    # uid git runs as, the token is in no process's environment or argv. What it cannot read
+    # (the agent's and its git's environments, as another uid) it counts too: a failure is
+    # never taken for an absence, and a scraper that read nothing proves nothing. (The host's
+    # view, which reads everything, is the next test's.)
     assert rig.token.startswith("ghs_")
     scraper = NEEDLE + (
-        "end=$(($(date +%s)+20)); n=0; "
+        "end=$(($(date +%s)+20)); n=0; read=0; unreadable=0; "
         "while [ $(date +%s) -lt $end ] && [ ! -e /tmp/stop ]; do "
-        "c=$(cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' "
-        "| grep -a -c -F -f /tmp/needle); n=$((n+${c:-0})); done; echo found=$n"
+        "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do "
+        "if tr '\\0' '\\n' 2>/dev/null < \"$f\" > /tmp/one; then read=$((read+1)); "
+        "c=$(grep -a -c -F -f /tmp/needle /tmp/one); n=$((n+${c:-0})); "
+        # A process that ended meanwhile took its files along; any other failure counts.
+        'elif [ -e "$f" ]; then unreadable=$((unreadable+1)); fi; '
+        "done; done; echo found=$n read=$read unreadable=$unreadable"
     )
-    assert "found=0" in during_clones(rig, ws, scraper, "h")
+    out = during_clones(rig, ws, scraper, "h")
+    counts = dict(item.split("=", 1) for item in out.split() if item.count("=") == 1)
+    assert counts.get("found") == "0", out
+    assert int(counts.get("read", "0")) > 0, f"the scraper read nothing: {out}"
+
+
+def test_no_process_on_the_host_holds_the_token_while_clone_and_fetch_run(rig: Rig) -> None:
+    """The host's view, as root: every process's argv and environment (the agent's git step
+    and its askpass, the workspace's git, the sandbox's and the host's own processes) sampled
+    while a clone and a fetch authenticate, for the token and its encodings."""
+    if os.geteuid() != 0:
+        pytest.skip("reads every process's environment, which only root may")
+    ws = create(rig)
+    before = len(rig.github.passwords)
+    with ArgvSampler(rig.token, environ=True, also=tuple(forms(rig.token)[1:])) as sampler:
+        seen, last = clone(rig, ws)
+        assert last["returncode"] == 0, seen
+        seen_fetch, last = fetch(rig, ws)
+        assert last["returncode"] == 0, seen_fetch
+    assert rig.github.passwords[before:].count(rig.token) >= 2  # both really authenticated
+    assert sampler.leaks == []
+    # Everything the gateway started, and whatever started after it, was read (a process of
+    # the host's older than the gateway may be shielded even from root).
+    gateway_started = start_ticks(Path(f"/proc/{rig.served.pid}"))
+    assert gateway_started is not None
+    assert sampler.unreadable_since(gateway_started) == [], sampler.unreadable
+    # It read the environments of the steps that authenticate, while they ran.
+    assert sampler.askpass_environs > 0, vars(sampler)
+    assert sampler.git_seen > 0 and sampler.environs_read > 0, vars(sampler)
+    assert_no_leak(rig, seen + seen_fetch)
 
 
 def test_the_agents_askpass_answers_no_command_even_during_an_authenticated_clone(
@@ -347,3 +383,99 @@ def test_encoded_forms_of_a_secret_are_redacted_from_output(rig: Rig) -> None:
     for form in forms(OPENAI_KEY)[1:]:
         assert form not in out
     assert base64.b64encode(OPENAI_KEY.encode()).decode()[:12] not in out
+
+
+# --- what the gateway hands the agent ---------------------------------------------------------
+
+
+def _places(value: Any, needles: list[str], at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a request's arguments that holds one of `needles`, as a path of keys and
+    indexes (a key that holds one ends its path with "<key>")."""
+    found: list[tuple[Any, ...]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if any(n in str(key) for n in needles):
+                found.append((*at, key, "<key>"))
+            found += _places(item, needles, (*at, key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found += _places(item, needles, (*at, index))
+    elif isinstance(value, str | bytes):
+        text = value if isinstance(value, str) else value.decode(errors="replace")
+        if any(n in text for n in needles):
+            found.append(at)
+    return found
+
+
+async def test_the_gateway_hands_the_agent_the_token_only_as_the_network_steps_credential(
+    tmp_path: Path, git_server: GitServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request the gateway sends the agent while a clone, a fetch and a push run, as it
+    sends them: the token (or an encoding of it) is in one place, the `credential` of the one
+    step that runs as the agent, for the configured GitHub, besides the exec's `secrets` (the
+    values the agent redacts); never in a step's argv or env, another field, another request,
+    or a payload."""
+    import copy
+
+    import modal_workspace_core as mwc
+    from modal_workspace_core.channel.client import AgentClient
+    from modal_workspace_core.config import load_settings
+    from modal_workspace_core.git import commands as gitcmd
+
+    sent: list[tuple[str, dict[str, Any], bytes]] = []
+    original = AgentClient.request
+
+    async def recording(
+        self: AgentClient,
+        op: str,
+        args: Any = None,
+        payload: bytes = b"",
+        timeout: float | None = None,
+    ) -> tuple[dict[str, Any], bytes]:
+        sent.append((op, copy.deepcopy(dict(args or {})), bytes(payload)))
+        return await original(self, op, args, payload, timeout)
+
+    monkeypatch.setattr(AgentClient, "request", recording)
+    token = git_server.token
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"github": {"GH_TOKEN": token}}))
+    env = {
+        **git_server.gateway_env,
+        "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
+        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets),
+    }
+    settings = load_settings(env, data_root=tmp_path / "data")
+    async with mwc.Workspaces(settings=settings) as wss, wss.create() as ws:
+        for operation, argument in ((ws.repo_clone, HELLO_REPO), (ws.repo_fetch, "hello")):
+            started = await operation(argument, use_github_token=True)
+            events = [e async for e in ws.follow(started.exec_id)]
+            ended = await ws.realtime_exec_status(started.exec_id)
+            assert ended.returncode == 0, [e.data for e in events if e.data]
+        await ws.file_write("hello/NEW.md", "new\n")
+        await ws.repo_commit(message="new", destination="/workspace/hello")
+        pushed = await ws.repo_push(destination="/workspace/hello")
+        assert pushed.pushed, pushed.error
+    assert git_server.passwords.count(token) >= 3  # clone, fetch and push authenticated
+
+    needles = forms(token)
+    base = gitcmd.base_origin(settings.github_url)
+    credentialed = 0
+    for op, args, payload in sent:
+        assert not any(n.encode() in payload for n in needles), f"a payload of {op}"
+        allowed: set[tuple[Any, ...]] = set()
+        if op == "exec.start":
+            steps = args.get("steps") or []
+            with_credential = [i for i, step in enumerate(steps) if "credential" in step]
+            assert len(with_credential) <= 1, args["exec_id"]
+            for i in with_credential:
+                assert steps[i].get("identity") == "agent"
+                assert steps[i]["credential"] == {"base": base, "token": token}
+                allowed.add(("steps", i, "credential", "token"))
+                credentialed += 1
+            allowed |= {
+                ("secrets", i) for i, v in enumerate(args.get("secrets") or []) if v == token
+            }
+        found = set(_places(args, needles))
+        assert found <= allowed, f"{op} carries the token at {sorted(found - allowed, key=str)}"
+        assert {p for p in allowed if p[0] == "steps"} <= found
+    assert credentialed == 3, [op for op, _, _ in sent]

@@ -9,6 +9,7 @@ the samplers can look for them before they exist."""
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import string
 import time
@@ -21,7 +22,7 @@ import pytest
 from e2e_support import Served, local_backend, serve
 from service_support import TOKEN
 from support.fake_github import FakeGitHub
-from support.git_server import HELLO_REPO, ArgvSampler, GitServer
+from support.git_server import HELLO_REPO, ArgvSampler, GitServer, start_ticks
 
 pytest.importorskip("modal_workspace_core.drivers.local.driver")
 
@@ -109,6 +110,14 @@ def test_push_and_pull_request_tokens_reach_no_argv_environment_file_or_event(
     assert any(p == push_token for p in git_server.passwords)
     assert sampler.git_seen > 0 and sampler.samples > 10
     assert sampler.leaks == []
+    if os.geteuid() == 0:
+        # As root it read every environment the gateway's work gave rise to (a process of the
+        # host's older than the gateway may be shielded even from root), the push step's among
+        # them while it held the token.
+        started = start_ticks(Path(f"/proc/{server.pid}"))
+        assert started is not None
+        assert sampler.unreadable_since(started) == [], sampler.unreadable
+        assert sampler.askpass_environs > 0, vars(sampler)
 
     push_events = events_text(api, ws, pushed["exec_id"])
     snapshot = ok(api.post(f"/workspaces/{ws}/snapshots", json={"label": "after-push"}))

@@ -243,7 +243,15 @@ class _Handler(BaseHTTPRequestHandler):
 class ArgvSampler:
     """Samples every process's argv (`/proc/*/cmdline`) in the background, to prove a secret
     never appears in one while, say, a clone runs; with `environ=True`, every environment it
-    may read (`/proc/*/environ`: all of them, as root) too."""
+    may read (`/proc/*/environ`: all of them, as root) too.
+
+    Nothing it fails to read is passed over in silence: a process that ended meanwhile is
+    skipped, any other failure (another user's environment, for a sampler that is not root; a
+    process the host shields even from root) is kept in `unreadable`, with when the process
+    started, so a test can require that it read every process started after, say, the gateway
+    (`unreadable_since`). `askpass_environs` counts the environments read of git steps the
+    agent runs with its askpass (the ones that authenticate): proof that the sampler looked
+    where the token would be."""
 
     def __init__(
         self,
@@ -259,7 +267,12 @@ class ArgvSampler:
         self.interval = interval
         self.samples = 0  # full scans of /proc
         self.git_seen = 0  # argv of git processes seen (proof the sampling overlapped the work)
+        self.environs_read = 0  # environments read (a kernel thread's, empty, not counted)
+        self.askpass_environs = 0  # environments read that name GIT_ASKPASS
         self.leaks: list[str] = []
+        # "PATH: why" of each file that exists and could not be read, once each, and the start
+        # time (clock ticks since boot) of its process (None when it could not be read).
+        self.unreadable: dict[str, int | None] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="argv-sampler", daemon=True)
 
@@ -271,24 +284,40 @@ class ArgvSampler:
         self._stop.set()
         self._thread.join()
 
+    def _read(self, path: Path) -> bytes | None:
+        """The file's bytes; None when the process ended (its directory gone) or the file could
+        not be read (then noted in `unreadable`)."""
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            return None  # the process ended meanwhile
+        except OSError as err:
+            self.unreadable.setdefault(f"{path}: {err.strerror or err}", start_ticks(path.parent))
+            return None
+
+    def unreadable_since(self, ticks: int) -> list[str]:
+        """What could not be read of processes started at `ticks` or later (or at an unknown
+        time)."""
+        return [what for what, started in self.unreadable.items() if (started or ticks) >= ticks]
+
     def _run(self) -> None:
         while not self._stop.is_set():
             for entry in Path("/proc").iterdir():
                 if not entry.name.isdigit():
                     continue
-                try:
-                    argv = (entry / "cmdline").read_bytes()
-                except OSError:
-                    continue  # the process ended meanwhile
+                argv = self._read(entry / "cmdline")
+                if argv is None:
+                    continue
                 if any(secret in argv for secret in self.secrets):
                     for secret in self.secrets:
                         argv = argv.replace(secret, b"<secret>")
                     self.leaks.append(argv.decode(errors="replace"))
                 if self.environ:
-                    try:
-                        env = (entry / "environ").read_bytes()
-                    except OSError:
-                        env = b""  # ended, or another user's we may not read
+                    env = self._read(entry / "environ") or b""
+                    if env:
+                        self.environs_read += 1
+                        if (b"\0" + env).find(b"\0GIT_ASKPASS=") >= 0:
+                            self.askpass_environs += 1
                     if any(secret in env for secret in self.secrets):
                         program = argv.split(b"\0", 1)[0].decode(errors="replace")
                         self.leaks.append(f"environ of {program}")
@@ -296,6 +325,16 @@ class ArgvSampler:
                     self.git_seen += 1
             self.samples += 1
             self._stop.wait(self.interval)
+
+
+def start_ticks(proc_dir: Path) -> int | None:
+    """When the process of `/proc/PID` started, in clock ticks since boot (None once it ended):
+    its stat is world-readable."""
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2 :].split()[19])
 
 
 def _basic(authorization: str) -> tuple[str, str] | None:

@@ -251,7 +251,9 @@ class GatewaySecrets:
 class Driver(Protocol):
     """What the service needs of a place to run workspaces. A driver whose workspaces may have
     a root other than `/workspace` also says `roots_vary = True` (the service then asks their
-    records which one; every other driver's is `/workspace`)."""
+    records which one; every other driver's is `/workspace`). One whose host starts helper
+    processes for its workspaces also has `async end_strays()`, which ends those that outlived
+    their workspace's sandbox (the lifecycle sweep calls it)."""
 
     name: str
     # Whether `workspace_terminate` keeps a snapshot unless told otherwise (Modal: a sandbox

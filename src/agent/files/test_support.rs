@@ -2,11 +2,28 @@
 //! sibling that no operation may touch, removed when dropped.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::{Resolver, Workspace};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// How long a test that races two threads may run: far more than any takes, a bound and not a
+/// measure. Past it the race stops and the test fails, so a broken guarantee that keeps the
+/// work from ending fails the test instead of hanging it.
+pub const RACE_BOUND: Duration = Duration::from_secs(120);
+
+/// Sets its flag when dropped: the other side of a race stops however this side ends, a
+/// failed assertion included (a panic leaves a thread scope only once every thread of it has
+/// ended, so a side that waits for the flag would otherwise wait forever).
+pub struct SetOnDrop<'a>(pub &'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 pub struct Sandbox {
     base: PathBuf,

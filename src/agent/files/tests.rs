@@ -1,11 +1,11 @@
 //! The module's guarantee, containment, specified as tests: no path, symlink or race makes
 //! any operation read or write outside the workspace root, under both resolvers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
+use std::time::Instant;
 
-use super::test_support::Sandbox;
+use super::test_support::{Sandbox, SetOnDrop, RACE_BOUND};
 use super::{FileErrorKind, ReadOptions, Resolver, Workspace, WriteOptions};
 
 fn read_text(ws: &Workspace, path: &str) -> Result<String, super::FileError> {
@@ -129,8 +129,11 @@ fn magic_links_are_refused() {
     }
 }
 
+/// How many rounds of work one race runs.
+const RACE_ROUNDS: usize = 3000;
 /// Swaps `root/d` between a real directory and a symlink to the outside, as fast as it can,
-/// while `work` runs; `work` must never see or change anything outside.
+/// while `work` runs; `work` must never see or change anything outside. The race ends when
+/// the work does, however it ends, and within [`RACE_BOUND`] in any case.
 fn race(resolver: Resolver, target: &str, work: impl Fn(&Workspace, usize) + Send + Sync) {
     let sb = Sandbox::new("race");
     sb.file("d/secret.txt", "inside");
@@ -139,17 +142,18 @@ fn race(resolver: Resolver, target: &str, work: impl Fn(&Workspace, usize) + Sen
         "alt",
     );
     let ws = Workspace::with_resolver(sb.root(), resolver).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = AtomicBool::new(false);
+    let swaps = AtomicUsize::new(0);
+    let deadline = Instant::now() + RACE_BOUND;
     let (d, alt) = (
         std::ffi::CString::new(sb.at("d").to_str().unwrap()).unwrap(),
         std::ffi::CString::new(sb.at("alt").to_str().unwrap()).unwrap(),
     );
-    thread::scope(|scope| {
-        let stop2 = Arc::clone(&stop);
-        scope.spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
+    let rounds = thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 // SAFETY: two valid NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
-                unsafe {
+                let swapped = unsafe {
                     libc::renameat2(
                         libc::AT_FDCWD,
                         d.as_ptr(),
@@ -158,13 +162,27 @@ fn race(resolver: Resolver, target: &str, work: impl Fn(&Workspace, usize) + Sen
                         libc::RENAME_EXCHANGE,
                     )
                 };
+                if swapped == 0 {
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
             }
         });
-        for i in 0..3000 {
-            work(&ws, i);
+        let _stop = SetOnDrop(&stop);
+        let mut rounds = 0;
+        while rounds < RACE_ROUNDS && Instant::now() < deadline {
+            work(&ws, rounds);
+            rounds += 1;
         }
-        stop.store(true, Ordering::Relaxed);
+        rounds
     });
+    assert_eq!(
+        rounds, RACE_ROUNDS,
+        "the race did not end within {RACE_BOUND:?} ({rounds} of {RACE_ROUNDS} rounds)"
+    );
+    assert!(
+        swaps.load(Ordering::Relaxed) > 0,
+        "nothing was swapped: the race tested nothing"
+    );
     sb.assert_outside_untouched();
 }
 

@@ -224,8 +224,9 @@ mod tests {
 
     use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
 
-    use super::super::test_support::Sandbox;
+    use super::super::test_support::{Sandbox, SetOnDrop, RACE_BOUND};
     use super::*;
 
     #[test]
@@ -285,16 +286,22 @@ mod tests {
         std::fs::write(sb.at("f"), &a).unwrap();
         let ws = sb.ws();
         let done = AtomicBool::new(false);
+        let deadline = Instant::now() + RACE_BOUND;
         std::thread::scope(|scope| {
             scope.spawn(|| {
+                // The reader stops however the writes end, a failed one included.
+                let _done = SetOnDrop(&done);
                 for i in 0..200 {
                     let data = if i % 2 == 0 { &b } else { &a };
                     ws.write("f", data, WriteOptions::default()).unwrap();
                 }
-                done.store(true, Ordering::Relaxed);
             });
             let mut seen = 0;
             while !done.load(Ordering::Relaxed) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the writes did not end within {RACE_BOUND:?}"
+                );
                 let content = std::fs::read(sb.at("f")).unwrap();
                 assert_eq!(content.len(), size, "a reader saw a partial file");
                 assert!(content == a || content == b, "a reader saw mixed content");

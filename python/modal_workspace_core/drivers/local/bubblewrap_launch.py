@@ -1,6 +1,7 @@
 """Starts a bubblewrap sandbox in steps the gateway controls: bwrap reports its child, the
 gateway maps the user namespace's ids (root only), bounds its inotify use, attaches user-mode
-networking to its network namespace, and only then lets the command run.
+networking to its network namespace (with the watcher that ends it with the sandbox, `pasta`),
+and only then lets the command run.
 
 Nothing a workspace controls takes part: bwrap runs with a fixed environment, and the command's
 configuration (its environment, the workspace's secrets) reaches it on stdin, read inside.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import pasta
 from .bubblewrap import LaunchFds, SandboxLayout, bwrap_argv
 from .daemon import detached_popen
 
@@ -60,10 +62,11 @@ class Network:
     loopback only on `host_ports` (an operator's allowlist; none by default)."""
 
     pasta: str
+    # Where pasta writes its pid (`pasta.pid_file`, out of every sandbox's sight): pasta does
+    # not end with the sandbox it serves by itself, and this is how its watcher and a later
+    # gateway know it (`pasta`).
+    pid_file: Path
     host_ports: tuple[int, ...] = ()
-    # Where pasta writes its pid: it outlives the sandbox it serves (it holds an inotify
-    # instance and a netns of it) until whoever stops the sandbox ends it too.
-    pid_file: Path | None = None
 
     def argv(self, pid: int, *, as_root: bool) -> list[str]:
         ports = ",".join(str(p) for p in self.host_ports) or "none"
@@ -75,9 +78,7 @@ class Network:
         if as_root:
             # pasta gives up root for `nobody` by default, who may not enter this namespace.
             argv += ["--runas", "0:0"]
-        if self.pid_file is not None:
-            argv += ["--pid", str(self.pid_file)]
-        return argv
+        return [*argv, "--pid", str(self.pid_file)]
 
 
 def launch(
@@ -126,7 +127,7 @@ def launch(
                 _bound_inotify(pid)
             if network is not None:
                 _wait_for_loopback(pid)
-                _attach(network, pid, env)
+                _attach(network, pid, env, output)
             os.write(block_w, b"1")
         finally:
             for fd in (info_r, block_w, userns_w):
@@ -136,6 +137,8 @@ def launch(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        if network is not None:
+            pasta.end(network.pid_file)
         raise
     return proc
 
@@ -196,23 +199,36 @@ def _wait_for_loopback(pid: int) -> None:
     raise LaunchError("the sandbox's loopback did not come up")
 
 
-def _attach(network: Network, pid: int, env: Mapping[str, str]) -> None:
-    # pasta runs in the background for the sandbox's life; it carries the workspace's marker
-    # (in `env`) so stopping the workspace ends it too.
+def _attach(network: Network, pid: int, env: Mapping[str, str], output: int) -> None:
+    # pasta runs in the background for the sandbox's life, and so does its watcher, which ends
+    # it when the sandbox ends; both carry the workspace's marker (in `env`), so stopping the
+    # workspace ends them too. The init is held by bwrap until the command may run: the pidfd
+    # opened now is of that very process.
     argv = network.argv(pid, as_root=os.geteuid() == 0)
     try:
-        done = subprocess.run(
-            argv, capture_output=True, env=dict(env), timeout=_STEP_TIMEOUT, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise LaunchError(f"cannot start pasta for the workspace's network: {err}") from err
-    if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip()
-        raise LaunchError(f"pasta could not attach the workspace's network: {why}")
+        sandbox = os.pidfd_open(pid)
+    except OSError as err:
+        raise LaunchError(f"cannot watch the sandbox: {err}") from err
+    try:
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, env=dict(env), timeout=_STEP_TIMEOUT, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise LaunchError(f"cannot start pasta for the workspace's network: {err}") from err
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace").strip()
+            raise LaunchError(f"pasta could not attach the workspace's network: {why}")
+        try:
+            pasta.watch(sandbox, pid, network.pid_file, env, output)
+        except OSError as err:
+            raise LaunchError(f"cannot tie pasta to the sandbox's life: {err}") from err
+    finally:
+        os.close(sandbox)
 
 
 @functools.cache
-def network_problem(bwrap: str, pasta: str) -> str | None:
+def network_problem(bwrap: str, pasta_path: str) -> str | None:
     """Why pasta cannot give a sandbox its network here (None when it can): tried once per
     process on a sandbox that runs `true` (an unprivileged user may lack /dev/net/tun)."""
     with tempfile.TemporaryDirectory(prefix="mwc-net-probe-") as tmp:
@@ -232,19 +248,13 @@ def network_problem(bwrap: str, pasta: str) -> str | None:
                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                     cwd=Path(tmp),
                     ids=None,
-                    network=Network(pasta, pid_file=pid_file),
+                    network=Network(pasta_path, pid_file),
                 )
             except LaunchError as err:
                 # pasta's complaints about syslog (absent in containers) say nothing useful.
                 lines = str(err).splitlines()
                 return " ".join(line for line in lines if "syslog" not in line) or str(err)
             finally:
-                end_pasta(pid_file)
+                pasta.end(pid_file)
             proc.wait(timeout=_STEP_TIMEOUT)
     return None
-
-
-def end_pasta(pid_file: Path) -> None:
-    """Ends the pasta recorded in `pid_file`, if any (it does not end with its sandbox)."""
-    with contextlib.suppress(OSError, ValueError):
-        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)

@@ -92,7 +92,7 @@ def start(
             proc = spawn(out.fileno())
         except (OSError, RuntimeError) as err:
             raise DaemonStartError(f"{err}: {_tail(log)}") from err
-    daemon = DaemonProcess(proc.pid, _start_time(proc.pid) or "")
+    daemon = DaemonProcess(proc.pid, start_time(proc.pid) or "")
     write_json_atomic(pid_file, {"pid": daemon.pid, "start_time": daemon.start_time})
     deadline = time.monotonic() + timeout
     delay = 0.01
@@ -105,7 +105,7 @@ def start(
         if accepts(socket_path):
             # The Popen object is dropped: Python reaps the daemon if it ends while the server
             # still runs, and init does after the server has gone.
-            _keep_for_reaping(proc)
+            keep_for_reaping(proc)
             return daemon
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
@@ -124,7 +124,7 @@ def running(pid_file: Path) -> DaemonProcess | None:
     if daemon is None:
         return None
     _reap()
-    return daemon if _start_time(daemon.pid) == daemon.start_time else None
+    return daemon if start_time(daemon.pid) == daemon.start_time else None
 
 
 def stop(pid_file: Path, marker: str, *, grace: float = 10.0) -> None:
@@ -137,7 +137,7 @@ def stop(pid_file: Path, marker: str, *, grace: float = 10.0) -> None:
     all), without bwrap the commands, which run in sessions of their own.
     """
     recorded = _read_pid_file(pid_file)
-    if recorded is not None and _start_time(recorded.pid) == recorded.start_time:
+    if recorded is not None and start_time(recorded.pid) == recorded.start_time:
         # The daemon is a subreaper: whatever its commands started, even in sessions of their
         # own and without the marker, stays among its descendants while it lives. Those go
         # first, before the daemon's end could hand them to init.
@@ -341,7 +341,9 @@ def _stat(pid: int) -> list[str] | None:
     return fields
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot), None once it has ended: with the pid, it
+    names one process."""
     fields = _stat(pid)
     return fields[19] if fields else None  # field 22: start time in clock ticks since boot
 
@@ -363,7 +365,8 @@ def _command_of(pid: int) -> str | None:
 _started: list[subprocess.Popen[bytes]] = []
 
 
-def _keep_for_reaping(proc: subprocess.Popen[bytes]) -> None:
+def keep_for_reaping(proc: subprocess.Popen[bytes]) -> None:
+    """Keeps `proc` to be waited for once it ends (a process this one started and dropped)."""
     _started.append(proc)
 
 

@@ -38,7 +38,7 @@ from ..base import (
     WorkspaceSpec,
     utc_now,
 )
-from . import bubblewrap, bubblewrap_launch, daemon, disk, uids, volumes
+from . import bubblewrap, bubblewrap_launch, daemon, disk, pasta, uids, volumes
 from .disk import DiskError, WorkspaceDisk
 from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
 from .lifecycle import LocalLifecycle
@@ -96,6 +96,9 @@ class LocalDriver(LocalLifecycle):
         self.data_root = self.data_root.expanduser().resolve()
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         remove_leftovers(self.data_root)
+        # What a crash left running for sandboxes that have ended since (the watchers that end
+        # it went with them); the sweep does it again while the gateway serves.
+        self._end_strays()
         self.snapshots = SnapshotStore(self.data_root, snapshot_budget)
         given = Path(data_root).expanduser() if data_root is not None else self.data_root
         self.default_disk_mb = disk_mb
@@ -324,6 +327,15 @@ class LocalDriver(LocalLifecycle):
         # Daemons are not the server's to stop: they keep the workspaces running between
         # server processes.
         self._socket_paths.close()
+
+    async def end_strays(self) -> None:
+        """Ends the host's helpers (pasta) that outlived their workspace's sandbox: the
+        lifecycle sweep's call (`janitor.py`), as this driver's start did."""
+        await asyncio.to_thread(self._end_strays)
+
+    def _end_strays(self) -> None:
+        for workspace_id in pasta.end_strays(self.data_root, process_marker):
+            log.warning("ended the pasta of %s, whose sandbox had ended", workspace_id)
 
     # --- blocking parts, run in a thread ----------------------------------------------------
 

@@ -15,14 +15,14 @@ from typing import Any
 
 from ...errors import UpstreamError
 from ...policy import WORKSPACE_ROOT
-from . import bubblewrap, bubblewrap_etc, bubblewrap_launch, daemon, uids, volumes
+from . import bubblewrap, bubblewrap_etc, bubblewrap_launch, daemon, pasta, uids, volumes
 from .disk import DiskError, WorkspaceDisk
 from .store import WorkspaceDir
 
 # Every process of a workspace carries this variable: commands find their workspace by it, and
 # `destroy` finds the commands of an unisolated workspace by it.
 WORKSPACE_ID_ENV = "MODAL_WORKSPACE_ID"
-# The only environment the host-side processes of a workspace (bwrap, pasta) get.
+# The only environment the host-side processes of a workspace (bwrap, pasta, its watcher) get.
 _HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Bounds every command gets (rlimits; the processes bound counts per workspace only where the
 # workspace has a uid of its own, that is when the gateway runs as root).
@@ -172,7 +172,9 @@ class AgentLauncher:
                     "workspaces reach the network through pasta, which cannot give them one "
                     f"here ({self.network_problem}); create the workspace with block_network",
                 )
-            network = bubblewrap_launch.Network(self.isolation.pasta, self.host_ports)
+            network = bubblewrap_launch.Network(
+                self.isolation.pasta, pasta.pid_file(ws.path), self.host_ports
+            )
         bwrap = self.isolation.bwrap
         assert bwrap is not None
         readonly = bubblewrap.python_environment()
