@@ -145,8 +145,7 @@ def test_an_agent_error_is_one_of_the_family_and_answers_as_a_caller_sees_it() -
 
 
 def test_no_error_names_a_hidden_host_path() -> None:
-    from modal_workspace_core.errors import UpstreamError
-    from modal_workspace_core.operations.run import without_host_paths
+    from modal_workspace_core.errors import UpstreamError, without_host_paths
 
     err = UpstreamError("mount failed: /srv/data/ws-1/disk.img and /srv/data-two/x")
     shown = without_host_paths(err, ("/srv/data", "/srv/data-two"))

@@ -32,6 +32,7 @@ __all__ = [
     "from_policy_error",
     "invalid_from_details",
     "validation_error",
+    "without_host_paths",
 ]
 
 
@@ -225,3 +226,13 @@ def invalid_from_details(errors: Sequence[Mapping[str, Any]]) -> InvalidArgument
 
 def validation_error(exc: ValidationError) -> InvalidArgumentError:
     return invalid_from_details(exc.errors(include_url=False))
+
+
+def without_host_paths(err: WorkspaceError, hidden: Sequence[str]) -> WorkspaceError:
+    """`err` with every hidden host path in its message replaced: a safety net under each
+    driver's own messages, which name workspace paths only."""
+    for path in sorted(hidden, key=len, reverse=True):
+        if path and path in err.message:
+            err.message = err.message.replace(path, "<data root>")
+            err.args = (err.message,)
+    return err

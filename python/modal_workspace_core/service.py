@@ -38,6 +38,7 @@ from .errors import (
     UpstreamError,
     WorkspaceError,
     from_policy_error,
+    without_host_paths,
 )
 from .policy import WORKSPACE_ROOT
 
@@ -130,6 +131,11 @@ class Service:
         self._started = time.monotonic()
         self._janitor_started = False
         self._closed = False
+
+    def caller_error(self, exc: BaseException) -> WorkspaceError:
+        """Any failure below the service as the error its caller sees: translated, and naming
+        none of the driver's hidden host paths (`Driver.hidden_paths`)."""
+        return without_host_paths(translate_error(exc), self.driver.hidden_paths)
 
     @classmethod
     def open(cls, settings: Settings) -> Service:

@@ -160,6 +160,8 @@ class Canary:
     """A host directory no workspace may see, holding root-only files with the canary."""
 
     directory: Path
+    # What it held when made: `assert_no_leak` checks that nothing changed it.
+    made_with: dict[str, tuple[int, int, bytes]]
 
     @classmethod
     def make(cls, where: Path) -> Canary:
@@ -169,13 +171,17 @@ class Canary:
             path = directory / name
             path.write_text(f"{CANARY} {name}\n")
             path.chmod(0o600)
-        return cls(directory)
+        return cls(directory, _contents(directory))
 
-    def snapshot(self) -> dict[str, tuple[int, int, bytes]]:
-        return {
-            p.name: (p.stat().st_mode, p.stat().st_size, p.read_bytes())
-            for p in sorted(self.directory.iterdir())
-        }
+    def unchanged(self) -> bool:
+        return _contents(self.directory) == self.made_with
+
+
+def _contents(directory: Path) -> dict[str, tuple[int, int, bytes]]:
+    return {
+        p.name: (p.stat().st_mode, p.stat().st_size, p.read_bytes())
+        for p in sorted(directory.iterdir())
+    }
 
 
 def launch_command(canary: Canary) -> str:
@@ -224,9 +230,7 @@ def files_holding(root: Path, needle: bytes) -> list[Path]:
     return found
 
 
-def assert_no_leak(
-    data_root: Path, canary: Canary, before: dict[str, tuple[int, int, bytes]]
-) -> None:
+def assert_no_leak(data_root: Path, canary: Canary) -> None:
     leaked = files_holding(data_root, CANARY.encode())
     assert not leaked, f"the host's canary reached workspace data: {leaked}"
-    assert canary.snapshot() == before, "the host's canary directory changed"
+    assert canary.unchanged(), "the host's canary directory changed"

@@ -59,7 +59,6 @@ async def test_snapshots_forks_resume_and_removal_under_the_tenant_never_reach_t
 ) -> None:
     workspaces, data_root = wss
     canary = Canary.make(tmp_path)
-    before = canary.snapshot()
     ws = await workspaces.create()
     await ws.file_write(STABLE, "kept across every copy\n")
     await start_tenant(ws, canary)
@@ -68,13 +67,13 @@ async def test_snapshots_forks_resume_and_removal_under_the_tenant_never_reach_t
     for round_ in range(4):
         snap = await bounded("workspace_snapshot", ws.snapshot(label=f"round {round_}"))
         snapshot_ids.append(snap.snapshot_id)
-        assert_no_leak(data_root, canary, before)
+        assert_no_leak(data_root, canary)
     listed = await ws.snapshot_list()
     assert [s.snapshot_id for s in listed.snapshots] == snapshot_ids
 
     fork = await bounded("workspace_fork", ws.fork(snapshot_id=snapshot_ids[-1]))
     taken = await bounded("workspace_fork without a snapshot", ws.fork())
-    assert_no_leak(data_root, canary, before)
+    assert_no_leak(data_root, canary)
     for child_id in (fork.workspace_id, taken.workspace_id):
         child = await workspaces.get(child_id)
         read = await child.exec(
@@ -88,7 +87,7 @@ async def test_snapshots_forks_resume_and_removal_under_the_tenant_never_reach_t
     await bounded("workspace_resume", ws.resume(snapshot_id=snapshot_ids[0]))
     assert (await ws.exec(f"cat {STABLE}")).stdout == "kept across every copy\n"
     await start_tenant(ws, canary)
-    assert_no_leak(data_root, canary, before)
+    assert_no_leak(data_root, canary)
 
     deleted = await bounded("workspace_snapshot_delete", ws.snapshot_delete(snapshot_ids[1]))
     assert deleted is not None
@@ -96,7 +95,7 @@ async def test_snapshots_forks_resume_and_removal_under_the_tenant_never_reach_t
     assert ended.terminated
     for child_id in (fork.workspace_id, taken.workspace_id):
         await bounded("workspace_terminate", (await workspaces.get(child_id)).terminate())
-    assert_no_leak(data_root, canary, before)
+    assert_no_leak(data_root, canary)
     assert canary.directory.is_dir()
 
 
@@ -105,7 +104,6 @@ async def test_file_and_artifact_operations_under_the_tenant_stay_in_the_workspa
 ) -> None:
     workspaces, data_root = wss
     canary = Canary.make(tmp_path)
-    before = canary.snapshot()
     ws = await workspaces.create()
     await start_tenant(ws, canary)
     for _ in range(5):
@@ -122,7 +120,7 @@ async def test_file_and_artifact_operations_under_the_tenant_stay_in_the_workspa
     got = await bounded("artifact_download", ws.download_artifact("t", target))
     assert got is not None
     assert not files_holding(tmp_path / "download", b"HOST-CANARY")
-    assert_no_leak(data_root, canary, before)
+    assert_no_leak(data_root, canary)
     await ws.terminate()
 
 

@@ -54,7 +54,6 @@ def test_the_sweeps_snapshots_and_the_resume_from_them_never_hold_a_host_file(
     served: Served, tmp_path: Path
 ) -> None:
     canary = Canary.make(tmp_path)
-    before = canary.snapshot()
     with api_client(served) as api:
         created = ok(api.post("/workspaces", json={"resources": {"timeout_seconds": 25}}))
         ws = created["workspace_id"]
@@ -71,7 +70,7 @@ def test_the_sweeps_snapshots_and_the_resume_from_them_never_hold_a_host_file(
         # The safety snapshot was taken while the tenant reshaped the tree: a copy that fails
         # on what vanished or changed kind under it would have left none.
         assert "safety" in kinds, (kinds, got["lifecycle"])
-        assert_no_leak(served.files_root, canary, before)
+        assert_no_leak(served.files_root, canary)
 
         # The next operation resumes it from the sweep's snapshot.
         read = ok(
@@ -82,4 +81,4 @@ def test_the_sweeps_snapshots_and_the_resume_from_them_never_hold_a_host_file(
         )
         assert read["stdout"] == "kept\n", read
         assert read["resumed_from"] is not None
-        assert_no_leak(served.files_root, canary, before)
+        assert_no_leak(served.files_root, canary)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InvalidArgumentError, WorkspaceError, validation_error
+from ..errors import InvalidArgumentError, validation_error
 from ..path_view import shown
 from ..policy import WORKSPACE_ROOT
-from ..service import CALL, Call, translate_error
+from ..service import CALL, Call
 from ..surfaces.limits import Surface
 from .fields import Input, Output, path_fields
 from .pages import PageResult
@@ -56,27 +56,14 @@ async def parse_request(
     return parse_input(op, args, surface, root)
 
 
-def without_host_paths(err: WorkspaceError, hidden: tuple[str, ...]) -> WorkspaceError:
-    """`err` with every hidden host path in its message replaced: a safety net under each
-    driver's own messages, which name workspace paths only."""
-    for path in sorted(hidden, key=len, reverse=True):
-        if path and path in err.message:
-            err.message = err.message.replace(path, "<data root>")
-            err.args = (err.message,)
-    return err
-
-
-async def in_call(work: Awaitable[T], current: Call | None = None) -> T:
+async def in_call(service: Service, work: Awaitable[T], current: Call | None = None) -> T:
     """Awaits `work` as one operation's call (`current`, else a new `Call`: the records it
-    reads once, the resumes it made); any failure becomes a `WorkspaceError`."""
+    reads once, the resumes it made); any failure becomes the `WorkspaceError` a caller sees."""
     token = CALL.set(current if current is not None else Call())
     try:
         return await work
     except Exception as exc:
-        error = translate_error(exc)
-        if error is exc:
-            raise
-        raise error from None
+        raise service.caller_error(exc) from None
     finally:
         CALL.reset(token)
 
@@ -91,10 +78,7 @@ async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageRe
     """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
     workspace_id = getattr(inp, "workspace_id", None)
     current = Call()
-    try:
-        result = await in_call(op.handler(service, inp), current)
-    except WorkspaceError as err:
-        raise without_host_paths(err, service.driver.hidden_paths) from None
+    result = await in_call(service, op.handler(service, inp), current)
     if isinstance(result, PageResult):
         return result
     if not isinstance(result, op.output):

@@ -27,7 +27,7 @@ from ..drivers.base import (
     utc_now,
 )
 from ..errors import ConflictError, UpstreamError, WorkspaceError
-from ..service import ANSWER_BY, translate_error
+from ..service import ANSWER_BY
 from ..surfaces.limits import Bound, Bounds
 from .fields import IdempotencyKey, Input, Output, WorkspaceId
 from .lifecycle import (
@@ -226,7 +226,7 @@ async def _snapshot_job(
                 f"the gateway stopped before snapshot {plan.spec.snapshot_id} was taken"
             )
         else:
-            error = translate_error(exc)
+            error = svc.caller_error(exc)
         with contextlib.suppress(BaseException):
             async with asyncio.timeout(_END_REPORT_SECONDS):
                 await stream.fail(error)

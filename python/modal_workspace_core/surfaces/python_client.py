@@ -45,7 +45,7 @@ from ..operations.pages import Event, EventPage
 from ..operations.workspaces import TerminateResult, WorkspaceListResult
 from ..operations.workspaces import Workspace as WorkspaceInfo
 from ..path_view import shown
-from ..service import Service, translate_error
+from ..service import Service
 
 __all__ = ["Workspace", "WorkspaceCreation", "Workspaces"]
 
@@ -244,7 +244,7 @@ class Workspace:
             reply = await transfer.download(svc, self.id, cast(ArtifactDownload, inp).path)
             await transfer.write_to(reply, Path(dest))
         except Exception as exc:
-            raise translate_error(exc) from None
+            raise svc.caller_error(exc) from None
         return listing
 
     async def upload_artifact(
@@ -261,7 +261,7 @@ class Workspace:
         try:
             result = await upload_artifact(svc, inp, body, fmt)
         except Exception as exc:
-            raise translate_error(exc) from None
+            raise svc.caller_error(exc) from None
         return cast(ArtifactUploadResult, shown(result, await svc.root(self.id)))
 
     async def exec_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Event]:

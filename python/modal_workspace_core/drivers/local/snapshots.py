@@ -136,8 +136,18 @@ class SnapshotStore:
             copied = 0
             for name, path in parts.items():
                 (building / name).mkdir(mode=0o700)
+
+                def report(n: int, before: int = copied) -> None:
+                    if progress is not None:
+                        progress(before + n, max(total, before + n))
+
                 copied += self._copy(
-                    name, path, building / name, allowed - copied, progress, copied, total
+                    name,
+                    path,
+                    building / name,
+                    max_bytes=allowed - copied,
+                    min_free_bytes=self.budget.free_floor_mb << 20,
+                    report=report,
                 )
             expires = spec.expires_at(datetime.now(UTC))
             record = SnapshotRecord(
@@ -208,14 +218,14 @@ class SnapshotStore:
         name: str,
         source: Path,
         target: Path,
+        *,
         max_bytes: int,
-        progress: CopyProgress | None,
-        base: int,
-        total: int,
+        min_free_bytes: int,
         owner: int | None = None,
-        min_free_bytes: int | None = None,
+        report: Callable[[int], None] | None = None,
     ) -> int:
-        """One part, with the core's contained copy; reports progress every half second."""
+        """One part, with the core's contained copy; returns the bytes it copied, and calls
+        `report` with the bytes copied so far every half second while it runs."""
         if not source.is_dir():
             return 0
         counter = _core.TreeProgress()
@@ -223,8 +233,8 @@ class SnapshotStore:
 
         def watch() -> None:
             while not stop.wait(_PROGRESS_EVERY):
-                if progress is not None:
-                    progress(base + counter.bytes, max(total, base + counter.bytes))
+                if report is not None:
+                    report(counter.bytes)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -235,9 +245,7 @@ class SnapshotStore:
                 display=DISPLAY[name],
                 max_bytes=max(0, max_bytes),
                 max_entries=MAX_ENTRIES,
-                min_free_bytes=(
-                    self.budget.free_floor_mb << 20 if min_free_bytes is None else min_free_bytes
-                ),
+                min_free_bytes=min_free_bytes,
                 owner=owner,
                 progress=counter,
             )
@@ -317,12 +325,9 @@ class SnapshotStore:
                 name,
                 source / name,
                 path,
-                _UNBOUNDED,
-                None,
-                0,
-                0,
-                owner=owner if name != "state" else None,
+                max_bytes=_UNBOUNDED,
                 min_free_bytes=0,
+                owner=owner if name != "state" else None,
             )
 
     def prune_leftovers(self) -> None:

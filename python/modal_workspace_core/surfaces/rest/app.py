@@ -27,7 +27,7 @@ from ...errors import (
 )
 from ...operations import OPERATIONS, actions_operations, artifact_transfer
 from ...operations.fields import ErrorResponse
-from ...service import Service, translate_error
+from ...service import Service
 from ..mcp import McpEndpoint
 from .body_limit import BodyLimit
 from .forwarded import TrustedProxyHeaders
@@ -165,7 +165,7 @@ def create_app(
         try:
             reply = await artifact_transfer.download(service, workspace_id, path)
         except Exception as exc:
-            raise translate_error(exc) from None
+            raise service.caller_error(exc) from None
         return bytes_response(reply)
 
     @app.get("/healthz", include_in_schema=False)

@@ -105,7 +105,7 @@ class OperationServer:
         raw = self.op.raw
         assert raw is not None
         inp = await self.parse(query, path_params)
-        result = await in_call(raw.serve(self.service, inp, body, headers))
+        result = await in_call(self.service, raw.serve(self.service, inp, body, headers))
         if result is None:
             return await call_json(self.service, self.op, inp)
         if isinstance(result, RawReply):
