@@ -6,69 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
-from modal_control_plane.isolation import usable_bwrap
-from modal_workspace_core.config import load_settings
-from modal_workspace_core.drivers.modal.driver import ModalDriver, ModalSettings
+from modal_service_support import allowed_secrets, idle_seconds, needs_container_paths, workspaces
 from modal_workspace_core.errors import PermissionDeniedError, UpstreamError
 from modal_workspace_core.surfaces.python_client import Workspaces
 from support.git_server import GitServer
 
-__all__ = ["modal_control_plane"]  # the fixture, imported for pytest to find
+# The fixtures, imported for pytest to find.
+__all__ = ["allowed_secrets", "idle_seconds", "modal_control_plane", "workspaces"]
 
-IMAGE = "service-test-image"
 # The service sends container paths (`/workspace`) inside the protocol, where the control plane
 # cannot translate them: sandboxes must see real container paths.
-pytestmark = pytest.mark.skipif(
-    not usable_bwrap(), reason="bubblewrap does not work here (.ci/run installs it)"
-)
-
-
-@pytest.fixture
-def idle_seconds() -> float:
-    return 60.0
-
-
-@pytest.fixture
-def allowed_secrets() -> str:
-    return "github,openai"
-
-
-@pytest.fixture
-async def workspaces(
-    modal_control_plane: ControlPlane,
-    git_server: GitServer,
-    tmp_path: Path,
-    idle_seconds: float,
-    allowed_secrets: str,
-) -> AsyncIterator[Workspaces]:
-    modal_control_plane.publish_image(IMAGE, "im-servicetestimage0000")
-    # The values live in Modal only: the gateway's settings name the secrets, never hold them.
-    modal_control_plane.add_secret("github", {"GH_TOKEN": git_server.token})
-    modal_control_plane.add_secret("openai", {"OPENAI_API_KEY": "sk-modal-held"})
-    settings = load_settings(
-        {
-            "MODAL_WORKSPACE_DRIVER": "modal",
-            "MODAL_WORKSPACE_ALLOWED_SECRETS": allowed_secrets,
-            "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path / "data"),
-            **git_server.gateway_env,
-            # The GitHub secret attached to the gateway (modal_app.py), not to sandboxes.
-            "GH_TOKEN": git_server.token,
-        }
-    )
-    assert not settings.secret_values
-    driver = ModalDriver(
-        ModalSettings(
-            app_name="service-tests", default_image_name=IMAGE, channel_idle_seconds=idle_seconds
-        )
-    )
-    async with Workspaces(driver, settings=settings) as wss:
-        yield wss
-    await driver.close()
+pytestmark = needs_container_paths
 
 
 async def test_exec_runs_a_command_in_the_workspace(workspaces: Workspaces) -> None:
@@ -195,21 +146,32 @@ async def main():
         print("served")
     except AgentError as exc:
         print("refused:", exc.code)
+    except PermissionError:
+        print("unreachable")
 
 asyncio.run(main())
 """
 
 
+@pytest.mark.parametrize(
+    ("run_as_root", "answer"),
+    [
+        # A root command reaches the socket: the channel key refuses it.
+        (True, "refused:"),
+        # An unprivileged one (the default) cannot even connect.
+        (False, "unreachable"),
+    ],
+)
 async def test_a_command_cannot_use_the_agents_socket_without_the_channel_key(
-    workspaces: Workspaces,
+    workspaces: Workspaces, run_as_root: bool, answer: str
 ) -> None:
-    ws = await workspaces.create()
+    ws = await workspaces.create(resources={"run_as_root": run_as_root})
     await ws.file_write("forged.py", FORGED_CLIENT)
 
     # The interpreter that has the package: the image's, as far as this control plane goes.
     result = await ws.exec(f"{sys.executable} forged.py")
 
-    assert result.stdout.startswith("refused:"), (result.stdout, result.stderr)
+    assert result.stdout.startswith(answer), (result.stdout, result.stderr)
     # The gateway, which has the key, is still served.
     assert (await ws.exec("echo still")).stdout == "still\n"
 
@@ -217,7 +179,8 @@ async def test_a_command_cannot_use_the_agents_socket_without_the_channel_key(
 async def test_a_command_scraping_proc_during_an_authenticated_clone_finds_no_token(
     workspaces: Workspaces, git_server: GitServer
 ) -> None:
-    """Commands run as root on Modal, like the agent: the token must be in no environment."""
+    """Whoever commands run as, the token must be in no environment or argv (their memory:
+    tests/security/test_modal_token_reach.py)."""
     ws = await workspaces.create()
     # The needle reaches the scraper as a file, so no argv of its own holds the token.
     await ws.file_write(".needle", git_server.token + "\n")

@@ -11,7 +11,7 @@
 
 mod copy;
 mod remove;
-mod sys;
+pub(crate) mod sys;
 #[cfg(test)]
 mod tests;
 mod usage;

@@ -54,10 +54,16 @@ def short_root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def modal_control_plane(monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlPlane]:
-    """A running control plane with the SDK pointed at it; stopped, sandboxes killed, after."""
+def modal_control_plane(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[ControlPlane]:
+    """A running control plane with the SDK pointed at it; stopped, sandboxes killed, after.
+    `@pytest.mark.container_dirs("/workspace", …)` names the container directories a sandbox
+    may write (the rest of its file system is the host's, read-only)."""
+    marker = request.node.get_closest_marker("container_dirs")
+    options = {"mapped_prefixes": tuple(marker.args)} if marker is not None else {}
     with short_root() as root:
-        plane = ControlPlane(root).start()
+        plane = ControlPlane(root, **options).start()
         try:
             with use_control_plane(plane, monkeypatch):
                 yield plane

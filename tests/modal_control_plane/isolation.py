@@ -21,7 +21,10 @@ from pathlib import Path
 # Where a sandbox's processes find their home: a private directory, like a container's.
 HOME = "/run/home"
 # Top-level host directories not shown inside (replaced by private ones, or by the kernel's).
-_PRIVATE = {"proc", "dev", "sys", "tmp", "run"}
+# The host's /root is one: a container's is its own, and this machine's interpreter may live
+# under a 0700 /root that the sandbox's unprivileged users (its commands, the agent's git) must
+# still run (`_python_under_private_dirs` shows it inside, under a traversable /root).
+_PRIVATE = {"proc", "dev", "sys", "tmp", "run", "root"}
 
 
 def bwrap_argv(bwrap: str, binds: Mapping[str, Path], cwd: str, argv: Sequence[str]) -> list[str]:
@@ -36,8 +39,16 @@ def bwrap_argv(bwrap: str, binds: Mapping[str, Path], cwd: str, argv: Sequence[s
             out += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             out += ["--ro-bind", path, path]
-    out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # /tmp as a container has it: every user may write there (sticky).
+    out += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    out += ["--tmpfs", "/run"]
+    out += ["--tmpfs", "/root"]
     for path in _python_under_private_dirs():
+        # bwrap would make the directories above a bind point 0700: every user of the
+        # sandbox must pass them.
+        parents = list(reversed(Path(path).parents))[2:]
+        for parent in parents:
+            out += ["--perms", "0755", "--dir", str(parent)]
         out += ["--ro-bind", path, path]
     for container, host in sorted(binds.items()):
         out += ["--bind", str(host), container]

@@ -180,6 +180,7 @@ class SandboxRecord:
         (self.directory / "root").mkdir(parents=True, exist_ok=True)
         if snapshot is not None:
             shutil.copytree(snapshot, self.directory, symlinks=True, dirs_exist_ok=True)
+            keep_owners(snapshot, self.directory)
         self.workdir.mkdir(parents=True, exist_ok=True)
 
     async def start(self) -> None:
@@ -298,6 +299,21 @@ def copy_filesystem(source: Path, target: Path) -> None:
         return skipped
 
     shutil.copytree(source, target, symlinks=True, ignore=special)
+    keep_owners(source, target)
+
+
+def keep_owners(source: Path, target: Path) -> None:
+    """Gives each copied entry its source's owner, as Modal's snapshots keep them (a sandbox's
+    commands run as a user of their own); only root may, and only root needs to."""
+    if os.geteuid() != 0:
+        return
+    for directory, dirs, files in os.walk(source):
+        for name in ["", *dirs, *files]:
+            src = os.path.join(directory, name)
+            dst = target / os.path.relpath(src, source)
+            with contextlib.suppress(OSError):
+                st = os.lstat(src)
+                os.lchown(dst, st.st_uid, st.st_gid)
 
 
 def _descendants(roots: set[int]) -> set[int]:

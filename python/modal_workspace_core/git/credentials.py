@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Literal, cast
 from githubkit import AppAuthStrategy, GitHub, TokenAuthStrategy
 from githubkit.exception import GitHubException, RequestFailed
 
+from ..drivers.command_user import commands_run_as_root
 from ..errors import PermissionDeniedError, UpstreamError
 
 if TYPE_CHECKING:
     from githubkit_schemas.latest.types import AppPermissionsType
 
+    from ..drivers.base import WorkspaceRecord
     from ..policy import GitHubRepo
     from ..service import Service
 
@@ -64,6 +66,26 @@ async def for_operation(
         return await _installation_token(svc, repo, permissions)
     secret = svc.github_token(SECRET_AS, field_name)
     return Credential(token=secret.env[SECRET_AS])
+
+
+async def for_workspace_git(
+    svc: Service,
+    record: WorkspaceRecord,
+    repo: GitHubRepo,
+    permissions: dict[str, Permission],
+    field_name: str,
+) -> Credential:
+    """A token for the agent's git step inside `record`'s workspace: refused, before any is
+    minted, to a workspace whose commands run as root, which could read it from that step's
+    memory (`drivers.command_user`)."""
+    if commands_run_as_root(record.resources):
+        raise PermissionDeniedError(
+            f"{field_name}: workspace {record.workspace_id} runs its commands as root "
+            "(resources.run_as_root), so no GitHub token goes into it: clone public "
+            "repositories there, or create a workspace without run_as_root to use the token",
+            field=field_name,
+        )
+    return await for_operation(svc, repo, permissions, field_name)
 
 
 def _app_client(svc: Service) -> GitHub[AppAuthStrategy]:

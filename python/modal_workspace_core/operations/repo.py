@@ -192,7 +192,9 @@ async def _start_network_git(
         # and answers git's askpass with it for the base alone (no environment holds it), and
         # redacts it (and its encodings) from everything it records.
         # Minted for this operation: an App's token reads this one repository and nothing else.
-        token = await credentials.for_operation(svc, repo, credentials.FETCH, "use_github_token")
+        token = await credentials.for_workspace_git(
+            svc, record, repo, credentials.FETCH, "use_github_token"
+        )
         network["credential"] = {"base": gitcmd.base_origin(base), "token": token.token}
         secrets += token.redact
     workspace = {

@@ -258,7 +258,9 @@ async def repo_push(svc: Service, inp: RepoPushInput) -> RepoPushResult:
             "own branches may be replaced (push without force, or to a new branch)",
             field="force",
         )
-    credential = await credentials.for_operation(svc, repo, credentials.PUSH, "repo_push")
+    credential = await credentials.for_workspace_git(
+        svc, record, repo, credentials.PUSH, "repo_push"
+    )
     exec_id = policy.new_id("ex")
     bundle_dir, bundle_name = delivery.bundle_path(exec_id)
     bundle = f"{bundle_dir}/{bundle_name}"

@@ -144,6 +144,13 @@ class Resources(Input):
     def _regions(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else policy.regions(value)
 
+    run_as_root: bool | None = Field(
+        None,
+        description="Run commands as root (Modal): apt-get and system changes work, but no "
+        "GitHub token ever enters the workspace (a clone or fetch with use_github_token, a "
+        "push are refused): a root command could read it. Default: an unprivileged user "
+        "(uid 1000, HOME /home/workspace); add system packages with apt_packages instead.",
+    )
     # -- the image (Modal): which one, and packages layered on top of it ---------------------
     image_name: ImageName | None = Field(
         None, description="A published Modal image to start from (NAME or NAME:TAG)."

@@ -98,7 +98,12 @@ impl ExecRegistry {
     /// Loads the execs of earlier daemons (those not ended in their meta become `lost`), then
     /// prunes the ended ones past the limit; returns how many it kept.
     pub(crate) fn load(&self) -> std::io::Result<usize> {
+        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(&self.dir)?;
+        // The agent's alone: the state directory above is traversable (the git mirrors are read
+        // by the workspace's clone step), and the records and logs are not the commands' to
+        // read or list (an agent step's argv, its report).
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
         let mut count = 0;
         for entry in std::fs::read_dir(&self.dir)? {
             let path = entry?.path();

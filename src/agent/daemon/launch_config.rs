@@ -28,11 +28,28 @@ pub struct LaunchConfig {
     pub workspace_user: Option<CommandUser>,
     /// The key the gateway's `Hello` must carry; commands never see it.
     pub channel_key: Option<String>,
+    /// Where the agent is its container's root (Modal): the commands' home, which the agent
+    /// makes theirs at start (`command_home::prepare_home`), and the name they run under.
+    pub command_home: Option<CommandHome>,
+    /// The workspace's first start, before any command ran: what the image put in the root
+    /// becomes the commands' user's (`command_home::claim_tree`).
+    pub claim_root: bool,
+    /// Volumes' mount points: each becomes the commands' user's when it is root's
+    /// (`command_home::claim_dir`), so they can write below it.
+    pub volume_roots: Vec<std::path::PathBuf>,
+}
+
+/// The commands' `HOME` and `USER` where the agent makes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandHome {
+    pub path: std::path::PathBuf,
+    pub user_name: String,
 }
 
 /// Parses `{"env": {NAME: VALUE}, "user": {"uid": N, "gid": N}, "agent_user": {…},
-/// "limits": {NAME: N}, "channel_key": HEX}`; every
-/// key is optional, unknown keys are refused (a launcher and agent out of step must not start).
+/// "limits": {NAME: N}, "channel_key": HEX, "home": {"path": ABS, "user_name": NAME},
+/// "claim_root": BOOL}`; every key is optional (`home` and `claim_root` need `user`), unknown
+/// keys are refused (a launcher and agent out of step must not start).
 pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
     let value: Value =
         serde_json::from_slice(bytes).map_err(|e| format!("the launch configuration: {e}"))?;
@@ -58,6 +75,13 @@ pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
             }
             "agent_user" => config.agent_confinement.user = Some(user(value)?),
             "channel_key" => config.channel_key = Some(channel_key(value)?),
+            "home" => config.command_home = Some(home(value)?),
+            "volume_roots" => config.volume_roots = volume_roots(value)?,
+            "claim_root" => {
+                config.claim_root = value
+                    .as_bool()
+                    .ok_or("the launch configuration's 'claim_root' must be true or false")?;
+            }
             other => {
                 return Err(format!(
                     "the launch configuration has an unknown key '{other}'"
@@ -65,7 +89,69 @@ pub fn parse(bytes: &[u8]) -> Result<LaunchConfig, String> {
             }
         }
     }
+    let for_user = config.command_home.is_some() || config.claim_root;
+    if config.workspace_user.is_none() && (for_user || !config.volume_roots.is_empty()) {
+        return Err(
+            "the launch configuration's 'home', 'claim_root' and 'volume_roots' need a 'user'"
+                .into(),
+        );
+    }
     Ok(config)
+}
+
+/// An absolute path of plain names, at most 256 bytes.
+fn plain_path(path: &str) -> bool {
+    path.starts_with('/')
+        && path.len() <= 256
+        && path[1..]
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\0'))
+}
+
+fn volume_roots(value: &Value) -> Result<Vec<std::path::PathBuf>, String> {
+    let items = value
+        .as_array()
+        .filter(|items| items.len() <= 64)
+        .ok_or("the launch configuration's 'volume_roots' must be a list of at most 64 paths")?;
+    items
+        .iter()
+        .map(|item| match item.as_str() {
+            Some(path) if plain_path(path) => Ok(path.into()),
+            _ => Err("volume_roots must be absolute paths of plain names".to_owned()),
+        })
+        .collect()
+}
+
+fn home(value: &Value) -> Result<CommandHome, String> {
+    let map = object(value, "home")?;
+    let text = |key: &str| {
+        map.get(key)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("the launch configuration's 'home.{key}' must be a string"))
+    };
+    if let Some(other) = map.keys().find(|k| *k != "path" && *k != "user_name") {
+        return Err(format!(
+            "the launch configuration's 'home' has an unknown key '{other}'"
+        ));
+    }
+    let path = text("path")?;
+    if !plain_path(path) {
+        return Err("home.path must be an absolute path of plain names".into());
+    }
+    let user_name = text("user_name")?;
+    let mut chars = user_name.chars();
+    let name_ok = user_name.len() <= 32
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !name_ok {
+        return Err("home.user_name must be a user name ([a-z_][a-z0-9_-]*, at most 32)".into());
+    }
+    Ok(CommandHome {
+        path: path.into(),
+        user_name: user_name.to_owned(),
+    })
 }
 
 fn object<'a>(value: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
@@ -165,6 +251,25 @@ mod tests {
     }
 
     #[test]
+    fn test_a_home_and_a_claim_are_read_with_their_user() {
+        let config = parse(
+            br#"{"user": {"uid": 1000, "gid": 1000}, "claim_root": true,
+                 "home": {"path": "/home/workspace", "user_name": "workspace"},
+                 "volume_roots": ["/data", "/workspace/cache"]}"#,
+        )
+        .unwrap();
+        assert!(config.claim_root);
+        assert_eq!(config.volume_roots.len(), 2);
+        assert_eq!(
+            config.command_home,
+            Some(CommandHome {
+                path: "/home/workspace".into(),
+                user_name: "workspace".into()
+            })
+        );
+    }
+
+    #[test]
     fn test_an_empty_configuration_confines_nothing() {
         assert_eq!(parse(b"{}").unwrap(), LaunchConfig::default());
     }
@@ -189,6 +294,40 @@ mod tests {
             (br#"{"extra": 1}"#, "unknown key"),
             (br#"{"channel_key": "short"}"#, "channel_key"),
             (b"not json", "launch configuration"),
+            (br#"{"claim_root": true}"#, "need a 'user'"),
+            (br#"{"volume_roots": ["/data"]}"#, "need a 'user'"),
+            (
+                br#"{"user": {"uid": 5, "gid": 5}, "volume_roots": ["data"]}"#,
+                "volume_roots",
+            ),
+            (
+                br#"{"user": {"uid": 5, "gid": 5}, "volume_roots": "/data"}"#,
+                "volume_roots",
+            ),
+            (
+                br#"{"home": {"path": "/home/w", "user_name": "w"}}"#,
+                "need a 'user'",
+            ),
+            (
+                br#"{"user": {"uid": 5, "gid": 5}, "home": {"path": "/a/../b", "user_name": "w"}}"#,
+                "home.path",
+            ),
+            (
+                br#"{"user": {"uid": 5, "gid": 5}, "home": {"path": "rel", "user_name": "w"}}"#,
+                "home.path",
+            ),
+            (
+                br#"{"user": {"uid": 5, "gid": 5}, "home": {"path": "/h", "user_name": "Root!"}}"#,
+                "home.user_name",
+            ),
+            (
+                br#"{"user": {"uid": 5, "gid": 5}, "home": {"path": "/h", "user_name": "w", "x": 1}}"#,
+                "unknown key",
+            ),
+            (
+                br#"{"user": {"uid": 5, "gid": 5}, "claim_root": "yes"}"#,
+                "claim_root",
+            ),
         ] {
             let err = parse(bad).unwrap_err();
             assert!(err.contains(needle), "{err}");

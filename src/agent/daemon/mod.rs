@@ -4,6 +4,7 @@
 mod agent_env;
 mod archive_ops;
 mod askpass;
+mod command_home;
 mod exec_io;
 mod exec_steps;
 mod execs;
@@ -150,7 +151,20 @@ impl Daemon {
         let staging = crate::agent::archive::Staging::open(&config.state_dir.join("artifacts"))?;
         // Variables named in MWC_PRIVATE_ENV are withheld from every exec (and kept nowhere).
         let secrets = inherited_secrets(&config.redact_env, &launch.env);
-        let base_env = agent_env::workspace_env(launch.env);
+        let mut base_env = agent_env::workspace_env(launch.env);
+        if let (Some(user), Some(home)) = (launch.workspace_user, &launch.command_home) {
+            // Beside the agent's state when the image's own place cannot be written.
+            let fallback = config.state_dir.parent().map(|dir| dir.join("home"));
+            let homes = (home, fallback.as_deref());
+            give_commands_their_home(&root, user, homes, launch.claim_root, &mut base_env)?;
+            for volume in &launch.volume_roots {
+                // A volume that keeps its owners is still usable below what it already lets
+                // the user write: a warning, not a failed start.
+                if let Err(e) = command_home::claim_dir(volume, user) {
+                    tracing::warn!(error = %e, "a volume's root stays as it was");
+                }
+            }
+        }
         let agent_dir = config.agent_dir();
         let agent_home = agent_dir.join("home");
         create_private_dir(&agent_home)?;
@@ -204,6 +218,44 @@ impl Daemon {
             credentials,
         }))
     }
+}
+
+/// Where the agent is the container's root: the commands' home made theirs, and at the first
+/// start the image's files in the workspace root; their environment names that home and user
+/// (over the container's, which is root's).
+fn give_commands_their_home(
+    root: &Path,
+    user: crate::agent::process::CommandUser,
+    (home, fallback): (&launch_config::CommandHome, Option<&Path>),
+    claim_root: bool,
+    env: &mut Vec<(OsString, OsString)>,
+) -> Result<(), String> {
+    let path = match (command_home::prepare_home(&home.path, user), fallback) {
+        (Ok(()), _) => home.path.clone(),
+        (Err(first), Some(fallback)) => {
+            // A read-only image root, say. The state directory's parent is the agent's and
+            // becomes traversable when the askpass socket is bound there (`askpass::bind`).
+            command_home::prepare_home(fallback, user).map_err(|e| format!("{first}; {e}"))?;
+            tracing::warn!(reason = %first, home = %fallback.display(), "the commands' home moved");
+            fallback.to_owned()
+        }
+        (Err(first), None) => return Err(first),
+    };
+    if claim_root {
+        let changed = command_home::claim_tree(root, user)?;
+        tracing::info!(
+            changed,
+            "gave the image's workspace files to the commands' user"
+        );
+    }
+    let overrides: [(&str, OsString); 3] = [
+        ("HOME", path.into_os_string()),
+        ("USER", home.user_name.clone().into()),
+        ("LOGNAME", home.user_name.clone().into()),
+    ];
+    env.retain(|(key, _)| !overrides.iter().any(|(name, _)| key == name));
+    env.extend(overrides.map(|(name, value)| (OsString::from(name), value)));
+    Ok(())
 }
 
 /// The values of the named variables of the execs' environment (those set and not empty).

@@ -5,6 +5,7 @@
 //! limits, and no command can start without them.
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -62,6 +63,23 @@ pub struct Confinement {
 }
 
 impl Confinement {
+    /// Gives the pipes (or PTY) of a command's standard streams to its user, as a container
+    /// runtime does: a command that reopens them (`echo x > /dev/stderr` opens
+    /// `/proc/self/fd/2`) is then allowed to, where the agent made them as another user.
+    pub(crate) fn give_stdio(&self, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let Some(user) = self.user else {
+            return Ok(());
+        };
+        for fd in fds {
+            // SAFETY: fchown(2) on a descriptor we hold changes only that inode's owner and
+            // touches no memory of ours.
+            if unsafe { libc::fchown(fd.as_raw_fd(), user.uid, user.gid) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
     /// Makes `command` start as the configured user with the configured limits, unable to gain
     /// privileges again (`no_new_privs`: no setuid binaries, no file capabilities).
     pub(crate) fn apply(&self, command: &mut Command) {

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -71,8 +71,13 @@ pub(crate) fn launch(
         Some(size) => Some(pty::open(size).map_err(io_error)?),
         None => None,
     };
+    // Our ends of the pipes (stdin's write end, stdout's and stderr's read ends).
+    let mut pipes: Option<(OwnedFd, OwnedFd, OwnedFd)> = None;
     match &pty_pair {
         Some(pair) => {
+            confinement
+                .give_stdio(&[pair.slave.as_fd()])
+                .map_err(io_error)?;
             let slave = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
             command
                 .stdin(slave(&pair.slave).map_err(io_error)?)
@@ -80,10 +85,22 @@ pub(crate) fn launch(
                 .stderr(slave(&pair.slave).map_err(io_error)?);
         }
         None => {
+            // Made here rather than by std, so that they can be the command's user's.
+            let (stdin_child, stdin_ours) = io::pipe().map_err(io_error)?;
+            let (stdout_ours, stdout_child) = io::pipe().map_err(io_error)?;
+            let (stderr_ours, stderr_child) = io::pipe().map_err(io_error)?;
+            confinement
+                .give_stdio(&[
+                    stdin_child.as_fd(),
+                    stdout_child.as_fd(),
+                    stderr_child.as_fd(),
+                ])
+                .map_err(io_error)?;
             command
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+                .stdin(Stdio::from(stdin_child))
+                .stdout(Stdio::from(stdout_child))
+                .stderr(Stdio::from(stderr_child));
+            pipes = Some((stdin_ours.into(), stdout_ours.into(), stderr_ours.into()));
         }
     }
     // `spec.identity` chose the environment (`base_env`) and the confinement: workspace
@@ -138,7 +155,7 @@ pub(crate) fn launch(
     drop(command);
     // And of the report's write end, for the same reason.
     let report_reader = report_pipe.map(|(reader, _writer)| reader);
-    let (mut child, exit) =
+    let (child, exit) =
         spawned.map_err(|err| format!("cannot start {}: {err}", program.to_string_lossy()))?;
     let pid = libc::pid_t::try_from(child.id()).map_err(|err| err.to_string())?;
     let streams = (|| {
@@ -157,9 +174,7 @@ pub(crate) fn launch(
             }
             None => {
                 let missing = || "the child's pipes are missing".to_string();
-                let stdin = OwnedFd::from(child.stdin.take().ok_or_else(missing)?);
-                let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
-                let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
+                let (stdin, stdout, stderr) = pipes.ok_or_else(missing)?;
                 (
                     FdIo::new(stdin, false).map_err(io_error)?,
                     FdIo::new(stdout, false).map_err(io_error)?,

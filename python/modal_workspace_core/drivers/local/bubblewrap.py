@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...policy import WORKSPACE_ROOT
+from ..command_user import COMMAND_HOME
 from . import bubblewrap_etc
 
 # What commands see. The workspace is their root and cwd, as on every driver.
 # A home of the workspace's own, so nothing of the host user's home (dotfiles, credentials,
 # caches) is visible and tools that write to `~` still work and keep their files.
-SANDBOX_HOME = "/home/workspace"
+SANDBOX_HOME = COMMAND_HOME
 # The agent's state (exec logs) and its socket, outside `/workspace` so file operations and
 # `git status` do not show them.
 AGENT_STATE_DIR = "/run/agent/state"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..command_user import COMMAND_USER_NAME
+
 # The host's entries under /etc that programs read and that hold no secrets. Each is mounted
 # read-only where it exists; a symlink is followed to the file it names (mounted at the same
 # /etc path), so Debian's `alternatives` and a systemd resolver's link both keep working.
@@ -49,7 +51,7 @@ HOST_ETC_ALLOWLIST = (
 
 # The one user commands run as (its uid and gid as seen inside), and root for the files the
 # sandbox's own processes own.
-SANDBOX_USER = "workspace"
+SANDBOX_USER = COMMAND_USER_NAME
 
 
 def generated_files(uid: int, gid: int, home: str) -> dict[str, str]:

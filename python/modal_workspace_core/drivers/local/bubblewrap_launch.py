@@ -22,14 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..command_user import AGENT_GIT_UID, COMMAND_UID
 from . import pasta
 from .bubblewrap import LaunchFds, SandboxLayout, bwrap_argv
 from .daemon import detached_popen
 
 # Inside the sandbox: the uid (and gid) of the workspace's commands, and of the agent's own git
 # steps. Each maps to a host uid of the workspace's own when the gateway runs as root.
-COMMAND_ID = 1000
-AGENT_GIT_ID = 1001
+COMMAND_ID = COMMAND_UID
+AGENT_GIT_ID = AGENT_GIT_UID
 # Per user namespace, so one workspace cannot take the inotify instances or watches every other
 # workspace (and the gateway's user) needs.
 # (Every user namespace's use also counts against its owner's host limit, root's for all of

@@ -38,6 +38,7 @@ from ..base import (
     WorkspaceSpec,
     utc_now,
 )
+from ..command_user import RUN_AS_ROOT
 from . import bubblewrap, bubblewrap_launch, daemon, disk, pasta, uids, volumes
 from .disk import DiskError, WorkspaceDisk
 from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
@@ -515,6 +516,7 @@ _WHY_NOT = {
     "cpu": "this machine offers no CPU controller to reserve cores with",
     "cpu_limit": "this machine offers no CPU controller to throttle with",
     "region": "a local workspace runs on this machine",
+    RUN_AS_ROOT: "its commands never run as root",
     "outbound_cidr_allowlist": "its only network rule is block_network (all or nothing)",
     "outbound_domain_allowlist": "its only network rule is block_network (all or nothing)",
 }
@@ -522,6 +524,8 @@ _WHY_NOT = {
 
 def _check_resources(resources: dict[str, Any]) -> None:
     for key, value in resources.items():
+        if key == RUN_AS_ROOT and value is not True:
+            continue  # commands run as an unprivileged user here: that is what it asks
         if value is not None and key not in _ENFORCED_RESOURCES:
             why = _WHY_NOT.get(key, f"it applies {', '.join(_ENFORCED_RESOURCES)}")
             raise InvalidArgumentError(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Sequence
 
 from ...errors import InvalidArgumentError
+from ..command_user import AGENT_GIT_UID, COMMAND_HOME, COMMAND_UID, COMMAND_USER_NAME
 
 __all__ = ["channel_key", "launch_config", "resolve_channel_secret"]
 
@@ -38,7 +40,21 @@ def channel_key(secret: bytes, workspace_id: str) -> str:
     ).hexdigest()
 
 
-def launch_config(key: str) -> bytes:
-    """What the daemon reads from its stdin (`mwc-agent daemon --config -`): the key alone, so
-    the sandbox's own environment stays the workspace's."""
-    return json.dumps({"channel_key": key}).encode()
+def launch_config(
+    key: str, *, run_as_root: bool, first_start: bool, volume_roots: Sequence[str] = ()
+) -> bytes:
+    """What the daemon reads from its stdin (`mwc-agent daemon --config -`): the key, and unless
+    the workspace chose root commands, the users its commands and its git steps run as and the
+    commands' home (`drivers.command_user`). No environment: the sandbox's own stays the
+    workspace's. `first_start`: no command has run yet, so what the image put in /workspace
+    becomes the commands' user's. `volume_roots`: the volumes' mount points, which become the
+    commands' user's where they are root's."""
+    config: dict[str, object] = {"channel_key": key}
+    if not run_as_root:
+        config["user"] = {"uid": COMMAND_UID, "gid": COMMAND_UID}
+        config["agent_user"] = {"uid": AGENT_GIT_UID, "gid": AGENT_GIT_UID}
+        config["home"] = {"path": COMMAND_HOME, "user_name": COMMAND_USER_NAME}
+        config["claim_root"] = first_start
+        if volume_roots:
+            config["volume_roots"] = list(volume_roots)
+    return json.dumps(config).encode()

@@ -21,6 +21,7 @@ from ...policy import (
     secret_allowlist,
 )
 from ..base import ExecSecret, WorkspaceSecrets
+from ..command_user import RUN_AS_ROOT, commands_run_as_root
 from ..mounts import volume_mount
 from .image_request import image_request
 
@@ -140,6 +141,9 @@ class SandboxOptions:
     image_id: str | None = None
     apt_packages: list[str] = field(default_factory=list)
     pip_packages: list[str] = field(default_factory=list)
+    # Commands as root (the workspace's choice, which forfeits every token operation), else as
+    # an unprivileged user of their own (`drivers.command_user`).
+    run_as_root: bool = False
 
     def recorded(self) -> dict[str, Any]:
         """The resources as the workspace record reports them."""
@@ -147,6 +151,9 @@ class SandboxOptions:
             "cpu": list(self.cpu),
             "memory_mb": list(self.memory),
             "timeout_seconds": self.timeout,
+            # Always written: a record without it is older than unprivileged commands, and
+            # its sandbox ran them as root (`records.resources`).
+            RUN_AS_ROOT: self.run_as_root,
         }
         for key in ("idle_timeout", "gpu", "region", "cloud", "image_name", "image_id"):
             value = getattr(self, key)
@@ -312,6 +319,7 @@ def sandbox_options(
         outbound_cidr_allowlist=cidrs,
         outbound_domain_allowlist=domains,
         inbound_cidr_allowlist=_strings(r.get("inbound_cidr_allowlist"), "inbound_cidr_allowlist"),
+        run_as_root=commands_run_as_root(r),
     )
     # The image: a name or an id (else the default), and packages layered on it.
     image = image_request(r, settings.default_image_name)

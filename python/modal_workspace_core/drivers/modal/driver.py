@@ -305,6 +305,7 @@ class ModalDriver(ModalLifecycle):
             block_network=spec.block_network,
             # A fork's files come with its parent's exec history, which is not the fork's.
             fresh_state=lineage is not None,
+            first_start=lineage is None,
         )
         async with modal_errors(workspace_id), missing_objects():
             app = await self._sandbox_app()

@@ -39,6 +39,8 @@ class Launch:
     secret_env: StoredSecretEnv | None = None
     block_network: bool = False
     fresh_state: bool = False
+    # The workspace's first sandbox (a create, not a resume or a fork): no command has run.
+    first_start: bool = False
 
 
 async def start_sandbox(
@@ -85,15 +87,21 @@ async def start_sandbox(
         inbound_cidr_allowlist=options.inbound_cidr_allowlist,
         experimental_options=dict(EXIT_SNAPSHOT_OPTIONS),
     )
-    await _send_launch_config(sandbox, channel_key)
+    config = launch_config(
+        channel_key,
+        run_as_root=options.run_as_root,
+        first_start=launch.first_start,
+        volume_roots=sorted(options.volumes),
+    )
+    await _send_launch_config(sandbox, config)
     return sandbox
 
 
-async def _send_launch_config(sandbox: modal.Sandbox, key: str) -> None:
+async def _send_launch_config(sandbox: modal.Sandbox, config: bytes) -> None:
     """The daemon's launch configuration on its stdin, then end of input; a sandbox whose
     agent did not get it cannot be reached, so it is ended rather than left running."""
     try:
-        sandbox.stdin.write(launch_config(key))
+        sandbox.stdin.write(config)
         sandbox.stdin.write_eof()
         await sandbox.stdin.drain.aio()
     except BaseException:

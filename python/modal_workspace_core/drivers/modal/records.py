@@ -36,6 +36,7 @@ from ..base import (
     SnapshotSpec,
     Suspension,
 )
+from ..command_user import RUN_AS_ROOT
 
 __all__ = [
     "EXIT_RESERVE",
@@ -304,7 +305,11 @@ def resources_value(resources: Mapping[str, Any]) -> str:
 
 def resources(tags: Mapping[str, str]) -> dict[str, Any]:
     data = _load(tags.get(TAG_RESOURCES))
-    return data if isinstance(data, dict) else {}
+    out = data if isinstance(data, dict) else {}
+    # A workspace recorded before commands had a user of their own ran them as root, and its
+    # files are root's: it goes on so (and gets no token) rather than resume unable to write.
+    out.setdefault(RUN_AS_ROOT, True)
+    return out
 
 
 def notes(tags: Mapping[str, str]) -> list[LifecycleNote]:

@@ -108,3 +108,32 @@ async fn test_a_background_process_holding_the_pipes_delays_the_outcome_only_by_
         "the background process should still run"
     );
 }
+
+#[tokio::test]
+async fn test_a_command_of_another_user_reopens_its_own_standard_streams() {
+    // The agent is root where commands run as a user of their own (Modal): the pipes it makes
+    // are that user's, so `> /dev/stderr` (an open of /proc/self/fd/2) works as in a terminal.
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let user = crate::agent::process::CommandUser {
+        uid: 4242,
+        gid: 4242,
+    };
+    let config = SupervisorConfig {
+        confinement: crate::agent::process::Confinement {
+            user: Some(user),
+            limits: Vec::new(),
+        },
+        adopt_orphans: false,
+        ..SupervisorConfig::default()
+    };
+    let supervisor = Supervisor::new(config).unwrap();
+    let script = "id -u; echo to-err > /dev/stderr; echo to-out > /dev/stdout; true < /dev/stdin";
+    let spec = ExecSpec::argv(["sh", "-c", script]).workdir("/");
+    let (sink, status) = run_to_end(&supervisor, spec).await;
+    assert_eq!(status.returncode(), Some(0), "{}", sink.stderr());
+    assert_eq!(sink.stdout(), "4242\nto-out\n");
+    assert_eq!(sink.stderr(), "to-err\n");
+}
