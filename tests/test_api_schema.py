@@ -3,14 +3,17 @@ from the request; the full document with every operation and our error model ins
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 import pytest
 from fastapi import FastAPI
+from modal_workspace_core._core import StreamKind
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import OPERATIONS
+from modal_workspace_core.policy import new_id
 from modal_workspace_core.service import Service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
@@ -187,3 +190,48 @@ async def test_pushing_and_opening_a_pull_request_are_consequential(
     }
     # GPT Actions asks the user before each call of these, and of nothing else.
     assert flagged == {"repo_push", "repo_pull_request"}
+
+
+# Which ids flow into each parameter that reads one: the answers that hand them out (an exec's,
+# a watch's, and a snapshot's `progress_stream_id`, a task stream, all go to `stream_id`).
+FLOWS: dict[str, list[str]] = {
+    "workspace_id": [new_id("ws")],
+    "exec_id": [new_id("ex")],
+    "watch_id": [new_id("fw")],
+    "snapshot_id": [new_id("sn")],
+    "stream_id": [new_id("ex"), new_id("fw"), new_id("tk")],
+    "function_call_id": ["fc-" + "A1" * 11],
+    "app_name": ["my-app.v2"],
+}
+
+
+@pytest.mark.parametrize("document", ["/action-openapi.json", "/openapi.json"])
+async def test_every_id_an_answer_hands_out_is_accepted_where_it_is_read(
+    client: httpx2.AsyncClient, document: str
+) -> None:
+    schema = (await client.get(document)).json()
+    seen = set()
+    for op in operations(schema):
+        for param in op.get("parameters", []):
+            if param["in"] != "path":
+                continue
+            name, pattern = param["name"], param["schema"]["pattern"]
+            seen.add(name)
+            for value in FLOWS[name]:
+                assert re.fullmatch(pattern, value), (op["operationId"], name, value, pattern)
+            # And nothing the core refuses: a near miss of each.
+            for value in FLOWS[name]:
+                assert not re.fullmatch(pattern, value + "/x"), (op["operationId"], name)
+    assert {"workspace_id", "stream_id"} <= seen
+
+
+async def test_a_snapshots_progress_stream_is_readable_with_stream_events(
+    client: httpx2.AsyncClient,
+) -> None:
+    """The `tk-` case: a snapshot answer hands out a task stream for `stream_events`."""
+    schema = (await client.get("/action-openapi.json")).json()
+    (reader,) = [op for op in operations(schema) if op["operationId"] == "stream_events"]
+    (stream,) = [p for p in reader["parameters"] if p["name"] == "stream_id"]
+    handed_out = new_id("tk")  # what `operations/task_stream.py` mints for a snapshot's progress
+    assert re.fullmatch(stream["schema"]["pattern"], handed_out)
+    assert stream["schema"]["pattern"] == StreamKind.id_pattern()

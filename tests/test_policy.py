@@ -86,6 +86,9 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "pull_request_title",
         "region",
         "regions",
+        "function_call_id_pattern",
+        "id_pattern",
+        "modal_app_name_pattern",
     }
     for name in policy.__all__:
         assert getattr(policy, name) is getattr(mwc._core, name)

@@ -49,9 +49,11 @@ __all__ = [
     "env_name",
     "function_allowlist",
     "function_call_id",
+    "function_call_id_pattern",
     "git_ref",
     "github_base",
     "github_repo",
+    "id_pattern",
     "idempotency_key",
     "image_id",
     "image_name",
@@ -60,6 +62,7 @@ __all__ = [
     "memory_mib",
     "mint_link",
     "modal_app_name",
+    "modal_app_name_pattern",
     "modal_function_name",
     "name_allowlist",
     "new_id",
@@ -184,6 +187,10 @@ def new_id(kind: _IdKind) -> str:
 
 def check_id(kind: _IdKind, text: str) -> str:
     """Check that `text` is an id of `kind` and return it unchanged. Raises `PolicyError`."""
+
+def id_pattern(kind: _IdKind) -> str:
+    """The shape of an id of `kind` as a regular expression (a schema's `pattern`): exactly what
+    `check_id` accepts. Raises `PolicyError` (rule `id.kind`) for an unknown kind."""
 
 def env_name(text: str) -> str:
     """Check an environment variable name (`[A-Za-z_][A-Za-z0-9_]*`, at most 255 bytes) and
@@ -373,6 +380,14 @@ def function_call_id(text: str) -> str:
     """Check a Modal function-call id (`fc-` and 20-32 letters or digits) and return it.
     Raises `PolicyError`."""
 
+def function_call_id_pattern() -> str:
+    """The shape of a function-call id (a schema's `pattern`): exactly what `function_call_id`
+    accepts."""
+
+def modal_app_name_pattern() -> str:
+    """The shape of a deployed app's name (a schema's `pattern`); the rule also refuses a name
+    shaped like an app id."""
+
 # --- the event ring -------------------------------------------------------------------------
 
 FINAL_STATES: frozenset[str]
@@ -390,6 +405,9 @@ class StreamKind:
     def of(stream_id: str) -> StreamKind:
         """The kind of `stream_id`. Raises `PolicyError` (rule `stream.id`) unless it is an exec
         id (`ex-…`), a watch id (`fw-…`) or a task id (`tk-…`)."""
+    @staticmethod
+    def id_pattern() -> str:
+        """The shape of every stream id (a schema's `pattern`): what `of` accepts."""
     @property
     def value(self) -> Literal["exec", "watch", "task"]: ...
     @property

@@ -132,6 +132,26 @@ fn check_id(kind: &Bound<'_, PyString>, text: &Bound<'_, PyString>) -> PyResult<
     policy::check_id(self::text(kind)?, self::text(text)?).map_err(policy_error)
 }
 
+/// The shape of an id of `kind` as a regular expression (a schema's `pattern`): exactly what
+/// `check_id` accepts.
+#[pyfunction]
+fn id_pattern(kind: &Bound<'_, PyString>) -> PyResult<String> {
+    let kind = policy::IdKind::parse(text(kind)?).map_err(policy_error)?;
+    Ok(policy::id_pattern(&[kind]))
+}
+
+/// The shape of a Modal function-call id (a schema's `pattern`).
+#[pyfunction]
+fn function_call_id_pattern() -> String {
+    policy::function_call_id_pattern()
+}
+
+/// The shape of a deployed Modal app's name (a schema's `pattern`).
+#[pyfunction]
+fn modal_app_name_pattern() -> String {
+    policy::modal_app_name_pattern()
+}
+
 /// Checks an environment variable name and returns it unchanged.
 #[pyfunction]
 fn env_name(text: &Bound<'_, PyString>) -> PyResult<String> {
@@ -391,6 +411,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workspace_path, m)?)?;
     m.add_function(wrap_pyfunction!(new_id, m)?)?;
     m.add_function(wrap_pyfunction!(check_id, m)?)?;
+    m.add_function(wrap_pyfunction!(id_pattern, m)?)?;
+    m.add_function(wrap_pyfunction!(function_call_id_pattern, m)?)?;
+    m.add_function(wrap_pyfunction!(modal_app_name_pattern, m)?)?;
     m.add_function(wrap_pyfunction!(env_name, m)?)?;
     m.add_function(wrap_pyfunction!(allowed, m)?)?;
     m.add_function(wrap_pyfunction!(caller_tags, m)?)?;

@@ -57,6 +57,12 @@ impl PyStreamKind {
             .map_err(policy_error)
     }
 
+    /// The shape of every stream id (a schema's `pattern`): what `of` accepts.
+    #[staticmethod]
+    fn id_pattern() -> String {
+        StreamKind::id_pattern()
+    }
+
     /// `"exec"`, `"watch"` or `"task"`.
     #[getter]
     fn value(&self) -> &'static str {

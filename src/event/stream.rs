@@ -35,6 +35,11 @@ impl StreamKind {
         ))
     }
 
+    /// The shape of every stream id (an OpenAPI `pattern`), from the id rules [`Self::of`] uses.
+    pub fn id_pattern() -> String {
+        crate::policy::id_pattern(&Self::ALL.map(Self::id_kind))
+    }
+
     pub fn id_kind(self) -> IdKind {
         match self {
             Self::Exec => IdKind::Exec,

@@ -108,6 +108,18 @@ pub fn allowed_function<S: AsRef<str>>(
     ))
 }
 
+/// The shape of a function-call id (an OpenAPI `pattern`): exactly what
+/// [`function_call_id`] accepts.
+pub fn function_call_id_pattern() -> String {
+    format!("^fc-[A-Za-z0-9]{{{MIN_CALL_ID_CHARS},{MAX_CALL_ID_CHARS}}}$")
+}
+
+/// The shape of a deployed app's name (an OpenAPI `pattern`): a Modal name. The rule also
+/// refuses a name shaped like an app id, which a pattern without look-ahead cannot say.
+pub fn modal_app_name_pattern() -> String {
+    format!("^[A-Za-z0-9._-]{{1,{MAX_MODAL_NAME_CHARS}}}$")
+}
+
 /// A Modal function-call id: `fc-` and 20-32 ASCII letters or digits.
 pub fn function_call_id(text: &str) -> Result<String, PolicyError> {
     let what = format!(
@@ -129,6 +141,20 @@ pub fn function_call_id(text: &str) -> Result<String, PolicyError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #[test]
+        fn the_patterns_accept_what_the_rules_accept(text in "(fc-|ap-)?[A-Za-z0-9._/-]{0,70}") {
+            let call = regex::Regex::new(&function_call_id_pattern()).unwrap();
+            prop_assert_eq!(call.is_match(&text), function_call_id(&text).is_ok());
+            // The app name's pattern is its shape: every name the rule takes matches it.
+            let app = regex::Regex::new(&modal_app_name_pattern()).unwrap();
+            if modal_app_name(&text).is_ok() {
+                prop_assert!(app.is_match(&text));
+            }
+        }
+    }
 
     const SETTING: &str = "MODAL_WORKSPACE_ALLOWED_FUNCTIONS";
 

@@ -97,6 +97,17 @@ pub fn new_id(kind: &str) -> Result<String, PolicyError> {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The shape of the ids of `kinds` as a regular expression (an OpenAPI `pattern`): exactly what
+/// [`check_id`] accepts for one of them, so that a schema never drifts from the rule.
+pub fn id_pattern(kinds: &[IdKind]) -> String {
+    let prefixes: Vec<&str> = kinds.iter().map(|k| k.prefix()).collect();
+    let prefix = match prefixes.as_slice() {
+        [one] => (*one).to_owned(),
+        many => format!("({})", many.join("|")),
+    };
+    format!("^{prefix}-[0-9a-f]{{{}}}$", 2 * ID_BYTES)
+}
+
 /// Checks that `text` is an id of `kind` and returns it unchanged (ids have one spelling).
 pub fn check_id(kind: &str, text: &str) -> Result<String, PolicyError> {
     let kind = IdKind::parse(kind)?;
@@ -132,6 +143,30 @@ mod tests {
             assert!(id.starts_with(&format!("{}-", kind.prefix())));
             assert_eq!(check_id(kind.prefix(), &id), Ok(id.clone()));
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #[test]
+        fn the_pattern_accepts_exactly_what_the_check_accepts(
+            text in "(ws|ex|fw|sn|tk|xx)-[0-9a-fA-F]{30,34}",
+        ) {
+            for kind in IdKind::ALL {
+                let pattern = regex::Regex::new(&id_pattern(&[kind])).unwrap();
+                prop_assert_eq!(pattern.is_match(&text), check_id(kind.prefix(), &text).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_pattern_of_several_kinds_accepts_each_of_them() {
+        let kinds = [IdKind::Exec, IdKind::Task];
+        let pattern = regex::Regex::new(&id_pattern(&kinds)).unwrap();
+        assert_eq!(id_pattern(&kinds), "^(ex|tk)-[0-9a-f]{32}$");
+        for kind in kinds {
+            assert!(pattern.is_match(&new_id(kind.prefix()).unwrap()));
+        }
+        assert!(!pattern.is_match(&new_id("ws").unwrap()));
     }
 
     #[test]

@@ -27,10 +27,11 @@ pub use commit::{
 };
 pub use error::{echo, PolicyError, ECHO_CHARS};
 pub use functions::{
-    allowed_function, function_allowlist, function_call_id, modal_app_name, modal_function_name,
+    allowed_function, function_allowlist, function_call_id, function_call_id_pattern,
+    modal_app_name, modal_app_name_pattern, modal_function_name,
 };
 pub use git_ref::{git_ref, MAX_REF_BYTES};
-pub use id::{check_id, new_id, IdKind};
+pub use id::{check_id, id_pattern, new_id, IdKind};
 pub use image::{
     apt_package, image_id, image_name, image_packages, pip_package, MAX_IMAGE_PACKAGES,
     MAX_IMAGE_TAG_BYTES, MAX_PACKAGE_NAME_BYTES, MAX_PACKAGE_VERSION_BYTES,

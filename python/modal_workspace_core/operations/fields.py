@@ -39,8 +39,15 @@ class Input(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-def _id(kind: Literal["ws", "ex", "fw"]) -> AfterValidator:
+def _id(kind: Literal["ws", "ex", "fw", "sn"]) -> AfterValidator:
     return AfterValidator(lambda text: policy.check_id(kind, text))
+
+
+def core_pattern(pattern: str) -> Any:
+    """A field's schema `pattern`, given by the core rule that checks the field (`id_pattern`
+    and its kin): the one source the REST routes' path patterns come from too, so a schema
+    never forbids what the core accepts, nor the reverse."""
+    return Field(json_schema_extra={"pattern": pattern})
 
 
 def _path(text: str, info: ValidationInfo) -> str:
@@ -70,11 +77,28 @@ def _env(env: dict[str, str]) -> dict[str, str]:
 
 
 WorkspaceId = Annotated[
-    str, _id("ws"), Field(description="Workspace id: 'ws-' and 32 lowercase hex digits.")
+    str,
+    _id("ws"),
+    core_pattern(policy.id_pattern("ws")),
+    Field(description="Workspace id: 'ws-' and 32 lowercase hex digits."),
 ]
-ExecId = Annotated[str, _id("ex"), Field(description="Exec id: 'ex-' and 32 lowercase hex digits.")]
+ExecId = Annotated[
+    str,
+    _id("ex"),
+    core_pattern(policy.id_pattern("ex")),
+    Field(description="Exec id: 'ex-' and 32 lowercase hex digits."),
+]
 WatchId = Annotated[
-    str, _id("fw"), Field(description="File watch id: 'fw-' and 32 lowercase hex digits.")
+    str,
+    _id("fw"),
+    core_pattern(policy.id_pattern("fw")),
+    Field(description="File watch id: 'fw-' and 32 lowercase hex digits."),
+]
+SnapshotId = Annotated[
+    str,
+    _id("sn"),
+    core_pattern(policy.id_pattern("sn")),
+    Field(description="A snapshot's id: 'sn-' and 32 lowercase hex digits."),
 ]
 
 
@@ -86,6 +110,7 @@ def _stream_id(text: str) -> str:
 StreamId = Annotated[
     str,
     AfterValidator(_stream_id),
+    core_pattern(StreamKind.id_pattern()),
     Field(
         description="A stream's id: an exec's ('ex-…'), a file watch's ('fw-…') or a task's "
         "('tk-…', a long operation's progress)."

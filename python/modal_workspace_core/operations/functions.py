@@ -20,7 +20,7 @@ from ..config import ALLOWED_FUNCTIONS_ENV
 from ..errors import LimitError, PermissionDeniedError, from_policy_error
 from ..modal_functions import AppSummary, DeployedFunctions
 from ..surfaces.limits import Bound, Bounds
-from .fields import Input, Output
+from .fields import Input, Output, core_pattern
 from .table import Declarations, Hints
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ _RESULT_BOUNDS: Bounds = {
 AppName = Annotated[
     str,
     AfterValidator(policy.modal_app_name),
+    core_pattern(policy.modal_app_name_pattern()),
     Field(description="A deployed Modal app's name."),
 ]
 FunctionName = Annotated[
@@ -70,6 +71,7 @@ FunctionName = Annotated[
 FunctionCallId = Annotated[
     str,
     AfterValidator(policy.function_call_id),
+    core_pattern(policy.function_call_id_pattern()),
     Field(description="A function call's id ('fc-…'), as function_spawn returns it."),
 ]
 WaitSeconds = Annotated[

@@ -29,7 +29,7 @@ from ..drivers.base import (
 from ..errors import ConflictError, UpstreamError, WorkspaceError
 from ..service import ANSWER_BY
 from ..surfaces.limits import Bound, Bounds
-from .fields import IdempotencyKey, Input, Output, WorkspaceId
+from .fields import IdempotencyKey, Input, Output, SnapshotId, WorkspaceId
 from .lifecycle import (
     SnapshotPlan,
     make_snapshot,
@@ -68,11 +68,6 @@ _SNAPSHOT_BOUNDS: Bounds = {
 
 # --- inputs --------------------------------------------------------------------------------------
 
-SnapshotId = Annotated[
-    str,
-    AfterValidator(lambda text: policy.check_id("sn", text)),
-    Field(description="Snapshot id: 'sn-' and 32 lowercase hex digits."),
-]
 Label = Annotated[
     str,
     AfterValidator(policy.snapshot_label),

@@ -32,16 +32,16 @@ from ...service import ANSWER_BY, Service
 from ..limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
 from .fit import fit_json
 
-ID_PATTERNS = {
-    "workspace_id": "^ws-[0-9a-f]{32}$",
-    "exec_id": "^ex-[0-9a-f]{32}$",
-    "watch_id": "^fw-[0-9a-f]{32}$",
-    "stream_id": "^(ex|fw)-[0-9a-f]{32}$",
-    "snapshot_id": "^sn-[0-9a-f]{32}$",
-    # Modal's names and ids (`operations/functions.py`); the core's policy has the full rules.
-    "function_call_id": "^fc-[A-Za-z0-9]{20,32}$",
-    "app_name": "^[A-Za-z0-9._-]{1,64}$",
-}
+
+def path_pattern(op: Operation, name: str) -> str:
+    """A path parameter's pattern: the one the core's rule for its field gives
+    (`operations.fields.core_pattern`). Every path parameter names an id or a name the core
+    checks, so a field without one is a mistake caught when the routes are built."""
+    extra = op.input.model_fields[name].json_schema_extra
+    pattern = extra.get("pattern") if isinstance(extra, dict) else None
+    if not isinstance(pattern, str):
+        raise TypeError(f"{op.name}.{name}: a path parameter needs its core rule's pattern")
+    return pattern
 
 
 def rest_model(op: Operation) -> type[BaseModel] | None:
@@ -170,7 +170,9 @@ def endpoint(server: OperationServer) -> Callable[..., Awaitable[Any]]:
     annotation: Any
     for name in op.path_params:
         info = op.input.model_fields[name]
-        annotation = Annotated[str, Path(description=info.description, pattern=ID_PATTERNS[name])]
+        annotation = Annotated[
+            str, Path(description=info.description, pattern=path_pattern(op, name))
+        ]
         params.append(
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
         )
