@@ -9,7 +9,9 @@ from typing import Any
 import httpx2
 import pytest
 from fastapi import FastAPI
-from modal_workspace_core.config import load_settings
+from modal_workspace_core import _core, policy
+from modal_workspace_core.config import ConfigError, load_settings, setting_error
+from modal_workspace_core.errors import InvalidArgumentError, PermissionDeniedError, core_refusal
 from modal_workspace_core.service import Service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
@@ -289,3 +291,25 @@ async def test_unknown_routes_and_methods_use_the_error_shape(client: httpx2.Asy
     wrong = await client.patch("/api/workspaces")
     assert wrong.status_code == 405
     assert wrong.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_core_refusal_becomes_the_gateways_error_in_one_place() -> None:
+    with pytest.raises(InvalidArgumentError) as bad, core_refusal("workspace_id"):
+        policy.check_id("ws", "ws-nope")
+    assert bad.value.field == "workspace_id"
+    assert bad.value.message.startswith("workspace_id: a workspace id must be")
+    # An allowlist's denial is a permission's, and so is a link that fails its signature.
+    with pytest.raises(PermissionDeniedError), core_refusal("secret_names[0]"):
+        policy.allowed("other", ["github"], "MODAL_WORKSPACE_ALLOWED_SECRETS")
+    key = b"k" * 32
+    link = _core.mint_link(key, policy.new_id("ws"), "/workspace/a", 2_000_000_000)
+    with pytest.raises(PermissionDeniedError), core_refusal(None):
+        _core.verify_link(b"x" * 32, link, 0)
+    with pytest.raises(InvalidArgumentError), core_refusal(None):
+        _core.verify_link(key, "not a link", 0)
+    # Another family where the caller's is another (a setting's).
+    with (
+        pytest.raises(ConfigError, match=r"^MODAL_X: "),
+        core_refusal("MODAL_X", error=setting_error),
+    ):
+        policy.env_name("1bad")

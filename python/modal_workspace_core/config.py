@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ._core import CHANNEL_KEEPALIVE_SECONDS, PolicyError
+from ._core import CHANNEL_KEEPALIVE_SECONDS
+from .errors import core_refusal
 from .policy import (
     author_email,
     author_name,
@@ -114,6 +115,11 @@ IsolationMode = Literal["auto", "bwrap", "none"]
 
 class ConfigError(ValueError):
     """A setting is wrong; the message names the variable and never quotes a secret."""
+
+
+def setting_error(message: str, _setting: str | None) -> ConfigError:
+    """The core's refusal of a setting (`errors.core_refusal`), as a `ConfigError`."""
+    return ConfigError(message)
 
 
 class Settings(BaseModel):
@@ -278,14 +284,10 @@ def _load_allowlists(
     env: Mapping[str, str],
 ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]], tuple[str, ...]]:
     """The secret allowlist (names, and the variables listed for them) and the volume one."""
-    try:
+    with core_refusal(ALLOWED_SECRETS_ENV, error=setting_error):
         secrets = secret_allowlist(env.get(ALLOWED_SECRETS_ENV, ""))
-    except PolicyError as exc:
-        raise ConfigError(f"{ALLOWED_SECRETS_ENV}: {exc}") from None
-    try:
+    with core_refusal(ALLOWED_VOLUMES_ENV, error=setting_error):
         volumes = name_allowlist(env.get(ALLOWED_VOLUMES_ENV, ""))
-    except PolicyError as exc:
-        raise ConfigError(f"{ALLOWED_VOLUMES_ENV}: {exc}") from None
     keys = {name: listed for name, listed in secrets.items() if listed}
     return tuple(secrets), keys, tuple(volumes)
 
@@ -306,10 +308,8 @@ def _check_listed_keys(
 
 
 def _base_url(env: Mapping[str, str], name: str, default: str) -> str:
-    try:
+    with core_refusal(name, error=setting_error):
         return github_base(env.get(name) or default)
-    except PolicyError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -342,10 +342,9 @@ def _load_secret_values(path: str | None) -> dict[str, dict[str, str]]:
                 f"{LOCAL_SECRETS_FILE_ENV}: secret {name!r} must map names to strings ({shape})"
             )
         for key in values:
-            try:
+            about = f"{LOCAL_SECRETS_FILE_ENV}: secret {name!r}"
+            with core_refusal(LOCAL_SECRETS_FILE_ENV, about=about, error=setting_error):
                 env_name(key)
-            except PolicyError as exc:
-                raise ConfigError(f"{LOCAL_SECRETS_FILE_ENV}: secret {name!r}: {exc}") from None
         secrets[name] = dict(values)
     return secrets
 
@@ -536,18 +535,14 @@ def _load_git_author(env: Mapping[str, str]) -> dict[str, Any]:
         (GIT_AUTHOR_EMAIL_ENV, "git_author_email", author_email),
     ):
         if value := env.get(name):
-            try:
+            with core_refusal(name, error=setting_error):
                 out[key] = check(value)
-            except PolicyError as exc:
-                raise ConfigError(f"{name}: {exc}") from None
     return out
 
 
 def _load_functions(env: Mapping[str, str]) -> dict[str, Any]:
-    try:
+    with core_refusal(ALLOWED_FUNCTIONS_ENV, error=setting_error):
         allowed = tuple(function_allowlist(env.get(ALLOWED_FUNCTIONS_ENV, "")))
-    except PolicyError as exc:
-        raise ConfigError(f"{ALLOWED_FUNCTIONS_ENV}: {exc}") from None
     in_actions = _flag(env, FUNCTIONS_IN_ACTIONS_ENV)
     if in_actions and not allowed:
         raise ConfigError(

@@ -7,8 +7,9 @@ the same text; policy rejections and the agent's error codes are translated here
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._core import PolicyError
@@ -28,6 +29,8 @@ __all__ = [
     "UnauthenticatedError",
     "UpstreamError",
     "WorkspaceError",
+    "core_refusal",
+    "denied",
     "from_agent_error",
     "from_policy_error",
     "invalid_from_details",
@@ -195,13 +198,49 @@ def from_agent_error(code: str, message: str, field: str | None = None) -> Works
     return AgentError(code, message, field).for_caller()
 
 
-def from_policy_error(err: PolicyError, field: str) -> WorkspaceError:
-    """A policy rejection of the input named `field`: 400, or 403 when an allowlist denied it."""
-    rule = getattr(err, "rule", "")
-    message = f"{field}: {err}"
-    if rule == "allowlist.denied":
+# The core's rules whose refusal is a permission's, not a malformed input's: an allowlist's
+# denial, and a download link whose signature or lifetime does not hold (one that cannot even be
+# read, `link.malformed`, is the caller's malformed input).
+_PERMISSION_RULES = ("allowlist.denied", "link.")
+
+
+def from_policy_error(
+    err: PolicyError, field: str | None, about: str | None = None
+) -> WorkspaceError:
+    """The core's refusal of the input named `field` as the gateway's error: 403 for a
+    permission's rule, else 400. The message is led by `about` (default: the field's name)."""
+    rule = str(getattr(err, "rule", ""))
+    lead = about if about is not None else field
+    message = f"{lead}: {err}" if lead else str(err)
+    denied = rule != "link.malformed" and any(rule.startswith(r) for r in _PERMISSION_RULES)
+    if denied:
         return PermissionDeniedError(message, field=field)
     return InvalidArgumentError(message, field=field)
+
+
+def denied(message: str, field: str | None) -> PermissionDeniedError:
+    """For `core_refusal(error=denied)`: a refusal that is a permission's whatever its rule."""
+    return PermissionDeniedError(message, field=field)
+
+
+@contextlib.contextmanager
+def core_refusal(
+    field: str | None,
+    *,
+    about: str | None = None,
+    error: Callable[[str, str | None], Exception] | None = None,
+) -> Iterator[None]:
+    """Runs the core's rules inside: a `PolicyError` they raise leaves as the gateway's error
+    for `field` (`from_policy_error`), or as `error(message, field)` where the caller's family
+    is another (a setting's `ConfigError`, a denial that is always a permission's). The one
+    place a refusal of the core is translated; no caller catches `PolicyError` itself."""
+    try:
+        yield
+    except PolicyError as exc:
+        translated = from_policy_error(exc, field, about)
+        if error is None:
+            raise translated from None
+        raise error(translated.message, field) from None
 
 
 def invalid_from_details(errors: Sequence[Mapping[str, Any]]) -> InvalidArgumentError:

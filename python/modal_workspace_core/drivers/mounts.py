@@ -8,8 +8,7 @@ accept exactly the same requests.
 
 from __future__ import annotations
 
-from ..errors import InvalidArgumentError
-from ..policy import PolicyError
+from ..errors import InvalidArgumentError, core_refusal
 from ..policy import volume_mount as _core_volume_mount
 
 
@@ -20,7 +19,5 @@ def volume_mount(mount: object, field: str) -> str:
         raise InvalidArgumentError(
             "invalid_argument", f"{field}: a mount path must be absolute", field
         )
-    try:
+    with core_refusal(field):
         return _core_volume_mount(mount)
-    except PolicyError as exc:
-        raise InvalidArgumentError("invalid_argument", f"{field}: {exc}", field) from None

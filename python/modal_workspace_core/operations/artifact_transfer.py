@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _core
-from ..errors import InvalidArgumentError, LimitError, PermissionDeniedError
+from ..errors import LimitError, PermissionDeniedError, core_refusal
 from ..policy import WORKSPACE_ROOT
 from .table import RawReply
 
@@ -170,12 +170,10 @@ def verify_link(svc: Service, token: str) -> tuple[str, str]:
     key = svc.settings.link_secret
     if key is None:
         raise PermissionDeniedError("this gateway serves no download links")
-    try:
+    # A link that cannot be read is malformed input; one that fails its signature or lifetime
+    # is refused as a permission (`errors.from_policy_error`).
+    with core_refusal(None):
         workspace_id, path, _ = _core.verify_link(key, token, int(time.time()))
-    except _core.PolicyError as exc:
-        if getattr(exc, "rule", "") == "link.malformed":
-            raise InvalidArgumentError(str(exc)) from None
-        raise PermissionDeniedError(str(exc)) from None
     return workspace_id, path
 
 

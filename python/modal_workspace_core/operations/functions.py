@@ -17,7 +17,7 @@ from pydantic import AfterValidator, Field, JsonValue, model_validator
 
 from .. import policy
 from ..config import ALLOWED_FUNCTIONS_ENV
-from ..errors import LimitError, PermissionDeniedError, from_policy_error
+from ..errors import LimitError, PermissionDeniedError, core_refusal
 from ..modal_functions import AppSummary, DeployedFunctions
 from ..surfaces.limits import Bound, Bounds
 from .fields import Input, Output, core_pattern
@@ -210,12 +210,10 @@ def _allowlist(svc: Service) -> tuple[str, ...]:
 
 
 def _allowed(svc: Service, inp: FunctionRef) -> str:
-    try:
+    with core_refusal("function_name"):
         return policy.allowed_function(
             inp.app_name, inp.function_name, list(_allowlist(svc)), ALLOWED_FUNCTIONS_ENV
         )
-    except policy.PolicyError as err:
-        raise from_policy_error(err, "function_name") from None
 
 
 def _apps(allowed: tuple[str, ...]) -> dict[str, list[str]]:

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from .. import policy
-from ..errors import InvalidArgumentError, NotFoundError, UpstreamError, WorkspaceError
+from ..errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    UpstreamError,
+    WorkspaceError,
+    core_refusal,
+)
 from ..git import commands as gitcmd
 from ..git import credentials, pending
 from ..git.pending import pending_note, settle
@@ -276,12 +282,8 @@ async def origin_repo(svc: Service, record: WorkspaceRecord, dest: str) -> polic
     origin = done.stdout.head.decode(errors="replace").strip()
     if origin.startswith(f"{base}/"):
         origin = origin[len(base) + 1 :]
-    try:
+    with core_refusal("destination", about="destination: its origin is not a GitHub repository"):
         return policy.github_repo(origin)
-    except policy.PolicyError as exc:
-        raise InvalidArgumentError(
-            f"destination: its origin is not a GitHub repository ({exc})", field="destination"
-        ) from None
 
 
 @declare(

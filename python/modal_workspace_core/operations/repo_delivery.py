@@ -28,6 +28,7 @@ from ..errors import (
     InvalidArgumentError,
     PermissionDeniedError,
     WorkspaceError,
+    core_refusal,
 )
 from ..git import commands as gitcmd
 from ..git import credentials, delivery
@@ -221,10 +222,8 @@ async def _current_branch(svc: Service, record: WorkspaceRecord, dest: str) -> s
             "(or create one with repo_checkout create_branch)",
             field="branch",
         )
-    try:
+    with core_refusal(None, about="branch: the current branch is not pushable"):
         return policy.git_ref(name)
-    except policy.PolicyError as exc:
-        raise InvalidArgumentError(f"branch: the current branch is not pushable ({exc})") from None
 
 
 @declare(

@@ -30,6 +30,7 @@ from ...errors import (
     InvalidArgumentError,
     NotFoundError,
     UpstreamError,
+    core_refusal,
 )
 from ...policy import WORKSPACE_ROOT
 from ..base import (
@@ -471,10 +472,8 @@ class LocalDriver(LocalLifecycle):
 
     def _dir(self, workspace_id: str) -> WorkspaceDir:
         # The id becomes a path component: only a well-formed id gets that far.
-        try:
+        with core_refusal("workspace_id"):
             policy.check_id("ws", workspace_id)
-        except policy.PolicyError as err:
-            raise InvalidArgumentError("invalid_argument", str(err), "workspace_id") from err
         return WorkspaceDir(self.data_root / workspace_id)
 
     @contextlib.contextmanager
@@ -540,19 +539,14 @@ def _check_tags(tags: dict[str, str]) -> None:
     # The core's rule for stored tags: this driver writes no workspace tags (its record has the
     # id, root and creation time as fields), so no request may set one.
     for key, value in tags.items():
-        try:
+        with core_refusal(f"tags.{key[:32]}"):
             policy.stored_tag(key, value)
-        except policy.PolicyError as err:
-            field = f"tags.{key[:32]}"
-            raise InvalidArgumentError("invalid_argument", f"{field}: {err}", field) from err
 
 
 def _check_env(env: dict[str, str], field: str) -> None:
     for name, value in env.items():
-        try:
+        with core_refusal(field):
             policy.env_name(name)
-        except policy.PolicyError as err:
-            raise InvalidArgumentError("invalid_argument", str(err), field) from err
         if "\0" in value:
             raise InvalidArgumentError(
                 "invalid_argument", f"the value of {name} contains a NUL character", field

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidArgumentError, UpstreamError
-from ...policy import WORKSPACE_ROOT, PolicyError, allowed
+from ...errors import InvalidArgumentError, UpstreamError, core_refusal
+from ...policy import WORKSPACE_ROOT, allowed
 from ..mounts import volume_mount
 
 VOLUMES_DIR = "volumes"
@@ -79,11 +79,9 @@ def check_request(
 
 def volume_name(name: Any, field: str) -> str:
     """A Modal object name that is also one plain directory name (not `.` or `..`)."""
-    try:
-        # The shape check of the allowlist rule, with the name as its own allowlist.
+    # The shape check of the allowlist rule, with the name as its own allowlist.
+    with core_refusal(field):
         checked = allowed(str(name), [str(name)], "volumes")
-    except PolicyError as exc:
-        raise InvalidArgumentError("invalid_argument", f"{field}: {exc}", field) from None
     if checked in (".", ".."):
         raise InvalidArgumentError(
             "invalid_argument", f"{field}: {checked!r} cannot name a volume", field

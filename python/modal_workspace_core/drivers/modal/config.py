@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ... import policy
-from ..._core import PolicyError
-from ...errors import InvalidArgumentError, PermissionDeniedError, from_policy_error
+from ...errors import InvalidArgumentError, PermissionDeniedError, core_refusal, denied
 from ...policy import (
     WORKSPACE_ROOT,
     allowed,
@@ -46,10 +45,9 @@ T = TypeVar("T")
 
 def _setting(env: Mapping[str, str], setting: str, parse: Callable[[str], T]) -> T:
     """An allowlist setting through the core's parser; a bad one names the variable."""
-    try:
+    # A setting, not an input: the error names the variable and no field.
+    with core_refusal(None, about=setting):
         return parse(env.get(setting, ""))
-    except PolicyError as exc:
-        raise InvalidArgumentError("invalid_argument", f"{setting}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -185,10 +183,8 @@ def _number(value: Any, field_name: str, kind: tuple[type, ...]) -> Any:
 
 
 def _checked(rule: Callable[..., T], field_name: str, *args: Any) -> T:
-    try:
+    with core_refusal(field_name):
         return rule(*args)
-    except PolicyError as exc:
-        raise from_policy_error(exc, field_name) from None
 
 
 def _pair(
@@ -341,22 +337,17 @@ def sandbox_options(
 
 def _allowed(name: str, allowlist: tuple[str, ...], setting: str, index: int, kind: str) -> str:
     field_name = f"{kind}_names[{index}]" if kind == "secret" else f"volumes[{index}]"
-    try:
+    # Off the allowlist or not a name at all, it is refused the same way: not allowed.
+    with core_refusal(field_name, error=denied):
         return allowed(name, allowlist, setting)
-    except PolicyError as exc:
-        raise PermissionDeniedError("permission", f"{field_name}: {exc}", field_name) from None
 
 
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
     """Environment names follow the env policy; values travel in the create request, not argv."""
     checked: dict[str, str] = {}
     for key, value in env.items():
-        try:
+        with core_refusal(f"env.{key[:32]}", about="env"):
             checked[env_name(key)] = str(value)
-        except PolicyError as exc:
-            raise InvalidArgumentError(
-                "invalid_argument", f"env: {exc}", f"env.{key[:32]}"
-            ) from None
     return checked
 
 

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, cast
 import modal
 import modal.exception
 
-from ..._core import CHANNEL_KEEPALIVE_SECONDS, PolicyError
+from ..._core import CHANNEL_KEEPALIVE_SECONDS
 from ...errors import (
     ConflictError,
-    InvalidArgumentError,
     NotFoundError,
     UpstreamError,
+    core_refusal,
 )
 from ...policy import WORKSPACE_ROOT, WORKSPACE_TAGS, stored_tag
 from ..base import (
@@ -80,11 +80,8 @@ def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[st
     would change a managed tag (the core's `stored_tag` rule)."""
     out: dict[str, str] = {}
     for key, value in tags.items():
-        try:
+        with core_refusal(f"tags.{key[:32]}"):
             stored_tag(key, value, managed.get(key))
-        except PolicyError as exc:
-            field = f"tags.{key[:32]}"
-            raise InvalidArgumentError("invalid_argument", f"{field}: {exc}", field) from None
         out[key] = value
     return out
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import modal
 
-from ..._core import PolicyError
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, core_refusal
 from ...policy import image_id, image_name, image_packages
 
 __all__ = ["ImageRequest", "build_progress", "image_request", "with_packages"]
@@ -41,8 +40,9 @@ class ImageRequest:
 
 def _checked(field: str, check: Any, value: Any) -> Any:
     try:
-        return check(value)
-    except (PolicyError, TypeError) as exc:
+        with core_refusal(field):
+            return check(value)
+    except TypeError as exc:  # a value of another type than the rule takes
         raise InvalidArgumentError("invalid_argument", f"{field}: {exc}", field) from None
 
 

@@ -21,8 +21,7 @@ from modal.client import _Client
 from modal.sandbox._impl_v2 import SandboxImplV2
 from modal_proto import api_pb2
 
-from ..._core import PolicyError
-from ...errors import InvalidArgumentError
+from ...errors import core_refusal
 from ...policy import check_id
 
 __all__ = [
@@ -113,12 +112,8 @@ async def latest_sandbox(app_id: str, tags: Mapping[str, str]) -> SandboxInfo | 
 def checked_workspace_id(workspace_id: str) -> str:
     """The id a workspace is looked up by, checked by the core (a bad one is the caller's
     `invalid_argument`, naming the field)."""
-    try:
+    with core_refusal("workspace_id"):
         return check_id("ws", workspace_id)
-    except PolicyError as exc:
-        raise InvalidArgumentError(
-            "invalid_argument", f"workspace_id: {exc}", "workspace_id"
-        ) from None
 
 
 @dataclass
