@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modal_workspace_core._core import AgentChannel, EventRing, Page
+from modal_workspace_core._core import AgentChannel, ChannelRefusal, EventRing, Page, parse_page
 from modal_workspace_core.channel.client import AgentClient, AgentError
 from modal_workspace_core.channel.transports import open_subprocess, open_unix
 
@@ -635,3 +635,14 @@ def test_a_channel_promises_the_default_keepalive_unless_told() -> None:
 
     assert AgentChannel().keepalive_seconds == CHANNEL_KEEPALIVE_SECONDS
     assert AgentChannel(keepalive_seconds=3).keepalive_seconds == 3
+
+
+def test_the_channels_refusals_are_classes_of_their_own_with_the_protocols_code() -> None:
+    channel = AgentChannel()
+    with pytest.raises(ChannelRefusal) as refused:
+        channel.request("No Such Op!", {})
+    assert refused.value.code == "invalid_argument"
+    assert isinstance(refused.value, ValueError)  # as it was before it had a class
+    with pytest.raises(ChannelRefusal) as bad_page:
+        parse_page(b"not a page")
+    assert bad_page.value.code == "internal"

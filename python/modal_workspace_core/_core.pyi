@@ -23,6 +23,8 @@ __all__ = [
     "REPEATABLE_AGENT_OPS",
     "WORKSPACE_TAGS",
     "AgentChannel",
+    "ChannelFailure",
+    "ChannelRefusal",
     "EventRing",
     "GitHubRepo",
     "Page",
@@ -94,6 +96,18 @@ class PolicyError(ValueError):
     """
 
     rule: str
+
+class ChannelRefusal(ValueError):
+    """The agent channel refused a call for its arguments (`code`: `invalid_argument`, or
+    `limit` when a bound is full), or a page that cannot be read (`code`: `internal`)."""
+
+    code: str
+
+class ChannelFailure(ConnectionError):
+    """The agent channel cannot go on (`code`: the protocol's error code, such as
+    `unavailable`)."""
+
+    code: str
 
 class RingError(PolicyError):
     """An event ring or log refused a call: a bound that is not positive, a cursor past the
@@ -691,8 +705,8 @@ class AgentChannel:
     def request(self, op: str, args: dict[str, Any] | None = None, payload: bytes = b"") -> int:
         """Queues a request and returns its id; its response comes back from `feed`.
 
-        Raises `ValueError` (with `code` "invalid_argument" or "limit") for a bad op, args that
-        are not JSON-like, or a request larger than a frame; `ConnectionError` (`code`
+        Raises `ChannelRefusal` (`code` "invalid_argument" or "limit") for a bad op, args that
+        are not JSON-like, or a request larger than a frame; `ChannelFailure` (`code`
         "unavailable") once the channel has failed."""
     def cancel(self, id: int) -> None:
         """Forgets a request nobody waits for any more: its late response is dropped."""
@@ -701,7 +715,7 @@ class AgentChannel:
         its subscription. Returns the request id to wait on (None when the stream is already
         cached) and the streams dropped from the cache to make room (only streams not pinned).
 
-        Raises `ValueError` with `code` "limit" when every cached stream is pinned: read the
+        Raises `ChannelRefusal` with `code` "limit" when every cached stream is pinned: read the
         exec's log (`exec.read`) instead. A watch has no log, so it is cached past the bound
         then (later subscriptions trim the excess)."""
     def pin(self, stream: str) -> None:
@@ -742,5 +756,5 @@ class AgentChannel:
     def credit(self) -> int: ...
 
 def parse_page(data: bytes) -> Page:
-    """A page the agent sent as a payload (`exec.read`), as a `Page`. Raises `ValueError` when
-    it is not a page of single, canonically encoded events."""
+    """A page the agent sent as a payload (`exec.read`), as a `Page`. Raises `ChannelRefusal`
+    (`code` "internal") when it is not a page of single, canonically encoded events."""

@@ -3,16 +3,15 @@
 
 use parking_lot::Mutex;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyConnectionError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::errors::{policy_error, ring_error};
+use super::errors::{channel_error, page_error, policy_error, ring_error};
 use super::ring::PyPage;
 use crate::channel::client::{
-    read_ring, AgentChannel, CacheConfig, CacheRead, ChannelError, Fed, ReceivedPage,
-    KEEPALIVE_SECONDS,
+    read_ring, AgentChannel, CacheConfig, CacheRead, Fed, ReceivedPage, KEEPALIVE_SECONDS,
 };
 
 /// Feeds larger than this are handled with the GIL released (pages are parsed and mirrored).
@@ -142,7 +141,7 @@ impl PyAgentChannel {
         self.inner
             .lock()
             .request(op, &args_json, payload.to_vec())
-            .map_err(to_py)
+            .map_err(channel_error)
     }
 
     fn cancel(&self, id: u64) {
@@ -151,7 +150,12 @@ impl PyAgentChannel {
 
     fn subscribe(&self, stream: &str, cursor: i64) -> PyResult<(Option<u64>, Vec<String>)> {
         let cursor = to_cursor(cursor)?;
-        match self.inner.lock().subscribe(stream, cursor).map_err(to_py)? {
+        match self
+            .inner
+            .lock()
+            .subscribe(stream, cursor)
+            .map_err(channel_error)?
+        {
             Some(sub) => Ok((Some(sub.id), sub.dropped)),
             None => Ok((None, Vec::new())),
         }
@@ -257,7 +261,7 @@ impl PyAgentChannel {
 fn parse_page(py: Python<'_>, data: &[u8]) -> PyResult<PyPage> {
     let page = py
         .detach(|| ReceivedPage::parse(data))
-        .map_err(|e| PyValueError::new_err(e.message))?;
+        .map_err(|e| page_error(e.message))?;
     Ok(PyPage::from_page(page.into_page()))
 }
 
@@ -267,19 +271,6 @@ fn py_bool(b: bool) -> &'static str {
     } else {
         "False"
     }
-}
-
-/// A refused call as `ValueError` (the caller's argument) or `ConnectionError` (the channel has
-/// failed), with the protocol's error code as `code`.
-fn to_py(err: ChannelError) -> PyErr {
-    let exc = match err.code {
-        "invalid_argument" | "limit" => PyValueError::new_err(err.message),
-        _ => PyConnectionError::new_err(err.message),
-    };
-    Python::attach(|py| match exc.value(py).setattr("code", err.code) {
-        Ok(()) => exc,
-        Err(e) => e,
-    })
 }
 
 fn to_cursor(cursor: i64) -> PyResult<u64> {

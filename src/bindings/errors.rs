@@ -23,6 +23,36 @@ create_exception!(
      of its own."
 );
 
+create_exception!(
+    _core,
+    ChannelRefusal,
+    PyValueError,
+    "The agent channel refused a call for its arguments (`code`: `invalid_argument`, or `limit` \
+     when a bound is full), or a page that cannot be read (`code`: `internal`)."
+);
+
+create_exception!(
+    _core,
+    ChannelFailure,
+    pyo3::exceptions::PyConnectionError,
+    "The agent channel cannot go on (`code`: the protocol's error code, such as `closed`)."
+);
+
+/// A channel's refusal as `ChannelRefusal` (the caller's argument) or `ChannelFailure` (the
+/// channel has failed), with the protocol's error code as `code`.
+pub fn channel_error(err: crate::channel::client::ChannelError) -> PyErr {
+    let exc = match err.code {
+        "invalid_argument" | "limit" => ChannelRefusal::new_err(err.message),
+        _ => ChannelFailure::new_err(err.message),
+    };
+    with_attr(exc, "code", err.code)
+}
+
+/// A page the agent sent that cannot be read: `ChannelRefusal` with code `internal`.
+pub fn page_error(message: String) -> PyErr {
+    with_attr(ChannelRefusal::new_err(message), "code", "internal")
+}
+
 /// Converts a ring's refusal into `RingError(message)` with a `rule` attribute; an event the
 /// event model refused stays the model's `PolicyError`.
 pub fn ring_error(err: RustRingError) -> PyErr {
@@ -35,7 +65,11 @@ pub fn ring_error(err: RustRingError) -> PyErr {
 }
 
 fn with_rule(exc: PyErr, rule: &'static str) -> PyErr {
-    Python::attach(|py| match exc.value(py).setattr("rule", rule) {
+    with_attr(exc, "rule", rule)
+}
+
+fn with_attr(exc: PyErr, name: &str, value: &'static str) -> PyErr {
+    Python::attach(|py| match exc.value(py).setattr(name, value) {
         Ok(()) => exc,
         Err(e) => e,
     })
@@ -49,5 +83,7 @@ pub fn policy_error(err: RustPolicyError) -> PyErr {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PolicyError", m.py().get_type::<PolicyError>())?;
     m.add("RingError", m.py().get_type::<RingError>())?;
+    m.add("ChannelRefusal", m.py().get_type::<ChannelRefusal>())?;
+    m.add("ChannelFailure", m.py().get_type::<ChannelFailure>())?;
     Ok(())
 }

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._core import AgentChannel, Page
+from .._core import AgentChannel, ChannelRefusal, Page
 from ..errors import AgentError
 from .log_reads import AgentLog
 from .stream_waiters import StreamWaiters
@@ -263,8 +263,8 @@ class AgentClient:
         self._check_usable()
         try:
             request_id = self._channel.request(op, dict(args or {}), payload)
-        except ValueError as e:
-            raise AgentError(getattr(e, "code", "invalid_argument"), str(e)) from None
+        except ChannelRefusal as e:
+            raise AgentError(e.code, str(e)) from None
         future: asyncio.Future[tuple[dict[str, Any], bytes]] = self._loop.create_future()
         self._pending[request_id] = future
         try:
@@ -352,11 +352,10 @@ class AgentClient:
             self._check_usable()
             try:
                 request_id, dropped = self._channel.subscribe(stream_id, cursor)
-            except ValueError as e:
-                code = getattr(e, "code", "invalid_argument")
-                if code == "limit":
+            except ChannelRefusal as e:
+                if e.code == "limit":
                     return False
-                raise AgentError(code, str(e)) from None
+                raise AgentError(e.code, str(e)) from None
             for name in dropped:
                 self._waiters.wake(name)
             if request_id is None:

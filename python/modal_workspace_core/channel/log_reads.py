@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from .._core import Page, StreamKind, parse_page
+from .._core import ChannelRefusal, Page, StreamKind, parse_page
 from ..errors import AgentError
 
 # The longest wait of one `exec.read` (the agent's own cap), and how much later than its wait
@@ -79,5 +79,5 @@ class AgentLog:
         _, payload = await self._request("exec.read", args, timeout=timeout)
         try:
             return parse_page(payload)
-        except ValueError as e:
-            raise AgentError("internal", f"exec.read returned a malformed page: {e}") from None
+        except ChannelRefusal as e:
+            raise AgentError(e.code, f"exec.read returned a malformed page: {e}") from None
