@@ -17,7 +17,6 @@ from pydantic import BaseModel, Field
 
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
-from ..surfaces.limits import Bound
 from . import artifact_transfer as transfer
 from .fields import (
     MAX_FILE_BYTES,
@@ -29,6 +28,7 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
+from .limits import Bound
 from .table import READ, REWRITE, WS, Declarations, RawReply, RawRest
 
 if TYPE_CHECKING:

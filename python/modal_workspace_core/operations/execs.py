@@ -20,7 +20,6 @@ from .._core import FINAL_STATES
 from ..drivers.base import WorkspaceRecord
 from ..errors import ConflictError
 from ..service import PROGRESS, host_path
-from ..surfaces.limits import Bound
 from .fields import (
     MAX_COMMAND_CHARS,
     MAX_FILE_BYTES,
@@ -38,6 +37,7 @@ from .fields import (
     decode_input,
     derived_id,
 )
+from .limits import Bound
 from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
 from .table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
 

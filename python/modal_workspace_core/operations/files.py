@@ -15,7 +15,6 @@ from pydantic import Field
 
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
-from ..surfaces.limits import Bound
 from .fields import (
     MAX_FILE_BYTES,
     Input,
@@ -25,6 +24,7 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
+from .limits import Bound
 from .table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:

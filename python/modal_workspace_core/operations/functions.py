@@ -19,8 +19,8 @@ from .. import policy
 from ..config import ALLOWED_FUNCTIONS_ENV
 from ..errors import LimitError, PermissionDeniedError, core_refusal
 from ..modal_functions import AppSummary, DeployedFunctions
-from ..surfaces.limits import Bound, Bounds
 from .fields import Input, Output, core_pattern
+from .limits import Bound, Bounds
 from .table import Declarations, Hints
 
 if TYPE_CHECKING:

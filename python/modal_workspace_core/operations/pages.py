@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from .._core import Page
-from ..surfaces.limits import Bound, Bounds
 from .fields import (
     DEFAULT_PAGE_BYTES,
     Cursor,
@@ -25,6 +24,7 @@ from .fields import (
     Output,
     WaitSeconds,
 )
+from .limits import Bound, Bounds
 
 if TYPE_CHECKING:
     from ..service import Service

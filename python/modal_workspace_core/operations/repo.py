@@ -22,7 +22,6 @@ from ..git import commands as gitcmd
 from ..git import credentials, pending
 from ..git.pending import pending_note, settle
 from ..policy import WORKSPACE_ROOT
-from ..surfaces.limits import Bound
 from .execs import exec_args, git_query, run_to_end
 from .fields import (
     MAX_OUTPUT_BYTES,
@@ -33,6 +32,7 @@ from .fields import (
     WorkspaceId,
     WorkspacePath,
 )
+from .limits import Bound
 from .table import DESTROY, NETWORK, READ, WS, Declarations
 
 if TYPE_CHECKING:

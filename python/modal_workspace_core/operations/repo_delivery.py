@@ -32,9 +32,9 @@ from ..errors import (
 )
 from ..git import commands as gitcmd
 from ..git import credentials, delivery
-from ..surfaces.limits import Bound
 from .execs import drain, git_query, run_to_end
 from .fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from .limits import Bound
 from .repo import agent_paths, git_failure, origin_repo, recorded_destination
 from .table import PUBLISH, WRITE, WS, Declarations
 

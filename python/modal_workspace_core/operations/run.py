@@ -13,8 +13,8 @@ from ..errors import InvalidArgumentError, validation_error
 from ..path_view import shown
 from ..policy import WORKSPACE_ROOT
 from ..service import CALL, Call
-from ..surfaces.limits import Surface
 from .fields import Input, Output, path_fields
+from .limits import Surface
 from .pages import PageResult
 
 if TYPE_CHECKING:

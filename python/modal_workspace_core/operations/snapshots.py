@@ -28,7 +28,6 @@ from ..drivers.base import (
 )
 from ..errors import ConflictError, UpstreamError, WorkspaceError
 from ..service import ANSWER_BY
-from ..surfaces.limits import Bound, Bounds
 from .fields import IdempotencyKey, Input, Output, SnapshotId, WorkspaceId
 from .lifecycle import (
     SnapshotPlan,
@@ -38,6 +37,7 @@ from .lifecycle import (
     take_snapshot,
     usable_snapshot,
 )
+from .limits import Bound, Bounds
 from .table import DESTROY, READ, WRITE, WS, Declarations
 from .task_stream import TaskStream
 from .workspaces import Workspace, once_per_key, workspace_out

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from ..surfaces.limits import Bounds, Surface, surface_model
 from .fields import Input
+from .limits import Bounds, Surface, surface_model
 from .pages import EventPage, PageResult
 
 if TYPE_CHECKING:

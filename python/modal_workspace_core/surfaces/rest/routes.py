@@ -24,12 +24,12 @@ from starlette.types import Receive, Scope, Send
 from ...errors import InvalidArgumentError
 from ...operations import OPERATIONS, Operation, parse_request, run
 from ...operations.fields import Input
+from ...operations.limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
 from ...operations.pages import PageResult
 from ...operations.run import in_call
 from ...operations.table import RawReply
 from ...path_view import shown
 from ...service import ANSWER_BY, Service
-from ..limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
 from .fit import fit_json
 
 

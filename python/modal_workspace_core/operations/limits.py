@@ -19,7 +19,7 @@ import annotated_types
 from pydantic import create_model
 
 if TYPE_CHECKING:
-    from ..operations.fields import Input
+    from .fields import Input
 
 __all__ = ["ACTIONS_MAX_CHARS", "ACTIONS_SECONDS", "Bound", "Surface", "surface_model"]
 
