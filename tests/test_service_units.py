@@ -16,12 +16,13 @@ from modal_workspace_core.errors import (
     UpstreamError,
     WorkspaceError,
     from_agent_error,
+    translate_error,
 )
 from modal_workspace_core.git.delivery import parse_push_report
 from modal_workspace_core.operations.execs import Capture, derived_exec_id
 from modal_workspace_core.operations.files import FileList, FileSearch, decode_text
 from modal_workspace_core.operations.watches import WatchStart
-from modal_workspace_core.service import REPEATABLE_OPS, translate_error
+from modal_workspace_core.service import REPEATABLE_OPS
 
 WS = "ws-" + "a" * 32
 

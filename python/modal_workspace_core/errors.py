@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,9 +35,14 @@ __all__ = [
     "from_agent_error",
     "from_policy_error",
     "invalid_from_details",
+    "translate_error",
     "validation_error",
     "without_host_paths",
 ]
+
+# Under the name these lines had before the runtime split, so that a deployment's log filters
+# still catch them.
+log = logging.getLogger("modal_workspace_core.service")
 
 
 class WorkspaceError(Exception):
@@ -275,3 +281,21 @@ def without_host_paths(err: WorkspaceError, hidden: Sequence[str]) -> WorkspaceE
             err.message = err.message.replace(path, "<data root>")
             err.args = (err.message,)
     return err
+
+
+def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
+    """Any failure below the operations (the agent's, a policy's, the channel's, a bug), as the
+    error a caller sees; a failure outside the family is logged with its traceback, and its
+    caller learns only its type."""
+    if isinstance(exc, AgentError):
+        return exc.for_caller(field)
+    if isinstance(exc, WorkspaceError):
+        return exc
+    if isinstance(exc, PolicyError):
+        return from_policy_error(exc, field or "input")
+    if isinstance(exc, TimeoutError):
+        return TimeoutError_("the workspace did not answer in time; try again")
+    if isinstance(exc, ConnectionError | EOFError | OSError):
+        return UpstreamError("the channel to the workspace agent failed; try again")
+    log.exception("unexpected failure", exc_info=exc)
+    return UpstreamError(f"unexpected failure in the gateway ({type(exc).__name__})")

@@ -35,14 +35,14 @@ from .errors import (
     NotFoundError,
     PermissionDeniedError,
     TimeoutError_,
-    UpstreamError,
     WorkspaceError,
     from_policy_error,
+    translate_error,
     without_host_paths,
 )
 from .policy import WORKSPACE_ROOT
 
-__all__ = ["ANSWER_BY", "CALL", "PROGRESS", "Call", "Service", "translate_error"]
+__all__ = ["ANSWER_BY", "CALL", "PROGRESS", "Call", "Service"]
 
 log = logging.getLogger("modal_workspace_core.service")
 
@@ -76,22 +76,6 @@ class Call:
 # The operation being served, if any: a workspace whose agent an operation reaches is in use
 # (its idle time starts again); the gateway's own background work does not count.
 CALL: ContextVar[Call | None] = ContextVar("CALL", default=None)
-
-
-def translate_error(exc: BaseException, field: str | None = None) -> WorkspaceError:
-    """Any failure below the service, as the error a caller sees."""
-    if isinstance(exc, AgentError):
-        return exc.for_caller(field)
-    if isinstance(exc, WorkspaceError):
-        return exc
-    if isinstance(exc, PolicyError):
-        return from_policy_error(exc, field or "input")
-    if isinstance(exc, TimeoutError):
-        return TimeoutError_("the workspace did not answer in time; try again")
-    if isinstance(exc, ConnectionError | EOFError | OSError):
-        return UpstreamError("the channel to the workspace agent failed; try again")
-    log.exception("unexpected failure", exc_info=exc)
-    return UpstreamError(f"unexpected failure in the gateway ({type(exc).__name__})")
 
 
 class Service:
