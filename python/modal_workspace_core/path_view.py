@@ -1,4 +1,5 @@
-"""Paths in results as the commands of the workspace see them.
+"""Paths as the commands of the workspace see them: in results, and in arguments on their way
+to the agent (`host_path`).
 
 The operations name files under `/workspace`, the root of every isolated workspace. An unisolated
 local workspace runs its commands in a host directory instead, and reports that directory as its
@@ -12,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .drivers.base import WorkspaceRecord
 from .policy import WORKSPACE_ROOT
 
 # The result fields that hold a path under the workspace root. Others that say `path` are
@@ -37,6 +39,16 @@ def shown_path(path: str, root: str) -> str:
     if path.startswith(WORKSPACE_ROOT + "/"):
         return root + path[len(WORKSPACE_ROOT) :]
     return path
+
+
+def host_path(record: WorkspaceRecord, path: str) -> str:
+    """A validated `/workspace/...` path as commands in this workspace see it: an argument on
+    its way to the agent (`shown_path` does the same for results, and leaves other text be)."""
+    return (
+        record.root.rstrip("/") + path[len(WORKSPACE_ROOT) :]
+        if path != WORKSPACE_ROOT
+        else record.root
+    )
 
 
 def _model(model: BaseModel, root: str) -> BaseModel:

@@ -525,12 +525,3 @@ async def _close_quietly(client: AgentClient) -> None:
     # Closing a channel that already broke must not turn into the caller's error.
     with contextlib.suppress(Exception):
         await client.close()
-
-
-def host_path(record: WorkspaceRecord, path: str) -> str:
-    """A validated `/workspace/...` path as commands in this workspace see it."""
-    return (
-        record.root.rstrip("/") + path[len(WORKSPACE_ROOT) :]
-        if path != WORKSPACE_ROOT
-        else record.root
-    )

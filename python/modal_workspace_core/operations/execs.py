@@ -19,7 +19,8 @@ from .. import policy
 from .._core import FINAL_STATES
 from ..drivers.base import WorkspaceRecord
 from ..errors import ConflictError
-from ..service import PROGRESS, host_path
+from ..path_view import host_path
+from ..service import PROGRESS
 from .fields import (
     MAX_COMMAND_CHARS,
     MAX_FILE_BYTES,
