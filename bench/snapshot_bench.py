@@ -25,7 +25,7 @@ from pathlib import Path
 from agent_stack import cpu_model
 from modal_workspace_core import _core
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.service import PROGRESS
+from modal_workspace_core.runtime.call import PROGRESS
 from modal_workspace_core.surfaces.python_client import Workspaces
 
 

@@ -18,7 +18,7 @@ from modal_workspace_core.drivers.modal.image_request import ImageRequest, build
 from modal_workspace_core.errors import InvalidArgumentError
 from modal_workspace_core.operations.workspaces import WorkspaceCreate
 from modal_workspace_core.policy import new_id
-from modal_workspace_core.service import PROGRESS
+from modal_workspace_core.runtime.call import PROGRESS
 from pydantic import ValidationError
 from test_modal_driver import IMAGE, driver
 

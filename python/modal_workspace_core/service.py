@@ -11,8 +11,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from . import policy
@@ -41,14 +39,12 @@ from .errors import (
     without_host_paths,
 )
 from .policy import WORKSPACE_ROOT
+from .runtime.call import ANSWER_BY, CALL
 
-__all__ = ["ANSWER_BY", "CALL", "PROGRESS", "Call", "Service"]
+__all__ = ["Service"]
 
 log = logging.getLogger("modal_workspace_core.service")
 
-# Set by a transport that can carry progress (MCP over SSE) for the duration of one call:
-# long-running handlers report (bytes of output so far, the latest line) through it.
-Reporter = Callable[[float, str], Awaitable[None]]
 T = TypeVar("T")
 # Agent requests that may be sent again after a lost channel without doing anything twice: the
 # core's table of agent ops says which.
@@ -56,26 +52,6 @@ REPEATABLE_OPS = REPEATABLE_AGENT_OPS
 # How `exec_ended` follows a stream: one long-poll at a time, a page as large as the agent sends.
 _FOLLOW_WAIT = 25.0
 _FOLLOW_PAGE_BYTES = 1_048_576
-PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
-# The monotonic time by which the current call's surface must answer (GPT Actions gives up at
-# 45 s): every agent request of the call ends by then, whatever its own deadline.
-ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
-
-
-@dataclass
-class Call:
-    """What the operation being served learns on its way (shared with the tasks it starts)."""
-
-    # The snapshots it resumed suspended workspaces from: its answer says so (`resumed_from`).
-    resumed: list[str] = field(default_factory=list)
-    # The records it read, by workspace: one operation reads each workspace's record once (on
-    # Modal each read is a lookup and a tag read); what it changes it replaces or forgets.
-    records: dict[str, WorkspaceRecord] = field(default_factory=dict)
-
-
-# The operation being served, if any: a workspace whose agent an operation reaches is in use
-# (its idle time starts again); the gateway's own background work does not count.
-CALL: ContextVar[Call | None] = ContextVar("CALL", default=None)
 
 
 class Service:

@@ -20,7 +20,7 @@ from .._core import FINAL_STATES
 from ..drivers.base import WorkspaceRecord
 from ..errors import ConflictError
 from ..path_view import host_path
-from ..service import PROGRESS
+from ..runtime.call import PROGRESS
 from .fields import (
     MAX_COMMAND_CHARS,
     MAX_FILE_BYTES,

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidArgumentError, validation_error
 from ..path_view import shown
 from ..policy import WORKSPACE_ROOT
-from ..service import CALL, Call
+from ..runtime.call import CALL, Call
 from .fields import Input, Output, path_fields
 from .limits import Surface
 from .pages import PageResult

@@ -27,7 +27,7 @@ from ..drivers.base import (
     utc_now,
 )
 from ..errors import ConflictError, UpstreamError, WorkspaceError
-from ..service import ANSWER_BY
+from ..runtime.call import ANSWER_BY
 from .fields import IdempotencyKey, Input, Output, SnapshotId, WorkspaceId
 from .lifecycle import (
     SnapshotPlan,

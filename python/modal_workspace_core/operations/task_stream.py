@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import policy
 from ..errors import WorkspaceError
-from ..service import PROGRESS, Reporter
+from ..runtime.call import PROGRESS, Reporter
 
 if TYPE_CHECKING:
     from ..service import Service

@@ -23,7 +23,8 @@ from .. import __version__
 from ..config import Settings
 from ..errors import WorkspaceError
 from ..operations import OPERATIONS, Operation, call, offered, operation, parse_request
-from ..service import PROGRESS, Reporter, Service
+from ..runtime.call import PROGRESS, Reporter
+from ..service import Service
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 

@@ -16,6 +16,7 @@ import modal
 
 from ...errors import InvalidArgumentError, core_refusal
 from ...policy import image_id, image_name, image_packages
+from ...runtime.call import PROGRESS
 
 __all__ = ["ImageRequest", "build_progress", "image_request", "with_packages"]
 
@@ -97,9 +98,6 @@ async def build_progress(
     reporter (an MCP call's, when the surface has one) hears that the layer is being built, then
     every `every` seconds that it still is (Modal builds it inside the create call, the first
     time only), and when the sandbox was made. Nothing without packages or without a reporter."""
-    # The service's per-call reporter; imported here, as the service imports the drivers.
-    from ...service import PROGRESS
-
     report = PROGRESS.get()
     layers = request.layers()
     if report is None or not layers:

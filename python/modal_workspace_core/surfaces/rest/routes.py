@@ -29,7 +29,8 @@ from ...operations.pages import PageResult
 from ...operations.run import in_call
 from ...operations.table import RawReply
 from ...path_view import shown
-from ...service import ANSWER_BY, Service
+from ...runtime.call import ANSWER_BY
+from ...service import Service
 from .fit import fit_json
 
 

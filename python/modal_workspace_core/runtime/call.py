@@ -1,0 +1,40 @@
+"""The context of the call being served: what an operation learns on its way, when its surface
+must answer, and where its progress goes.
+
+A leaf module: any layer (the drivers included) may read it, and it imports nothing of the package
+but the drivers' contract, so reading it never closes an import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from ..drivers.base import WorkspaceRecord
+
+__all__ = ["ANSWER_BY", "CALL", "PROGRESS", "Call", "Reporter"]
+
+# Set by a transport that can carry progress (MCP over SSE) for the duration of one call:
+# long-running handlers report (bytes of output so far, the latest line) through it.
+Reporter = Callable[[float, str], Awaitable[None]]
+PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
+# The monotonic time by which the current call's surface must answer (GPT Actions gives up at
+# 45 s): every agent request of the call ends by then, whatever its own deadline.
+ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
+
+
+@dataclass
+class Call:
+    """What the operation being served learns on its way (shared with the tasks it starts)."""
+
+    # The snapshots it resumed suspended workspaces from: its answer says so (`resumed_from`).
+    resumed: list[str] = field(default_factory=list)
+    # The records it read, by workspace: one operation reads each workspace's record once (on
+    # Modal each read is a lookup and a tag read); what it changes it replaces or forgets.
+    records: dict[str, WorkspaceRecord] = field(default_factory=dict)
+
+
+# The operation being served, if any: a workspace whose agent an operation reaches is in use
+# (its idle time starts again); the gateway's own background work does not count.
+CALL: ContextVar[Call | None] = ContextVar("CALL", default=None)
