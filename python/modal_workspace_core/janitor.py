@@ -30,13 +30,25 @@ from typing import TYPE_CHECKING
 
 from .drivers.base import LifecycleNote, SnapshotKind, SuspendReason, WorkspaceRecord, utc_now
 from .errors import WorkspaceError
+from .operations.lifecycle import take_snapshot
 
 if TYPE_CHECKING:
     from .service import Service
 
-__all__ = ["Janitor"]
+__all__ = ["Janitor", "start_sweep"]
 
 log = logging.getLogger(__name__)
+
+# The service's claim on its one sweep: held for its life, so a second start is a no-op.
+_SWEEP_CLAIM = "lifecycle-sweep"
+
+
+def start_sweep(svc: Service) -> None:
+    """Starts the sweep among `svc`'s background work (cancelled when it closes), unless the
+    settings turn it off; once per service, however many times the serving app starts."""
+    if svc.settings.janitor_seconds <= 0 or not svc.claim(_SWEEP_CLAIM):
+        return
+    svc.spawn(Janitor(svc).run())
 
 
 def _parse(stamp: str | None) -> datetime | None:
@@ -134,8 +146,6 @@ class Janitor:
         return since
 
     async def _snapshot(self, ws: str, kind: SnapshotKind) -> str:
-        from .operations.lifecycle import take_snapshot
-
         return (await take_snapshot(self.svc, ws, kind, label=f"{kind} (lifecycle)")).snapshot_id
 
     async def _suspend(self, ws: str, reason: SuspendReason, kind: SnapshotKind, why: str) -> None:

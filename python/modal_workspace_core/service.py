@@ -89,7 +89,6 @@ class Service:
         # its first use in this process, since the process started.
         self._last_used: dict[str, float] = {}
         self._started = time.monotonic()
-        self._janitor_started = False
         self._closed = False
 
     def caller_error(self, exc: BaseException) -> WorkspaceError:
@@ -457,15 +456,6 @@ class Service:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    def start_lifecycle(self) -> None:
-        """Starts the lifecycle sweep (`janitor.py`) unless the settings turn it off; once."""
-        if self.settings.janitor_seconds <= 0 or self._janitor_started:
-            return
-        from .janitor import Janitor  # it drives operations, which build on this module
-
-        self._janitor_started = True
-        self.spawn(Janitor(self).run())
 
     def end_waits(self) -> None:
         """Answers the long-polls waiting on every open channel now, with what they have (a

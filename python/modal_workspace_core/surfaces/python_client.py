@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from ..config import Settings, load_settings
 from ..drivers import Driver
 from ..errors import InvalidArgumentError, NotFoundError
+from ..janitor import start_sweep
 from ..operations import OPERATIONS, Operation, call, operation, parse_request
 from ..operations import artifact_transfer as transfer
 from ..operations.artifacts import (
@@ -86,7 +87,7 @@ class Workspaces:
             else Service.open(self._settings)
         )
         # While the block runs, its workspaces' lifetimes and idle limits hold as on a server.
-        self._service.start_lifecycle()
+        start_sweep(self._service)
         return self
 
     async def __aexit__(

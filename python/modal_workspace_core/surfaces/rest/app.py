@@ -25,6 +25,7 @@ from ...errors import (
     WorkspaceError,
     invalid_from_details,
 )
+from ...janitor import start_sweep
 from ...operations import OPERATIONS, actions_operations, artifact_transfer
 from ...operations.fields import ErrorResponse
 from ...service import Service
@@ -121,7 +122,7 @@ def create_app(
             # A serving gateway also sweeps its workspaces' lifecycle (idle, lifetime, expiry),
             # and says what the sweep did on its own.
             log_package_to_stderr()
-            service.start_lifecycle()
+            start_sweep(service)
             try:
                 yield
             finally:
