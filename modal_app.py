@@ -93,7 +93,7 @@ app = modal.App(APP_NAME, image=gateway_image())
 def build_gateway() -> Any:
     """The gateway's ASGI app on the Modal driver, configured from the environment."""
     from modal_workspace_core.config import load_settings
-    from modal_workspace_core.service import Service
+    from modal_workspace_core.operations import open_service
     from modal_workspace_core.surfaces.rest.app import create_app
 
     settings = load_settings(driver="modal")
@@ -102,7 +102,7 @@ def build_gateway() -> Any:
             f"no bearer token: add MODAL_WORKSPACE_MCP_TOKEN to the Modal Secret {SECRET_NAME!r}"
         )
     return create_app(
-        Service.open(settings),
+        open_service(settings),
         settings.tokens,
         host="0.0.0.0",
         allowed_hosts=settings.allowed_hosts,

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 from modal_workspace_core.config import ConfigError, load_settings
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest import app as api
 from modal_workspace_core.surfaces.rest.app import create_app, token_matches
 from service_support import OTHER_TOKEN, TOKEN, RecordingDriver
@@ -19,7 +19,7 @@ from service_support import OTHER_TOKEN, TOKEN, RecordingDriver
 
 @pytest.fixture(scope="module")
 def app() -> FastAPI:
-    return create_app(Service(RecordingDriver(), load_settings({})), [TOKEN, OTHER_TOKEN])
+    return create_app(new_service(RecordingDriver(), load_settings({})), [TOKEN, OTHER_TOKEN])
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_tokens_are_compared_with_compare_digest_against_every_token(
 
 def test_an_app_without_tokens_cannot_be_built() -> None:
     with pytest.raises(ValueError, match="token"):
-        create_app(Service(RecordingDriver(), load_settings({})), [])
+        create_app(new_service(RecordingDriver(), load_settings({})), [])
 
 
 def test_tokens_come_from_the_variable_comma_separated_and_from_a_file(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from modal_workspace_core import _core, policy
 from modal_workspace_core.config import ConfigError, load_settings, setting_error
 from modal_workspace_core.errors import InvalidArgumentError, PermissionDeniedError, core_refusal
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
@@ -26,7 +26,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def shared() -> tuple[RecordingDriver, FastAPI]:
     driver = RecordingDriver()
     settings = load_settings({"MODAL_WORKSPACE_ALLOWED_SECRETS": "github"})
-    return driver, create_app(Service(driver, settings), [TOKEN])
+    return driver, create_app(new_service(driver, settings), [TOKEN])
 
 
 @pytest.fixture

@@ -12,9 +12,8 @@ import pytest
 from fastapi import FastAPI
 from modal_workspace_core._core import StreamKind
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.operations import OPERATIONS
+from modal_workspace_core.operations import OPERATIONS, new_service
 from modal_workspace_core.policy import new_id
-from modal_workspace_core.service import Service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
@@ -23,7 +22,7 @@ METHODS = {"get", "put", "post", "delete", "patch"}
 
 @pytest.fixture(scope="module")
 def app() -> FastAPI:
-    return create_app(Service(RecordingDriver(), load_settings({})), [TOKEN])
+    return create_app(new_service(RecordingDriver(), load_settings({})), [TOKEN])
 
 
 @pytest.fixture
@@ -110,7 +109,7 @@ async def test_servers_come_from_the_request(client: httpx2.AsyncClient) -> None
 
 async def test_servers_follow_the_headers_of_a_trusted_proxy() -> None:
     settings = load_settings({"MODAL_WORKSPACE_TRUSTED_PROXIES": "127.0.0.1"})
-    app = create_app(Service(RecordingDriver(), settings), [TOKEN])
+    app = create_app(new_service(RecordingDriver(), settings), [TOKEN])
     transport = httpx2.ASGITransport(app=app, client=("127.0.0.1", 4321))
     async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
         proxied = await c.get("/action-openapi.json", headers=PROXY_HEADERS)
@@ -119,7 +118,7 @@ async def test_servers_follow_the_headers_of_a_trusted_proxy() -> None:
 
 async def test_servers_are_the_configured_public_url() -> None:
     settings = load_settings({"MODAL_WORKSPACE_PUBLIC_URL": "https://gw.example.com/"})
-    app = create_app(Service(RecordingDriver(), settings), [TOKEN])
+    app = create_app(new_service(RecordingDriver(), settings), [TOKEN])
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
         schema = (await c.get("/action-openapi.json", headers=PROXY_HEADERS)).json()

@@ -12,7 +12,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest.app import create_app
 from schemathesis.checks import (
     content_type_conformance,
@@ -31,7 +31,7 @@ local = pytest.importorskip("modal_workspace_core.drivers.local.driver")
 _ROOT = tempfile.mkdtemp(prefix="mwc-schemathesis-")
 atexit.register(shutil.rmtree, _ROOT, True)
 _APP = create_app(
-    Service(local.LocalDriver(data_root=_ROOT), load_settings({}, data_root=_ROOT)),
+    new_service(local.LocalDriver(data_root=_ROOT), load_settings({}, data_root=_ROOT)),
     [TOKEN],
     close_service=False,
 )

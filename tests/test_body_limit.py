@@ -10,7 +10,7 @@ import httpx2
 import pytest
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import LimitError
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest.app import create_app
 from modal_workspace_core.surfaces.rest.body_limit import MAX_REQUEST_BYTES, BodyLimit
 from service_support import TOKEN, RecordingDriver
@@ -73,7 +73,7 @@ async def test_a_body_that_grows_past_the_bound_fails_its_read() -> None:
 
 async def test_the_api_refuses_an_oversized_body_with_413_and_calls_no_driver() -> None:
     driver = RecordingDriver()
-    app = create_app(Service(driver, load_settings({})), [TOKEN])
+    app = create_app(new_service(driver, load_settings({})), [TOKEN])
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://t", headers=AUTH) as c:
         big = b'{"path": "a", "content": "' + b"x" * MAX_REQUEST_BYTES + b'"}'

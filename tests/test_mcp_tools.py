@@ -12,8 +12,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.operations import OPERATIONS, offered
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import OPERATIONS, new_service, offered
 from modal_workspace_core.surfaces.mcp import INSTRUCTIONS
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver, serving
@@ -37,7 +36,7 @@ def driver() -> RecordingDriver:
 
 @pytest.fixture
 async def base_url(driver: RecordingDriver) -> AsyncIterator[str]:
-    app = create_app(Service(driver, load_settings({})), [TOKEN])
+    app = create_app(new_service(driver, load_settings({})), [TOKEN])
     async with serving(app) as url:
         yield url
 

@@ -20,7 +20,7 @@ from modal_control_plane import ControlPlane, modal_control_plane
 from modal_control_plane.state import ImageRecord
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.modal.channel_key import channel_key
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
@@ -222,7 +222,7 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
     monkeypatch.setenv("MODAL_WORKSPACE_MCP_TOKEN", "a-deployment-token")
     monkeypatch.setenv("MODAL_WORKSPACE_DATA_ROOT", str(tmp_path))
     module = _load(monkeypatch)
-    import modal_workspace_core.service as service_module
+    import modal_workspace_core.runtime.service as service_module
 
     made: list[Any] = []
     create_driver = service_module.create_driver
@@ -241,7 +241,7 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
     workspace = "ws-" + "0" * 32
     assert secret is not None
     assert made[0]._channel_key(workspace) == channel_key(secret, workspace)
-    local = create_app(Service(RecordingDriver(), load_settings({})), [TOKEN])
+    local = create_app(new_service(RecordingDriver(), load_settings({})), [TOKEN])
     assert _paths(gateway) == _paths(local)
     assert {"/healthz", "/action-openapi.json", "/mcp", "/api/workspaces"} <= _paths(gateway)
     transport = httpx2.ASGITransport(app=gateway)

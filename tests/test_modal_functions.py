@@ -17,9 +17,9 @@ from modal_control_plane.functions import RawOutput
 from modal_proto import api_pb2
 from modal_workspace_core.config import ConfigError, load_settings
 from modal_workspace_core.errors import WorkspaceError
-from modal_workspace_core.operations import call, operation, parse_input
+from modal_workspace_core.operations import call, new_service, operation, parse_input
 from modal_workspace_core.operations.limits import Surface
-from modal_workspace_core.service import Service
+from modal_workspace_core.runtime.service import Service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 
@@ -30,7 +30,7 @@ HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def service(allowed: str = ALLOWED, **env: str) -> Service:
-    return Service(
+    return new_service(
         RecordingDriver(), load_settings({"MODAL_WORKSPACE_ALLOWED_FUNCTIONS": allowed, **env})
     )
 
@@ -157,7 +157,7 @@ async def test_a_denial_names_the_setting_and_not_the_allowed_functions(
 async def test_everything_is_off_by_default_and_refused_before_any_call(
     plane: ControlPlane,
 ) -> None:
-    svc = Service(RecordingDriver(), load_settings({}))
+    svc = new_service(RecordingDriver(), load_settings({}))
     calls = [
         ("function_call", {"app_name": "ml", "function_name": "predict"}),
         ("function_spawn", {"app_name": "ml", "function_name": "predict"}),

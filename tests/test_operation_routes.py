@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from modal_workspace_core.config import load_settings
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import RecordingDriver
 from starlette.types import Message
@@ -55,7 +55,7 @@ async def request(
 
 def app_on_a_recording_driver() -> tuple[Any, RecordingDriver]:
     driver = RecordingDriver()
-    return create_app(Service(driver, load_settings({})), [TOKEN]), driver
+    return create_app(new_service(driver, load_settings({})), [TOKEN]), driver
 
 
 async def test_an_operation_route_answers_its_json() -> None:

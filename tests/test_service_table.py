@@ -13,8 +13,8 @@ import pytest
 from fastapi.routing import APIRoute
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import InvalidArgumentError
-from modal_workspace_core.operations import OPERATIONS, parse_input
-from modal_workspace_core.service import Service
+from modal_workspace_core.operations import OPERATIONS, new_service, parse_input
+from modal_workspace_core.runtime.service import Service
 from modal_workspace_core.surfaces.mcp import build_server
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
@@ -94,7 +94,7 @@ EXPECTED = {
 def service() -> Service:
     # With a function allowlisted, so that every operation is offered (the function ones are
     # absent from MCP otherwise: tests/test_modal_functions.py).
-    return Service(
+    return new_service(
         RecordingDriver(), load_settings({"MODAL_WORKSPACE_ALLOWED_FUNCTIONS": "app/fn"})
     )
 

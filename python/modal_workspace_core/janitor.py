@@ -33,7 +33,7 @@ from .errors import WorkspaceError
 from .operations.lifecycle import take_snapshot
 
 if TYPE_CHECKING:
-    from .service import Service
+    from .runtime.service import Service
 
 __all__ = ["Janitor", "start_sweep"]
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from ..drivers.base import WorkspaceRecord
     from ..policy import GitHubRepo
-    from ..service import Service
+    from ..runtime.service import Service
 
 
 Permission = Literal["read", "write"]

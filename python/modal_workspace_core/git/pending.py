@@ -23,7 +23,7 @@ from ..policy import WORKSPACE_ROOT
 from .commands import repo_dir
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 log = logging.getLogger("modal_workspace_core.repo")
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from ..config import Settings
 from ..errors import InvalidArgumentError
-from ..git.pending import resume_pending
-from ..service import Service
 from . import (
     artifacts,
     execs,
@@ -21,7 +19,7 @@ from . import (
     watches,
     workspaces,
 )
-from .lifecycle import resume_suspended
+from .hooks import new_service, open_service
 from .run import call, parse_input, parse_request, run
 from .table import Hints, Operation
 
@@ -31,7 +29,9 @@ __all__ = [
     "Operation",
     "actions_operations",
     "call",
+    "new_service",
     "offered",
+    "open_service",
     "operation",
     "parse_input",
     "parse_request",
@@ -56,12 +56,6 @@ OPERATIONS: tuple[Operation, ...] = tuple(
     for op in domain.declare.operations
 )
 _BY_NAME = {op.name: op for op in OPERATIONS}
-
-# Work owed to a workspace whenever this process first reaches its agent: repo bookkeeping a
-# restarted gateway left unfinished.
-Service.on_first_connect = (resume_pending,)
-# A suspended workspace resumes when an operation needs it.
-Service.resume_suspended = resume_suspended
 
 
 # The most operations GPT Actions accepts in one schema.

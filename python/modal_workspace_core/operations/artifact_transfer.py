@@ -27,7 +27,7 @@ from ..policy import WORKSPACE_ROOT
 from .table import RawReply
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 # One frame carries at most 4 MiB with its header (`_core` frames): chunks stay well inside.
 CHUNK_BYTES = 3 * 1024 * 1024

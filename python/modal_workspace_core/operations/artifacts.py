@@ -32,7 +32,7 @@ from .limits import Bound
 from .table import READ, REWRITE, WS, Declarations, RawReply, RawRest
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

@@ -28,7 +28,7 @@ from .limits import Bound
 from .table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

@@ -24,7 +24,7 @@ from .limits import Bound, Bounds
 from .table import Declarations, Hints
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

@@ -23,7 +23,7 @@ from .execs import git_query
 from .task_stream import TaskStream
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 __all__ = [
     "SnapshotPlan",

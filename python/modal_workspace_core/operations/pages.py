@@ -27,7 +27,7 @@ from .fields import (
 from .limits import Bound, Bounds
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 PAGE_LOOP = (
     "Loop: cursor=0, then each page's next_cursor, until done is true. Use wait_seconds=25 (it "

@@ -37,7 +37,7 @@ from .table import DESTROY, NETWORK, READ, WS, Declarations
 
 if TYPE_CHECKING:
     from ..drivers.base import WorkspaceRecord
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

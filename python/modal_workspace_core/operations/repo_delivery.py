@@ -40,7 +40,7 @@ from .table import PUBLISH, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..drivers.base import WorkspaceRecord
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 log = logging.getLogger("modal_workspace_core.repo")

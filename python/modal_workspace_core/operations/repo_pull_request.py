@@ -19,7 +19,7 @@ from .repo_delivery import LAST_PUSH_TAG
 from .table import PUBLISH_ONCE, WS, Declarations
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

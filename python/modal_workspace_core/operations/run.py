@@ -18,7 +18,7 @@ from .limits import Surface
 from .pages import PageResult
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
     from .table import Operation
 
 T = TypeVar("T")

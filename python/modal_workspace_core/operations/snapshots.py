@@ -43,7 +43,7 @@ from .task_stream import TaskStream
 from .workspaces import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

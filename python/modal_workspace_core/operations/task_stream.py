@@ -23,7 +23,7 @@ from ..errors import WorkspaceError
 from ..runtime.call import PROGRESS, Reporter
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 log = logging.getLogger("modal_workspace_core.operations")
 

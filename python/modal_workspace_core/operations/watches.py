@@ -12,7 +12,7 @@ from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
 from .table import FW, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

@@ -32,7 +32,7 @@ from .lifecycle import take_snapshot
 from .table import DESTROY, READ, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
-    from ..service import Service
+    from ..runtime.service import Service
 
 declare = Declarations()
 

@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ..service import Service
+    # Imported only to serve, on purpose: `modal-workspace token` needs none of the server
+    # (FastAPI, the MCP server, the drivers) and starts without loading it.
+    from ..operations import open_service
     from .http_listen import ListenError, listen
     from .http_serving import serve
     from .rest.app import create_app
@@ -100,7 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
         minted = mint_token()
         tokens = [minted]
     try:
-        service = Service.open(settings)
+        service = open_service(settings)
     except WorkspaceError as exc:
         # A driver checks its own settings (isolation, the Modal ones) when it starts: say what
         # is wrong in one line, as for the settings above, instead of a traceback.

@@ -24,7 +24,7 @@ from ..config import Settings
 from ..errors import WorkspaceError
 from ..operations import OPERATIONS, Operation, call, offered, operation, parse_request
 from ..runtime.call import PROGRESS, Reporter
-from ..service import Service
+from ..runtime.service import Service
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 

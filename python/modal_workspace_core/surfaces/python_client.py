@@ -31,7 +31,15 @@ from ..config import Settings, load_settings
 from ..drivers import Driver
 from ..errors import InvalidArgumentError, NotFoundError
 from ..janitor import start_sweep
-from ..operations import OPERATIONS, Operation, call, operation, parse_request
+from ..operations import (
+    OPERATIONS,
+    Operation,
+    call,
+    new_service,
+    open_service,
+    operation,
+    parse_request,
+)
 from ..operations import artifact_transfer as transfer
 from ..operations.artifacts import (
     ArtifactDownload,
@@ -46,7 +54,7 @@ from ..operations.pages import Event, EventPage
 from ..operations.workspaces import TerminateResult, WorkspaceListResult
 from ..operations.workspaces import Workspace as WorkspaceInfo
 from ..path_view import shown
-from ..service import Service
+from ..runtime.service import Service
 
 __all__ = ["Workspace", "WorkspaceCreation", "Workspaces"]
 
@@ -82,9 +90,9 @@ class Workspaces:
 
     async def __aenter__(self) -> Workspaces:
         self._service = (
-            Service(self._driver, self._settings)
+            new_service(self._driver, self._settings)
             if self._driver is not None
-            else Service.open(self._settings)
+            else open_service(self._settings)
         )
         # While the block runs, its workspaces' lifetimes and idle limits hold as on a server.
         start_sweep(self._service)

@@ -30,7 +30,7 @@ from ...operations.run import in_call
 from ...operations.table import RawReply
 from ...path_view import shown
 from ...runtime.call import ANSWER_BY
-from ...service import Service
+from ...runtime.service import Service
 from .fit import fit_json
 
 
