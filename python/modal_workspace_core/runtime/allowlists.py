@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import policy
-from .._core import PolicyError
 from ..config import Settings
 from ..drivers.base import Driver, ExecSecret, WorkspaceSecrets, secret_source
 from ..drivers.mounts import volume_mount
-from ..errors import PermissionDeniedError, from_policy_error
+from ..errors import PermissionDeniedError, core_refusal
 
 __all__ = ["Allowlists"]
 
@@ -51,10 +50,8 @@ class Allowlists:
         return self.secrets.for_exec(name, "GH_TOKEN", as_env)
 
     def _check_secret(self, name: str, field: str) -> None:
-        try:
+        with core_refusal(field):
             policy.allowed(name, self.settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS")
-        except PolicyError as exc:
-            raise from_policy_error(exc, field) from None
 
     def volumes(self, volumes: Mapping[str, str]) -> dict[str, str]:
         """The allowlisted volumes by their checked mount path; refuses any other."""
@@ -62,11 +59,9 @@ class Allowlists:
         for mount, name in volumes.items():
             field = f"volumes[{mount[:32]}]"
             path = volume_mount(mount, field)
-            try:
+            with core_refusal(field):
                 policy.allowed(
                     name, self.settings.allowed_volumes, "MODAL_WORKSPACE_ALLOWED_VOLUMES"
                 )
-            except PolicyError as exc:
-                raise from_policy_error(exc, field) from None
             checked[path] = name
         return checked
