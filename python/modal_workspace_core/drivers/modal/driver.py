@@ -24,7 +24,9 @@ import modal
 import modal.exception
 
 from ..._core import CHANNEL_KEEPALIVE_SECONDS
+from ...channel.client import AgentClient
 from ...errors import (
+    AgentError,
     ConflictError,
     NotFoundError,
     UpstreamError,
@@ -62,7 +64,6 @@ from .secret_env import delete_secret_env, make_secret_env
 from .snapshots import delete_image
 
 if TYPE_CHECKING:
-    from ...channel.client import AgentClient
     from ...config import Settings
 
 __all__ = ["ModalDriver", "ModalSettings"]
@@ -418,8 +419,6 @@ class ModalDriver(ModalLifecycle):
         Right after create the daemon may not be listening yet (`connect` then exits at once):
         that is retried, with a growing pause, for `agent_start_seconds`.
         """
-        from ...channel.client import AgentClient, AgentError
-
         deadline = time.monotonic() + self.settings.agent_start_seconds
         pause = 0.1
         while True:
