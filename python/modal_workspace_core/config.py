@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ._core import CHANNEL_KEEPALIVE_SECONDS
-from .errors import core_refusal
+from .errors import WorkspaceError, core_refusal
 from .policy import (
     author_email,
     author_name,
@@ -593,9 +593,9 @@ def _load_mib(env: Mapping[str, str], name: str, default: int | None, least: int
 
 
 def _load_modal(env: Mapping[str, str]) -> ModalSettings:
-    # Imported here: the Modal section's parsing lives with the Modal driver (no SDK import).
+    # Imported here, on purpose: the Modal section's parsing lives with the Modal driver, whose
+    # modules load the Modal SDK, which a gateway on another driver never needs.
     from .drivers.modal.config import ModalSettings
-    from .errors import WorkspaceError
 
     try:
         return ModalSettings.from_env(env)

@@ -5,6 +5,9 @@ Not a driver's: workspaces live behind the driver contract, while these calls ne
 credentials in the gateway's environment, so they work on either driver (a local-driver
 gateway with a Modal token calls functions as well as a Modal-deployed one). Which names may be
 called is decided before this module is reached (`operations/functions.py`).
+
+The Modal SDK is imported inside the functions that call it, on purpose: the operations import
+this module on every gateway, and one that never calls a function never loads the SDK.
 """
 
 from __future__ import annotations

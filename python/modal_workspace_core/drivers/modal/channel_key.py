@@ -22,6 +22,8 @@ def resolve_channel_secret(configured: bytes | None) -> bytes:
     """The configured secret, else one derived from the Modal token secret this process uses."""
     if configured:
         return configured
+    # Imported here, on purpose: only this fallback reads the SDK's configuration, and the
+    # keys themselves (`channel_key`) need no SDK.
     import modal.config
 
     token_secret = modal.config.config.get("token_secret")
