@@ -18,7 +18,7 @@ from pathlib import Path
 
 import modal
 
-from ... import __version__
+from ..._core import __version__
 from .wheel_stage import WHEEL_DIR, Checkout, LocalWheel, WheelSource, find_checkout
 
 __all__ = [

@@ -1,0 +1,271 @@
+"""The Python package's layers, held by its imports (docs/architecture.md, "The Python layers").
+
+A short walk of every module's imports, as written (`ast`, nothing imported):
+- a module imports only modules of its own layer or below, when it loads;
+- the modules' load-time imports have no circle;
+- an import inside a function is one of the few that load something heavy only where it is
+  needed (`LAZY`, each with why), never one that dodges a circle;
+- no module but `errors.py` catches the core's `PolicyError` (`errors.core_refusal` translates);
+- the documented layers are these, in this order, and the documented layout names every module.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import modal_workspace_core
+
+PACKAGE = "modal_workspace_core"
+ROOT = Path(modal_workspace_core.__file__).parent
+ARCHITECTURE = ROOT.parent.parent / "docs" / "architecture.md"
+
+# Bottom first. A module is in the layer of the longest prefix that names it ("" is the package
+# root: the public names, served from the layers below on first use).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("core", ("_core", "errors", "policy", "config", "ring", "agent")),
+    ("transport", ("channel", "drivers", "path_view", "modal_functions", "runtime.call")),
+    ("runtime", ("runtime",)),
+    ("operations", ("operations", "git")),
+    ("serving", ("", "surfaces", "janitor")),
+]
+
+# Imports of a layer above, for annotations alone (under TYPE_CHECKING), each with why.
+TYPED_UPWARD: dict[tuple[str, str], str] = {
+    ("config", "drivers.modal.config"): "Settings holds the Modal section, whose type the Modal "
+    "driver defines; config.py reads every setting once, that section's included",
+}
+
+# Imports inside a function, each loading something only where it is needed.
+LAZY: dict[tuple[str, str], str] = {
+    ("config", "drivers.modal.config"): "the Modal SDK, only when the Modal driver is chosen",
+    ("drivers", "drivers.local"): "a driver, once chosen",
+    ("drivers", "drivers.local.snapshots"): "a driver, once chosen",
+    ("drivers", "drivers.modal.driver"): "a driver, once chosen (and with it the Modal SDK)",
+    ("surfaces.cli", "operations"): "the server, for `modal-workspace serve` alone",
+    ("surfaces.cli", "surfaces.http_listen"): "the server, for `modal-workspace serve` alone",
+    ("surfaces.cli", "surfaces.http_serving"): "the server, for `modal-workspace serve` alone",
+    ("surfaces.cli", "surfaces.rest.app"): "the server, for `modal-workspace serve` alone",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str
+    target: str
+    line: int
+    where: str  # "load", "typing" (under TYPE_CHECKING) or "function"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    found["_core"] = ROOT / "_core.pyi"
+    return found
+
+
+def _target(module: str, node: ast.ImportFrom, is_package: bool, known: set[str]) -> list[str]:
+    if node.level == 0:
+        base = (node.module or "").split(".")
+        if base[0] != PACKAGE:
+            return []
+        base = base[1:]
+    else:
+        here = module.split(".") if module else []
+        if not is_package:
+            here = here[:-1]
+        base = here[: len(here) - (node.level - 1)] + (
+            node.module.split(".") if node.module else []
+        )
+    prefix = ".".join(base)
+    out = []
+    for alias in node.names:
+        name = f"{prefix}.{alias.name}" if prefix else alias.name
+        out.append(name if name in known else prefix)
+    return out
+
+
+def imports() -> Iterator[Import]:
+    known = modules()
+    for module, path in known.items():
+        if path.suffix == ".pyi":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        yield from _walk(module, tree.body, "load", path.name == "__init__.py", set(known))
+
+
+def _walk(
+    module: str, body: list[ast.stmt], where: str, is_package: bool, known: set[str]
+) -> Iterator[Import]:
+    for node in body:
+        if isinstance(node, ast.ImportFrom):
+            for target in _target(module, node, is_package, known):
+                while target not in known and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target != module:
+                    yield Import(module, target, node.lineno, where)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(PACKAGE + "."):
+                    yield Import(module, alias.name[len(PACKAGE) + 1 :], node.lineno, where)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from _walk(module, node.body, "typing", is_package, known)
+            yield from _walk(module, node.orelse, where, is_package, known)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield from _walk(module, node.body, "function", is_package, known)
+        elif isinstance(node, ast.ClassDef):
+            yield from _walk(module, node.body, where, is_package, known)
+        else:
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    stmts = [s for s in inner if isinstance(s, ast.stmt)]
+                    for handler in (h for h in inner if isinstance(h, ast.ExceptHandler)):
+                        stmts.extend(handler.body)
+                    yield from _walk(module, stmts, where, is_package, known)
+
+
+def layer(module: str) -> int:
+    best, best_len = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = module == prefix or (prefix and module.startswith(prefix + "."))
+            if matches and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    assert best is not None, f"{module} is in no layer: give it one in LAYERS (and the docs)"
+    return best
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in modules():
+        layer(module)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = [
+        f"{i.source} (line {i.line}) imports {i.target}: "
+        f"{LAYERS[layer(i.source)][0]} -> {LAYERS[layer(i.target)][0]}"
+        for i in imports()
+        if i.where != "function"
+        and layer(i.target) > layer(i.source)
+        and not (i.where == "typing" and (i.source, i.target) in TYPED_UPWARD)
+    ]
+    assert upward == []
+
+
+def test_the_imports_a_module_loads_with_have_no_circle() -> None:
+    edges: dict[str, set[str]] = {}
+    for i in imports():
+        if i.where == "load":
+            edges.setdefault(i.source, set()).add(i.target)
+    circles = [c for c in _strongly_connected(edges) if len(c) > 1]
+    assert circles == []
+
+
+def test_an_import_inside_a_function_loads_something_heavy_and_says_why() -> None:
+    inside = {(i.source, i.target) for i in imports() if i.where == "function"}
+    assert inside - set(LAZY) == set(), "an import hides in a function: put it at the top"
+    # The list keeps up with the code: nothing stays listed once it moved.
+    assert set(LAZY) - inside == set()
+
+
+def test_only_the_error_model_catches_the_cores_refusals() -> None:
+    catching = []
+    for module, path in modules().items():
+        if path.suffix == ".pyi" or module == "errors":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            handler = isinstance(node, ast.ExceptHandler) and node.type is not None
+            if handler and "PolicyError" in ast.unparse(node.type):  # type: ignore[attr-defined]
+                catching.append(f"{module}:{node.lineno}")
+    assert catching == [], "run the rule inside errors.core_refusal instead"
+
+
+def test_the_documented_layers_are_these_in_this_order() -> None:
+    text = ARCHITECTURE.read_text()
+    match = re.search(
+        r"The Python layers, each importing only those below it:(.*?)\n\n", text, re.S
+    )
+    assert match is not None, "docs/architecture.md lost its paragraph on the layers"
+    paragraph = match.group(1)
+    chain = paragraph.split(". ")[0]  # the first sentence: top -> ... -> bottom
+    named = re.findall(r"`([a-z_/]+?)(?:\.py|/)?`", chain)
+    levels = [layer(name.strip("/").replace("/", ".")) for name in named]
+    assert named, chain
+    assert levels == sorted(levels, reverse=True), (named, levels)
+    assert set(levels) == set(range(len(LAYERS))), (named, levels)
+
+
+def test_every_path_the_documented_layout_names_exists() -> None:
+    """The layout block of docs/architecture.md: each name under its parent (two spaces a level),
+    files and folders alike, is there in the checkout."""
+    text = ARCHITECTURE.read_text()
+    block = text.split("## 3. Layout", 1)[1].split("```", 2)[1]
+    checkout = ARCHITECTURE.parent.parent
+    parents: list[Path] = []
+    missing = []
+    for line in block.splitlines():
+        stripped = line.lstrip(" ")
+        indent = len(line) - len(stripped)
+        if not stripped or indent > 2 * len(parents):
+            continue  # an explanation's second line
+        names = stripped.split("  ", 1)[0].strip()
+        parents = parents[: indent // 2]
+        base = parents[-1] if parents else checkout
+        for name in (n.strip() for n in names.split(",")):
+            if not (base / name.rstrip("/")).exists():
+                missing.append(str((base / name).relative_to(checkout)))
+        if names.endswith("/"):
+            parents.append(base / names.rstrip("/"))
+    assert missing == []
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                found.append(sorted(component))
+    return found
