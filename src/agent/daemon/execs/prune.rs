@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::execs::Entry;
 use super::meta::is_final;
+use super::registry::Entry;
 
 /// How many ended execs a daemon keeps unless `--max-ended-execs` says otherwise.
 pub const DEFAULT_MAX_ENDED_EXECS: usize = 1000;

@@ -10,12 +10,12 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::askpass::Credentials;
-use super::exec_io::{InputJob, PageRead};
-use super::exec_steps::StepRules;
+use super::io::{InputJob, PageRead};
 use super::meta::{ExecMeta, PtyMeta};
 use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
+use super::steps::StepRules;
+use crate::agent::daemon::askpass::Credentials;
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::ops::{internal, policy as policy_error, CancelRequest, StartRequest};
 use crate::agent::ops::{InputRequest, ReadRequest, ResizeRequest};
@@ -218,7 +218,7 @@ impl ExecRegistry {
         let exec = self.supervisor.spawn(spec, sink);
         let _ = record.exec.set(exec.clone());
         let (input_tx, input_rx) = mpsc::unbounded_channel();
-        tokio::spawn(super::exec_io::pump_input(exec.clone(), input_rx));
+        tokio::spawn(super::io::pump_input(exec.clone(), input_rx));
         let announcer = Arc::clone(&record);
         let pruner = self.pruner();
         tokio::spawn(async move {
