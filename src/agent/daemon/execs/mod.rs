@@ -1,6 +1,7 @@
 //! The exec registry: every exec this daemon started or found on disk, with its record, its
 //! durable log and its stdin queue. The daemon's `exec.*` ops all go through [`ExecRegistry`].
 
+mod entry;
 mod io;
 mod meta;
 mod prune;

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use super::entry::{Entries, Entry};
 use super::io::{InputJob, PageRead};
 use super::meta::{ExecMeta, PtyMeta};
 use super::prune::Pruner;
@@ -23,12 +24,6 @@ use crate::agent::process::{Redactor, Supervisor};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy;
 
-pub(super) struct Entry {
-    pub(super) record: Arc<ExecRecord>,
-    /// Stdin jobs of this exec, written by one task in order; `None` when it never ran here.
-    pub(super) input: Option<mpsc::UnboundedSender<InputJob>>,
-}
-
 pub(crate) struct ExecRegistry {
     dir: PathBuf,
     /// How each step of a request becomes a spec (paths, identities, credentials).
@@ -38,7 +33,7 @@ pub(crate) struct ExecRegistry {
     budget: Arc<LogBudget>,
     /// Secret values every exec inherits from the daemon's environment: redacted from all.
     inherited_secrets: Vec<String>,
-    pub(super) entries: Arc<Mutex<HashMap<String, Entry>>>,
+    pub(super) entries: Entries,
     /// How many ended execs are kept (see `prune`).
     max_ended: usize,
 }
