@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
+use super::config::SupervisorConfig;
 use super::exec::ExecShared;
 use super::fdio::FdIo;
 use super::group::terminate_group;
@@ -17,7 +18,6 @@ use super::spawn::{launch, Launched};
 use super::spec::{ExecSpec, Identity, MAX_REPORT_BYTES};
 use super::status::{ExecState, ExitStatus};
 use super::stdin::{pump, StdinMsg};
-use super::supervisor::SupervisorConfig;
 
 pub(crate) struct RunContext {
     pub(crate) shared: Arc<ExecShared>,
