@@ -9,6 +9,9 @@ pub mod host_tree;
 pub mod policy;
 pub mod ring;
 
+#[cfg(test)]
+mod tests;
+
 #[cfg(feature = "python")]
 mod bindings;
 

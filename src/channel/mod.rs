@@ -12,4 +12,4 @@ pub use decoder::{FeedError, FrameDecoder};
 pub use frame::{Frame, FrameError, FrameKind, FrameRef, MAX_FRAME_BYTES};
 
 #[cfg(test)]
-mod server_tests;
+mod tests;

@@ -166,7 +166,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
         #[test]
         fn parsed_entries_are_valid_and_unique(text in any::<String>()) {

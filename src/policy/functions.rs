@@ -250,7 +250,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
         #[test]
         fn parsed_allowlists_hold_valid_unique_names(text in any::<String>()) {

@@ -223,7 +223,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
         #[test]
         fn check_id_never_panics_and_accepts_only_canonical_ids(kind in "ws|ex|fw|sn|tk|[a-z]{0,3}", text in any::<String>()) {

@@ -53,11 +53,14 @@ pub use tags::{
 };
 pub use tar_entry::{TarEntry, TarKind, TarLimits, TarPlan};
 
-/// How many cases each property test runs: ~2000 by default, `PROPTEST_CASES` for longer runs.
 #[cfg(test)]
-fn test_cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000)
+mod tests {
+    /// How many cases each property test of the policies runs: ~2000 by default,
+    /// `PROPTEST_CASES` for longer runs (`make fuzz`).
+    pub(super) fn test_cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2000)
+    }
 }

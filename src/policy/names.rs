@@ -147,7 +147,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
         #[test]
         fn env_name_never_panics_and_is_canonical(text in any::<String>()) {

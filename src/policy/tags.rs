@@ -414,7 +414,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
         #[test]
         fn accepted_tags_have_the_documented_shape(

@@ -9,8 +9,6 @@ mod page;
 mod ready;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_wait;
 mod writer;
 
 use std::collections::VecDeque;

@@ -468,6 +468,49 @@ mod tests {
         assert!(page.contains(r#""state":null,"returncode":null"#), "{page}");
     }
 
+    /// A ring whose budget has let go of its oldest events: `(ring, first kept seq)`.
+    fn ring_past_its_budget() -> (EventRing, u64) {
+        let ring = EventRing::new(500, None).unwrap();
+        for i in 0..40u32 {
+            let line = format!("line {i}\n");
+            ring.append(EventType::Stdout, Some(line.as_bytes()), &Map::new())
+                .unwrap();
+        }
+        let first = ring.read(0, 1, 0, false).unwrap().first_seq;
+        assert!(first > 3, "the budget evicted a few events");
+        (ring, first)
+    }
+
+    #[test]
+    fn a_reader_that_missed_exactly_one_event_learns_it() {
+        let (ring, first) = ring_past_its_budget();
+        let missed = first - 1;
+        // Seq n holds "line {n - 1}": the one event missed, as the command wrote it.
+        let lost = format!("line {}\n", missed - 1).len() as u64;
+        let page = ring.read(missed - 1, 100, 0, false).unwrap();
+        assert!(
+            page.cursor_expired,
+            "event {missed} is gone and was never read"
+        );
+        assert_eq!((page.dropped_events, page.dropped_bytes), (1, lost));
+        assert_eq!(
+            page.events[0].seq(),
+            first,
+            "continues from the oldest kept"
+        );
+    }
+
+    #[test]
+    fn a_reader_at_the_oldest_kept_event_has_missed_nothing() {
+        let (ring, first) = ring_past_its_budget();
+        for cursor in [first - 1, first] {
+            let page = ring.read(cursor, 100, 0, false).unwrap();
+            assert!(!page.cursor_expired, "cursor {cursor} lost nothing");
+            assert_eq!((page.dropped_events, page.dropped_bytes), (0, 0));
+            assert_eq!(page.events[0].seq(), cursor + 1);
+        }
+    }
+
     #[test]
     fn envelope_length_matches_the_json() {
         let page = Page {

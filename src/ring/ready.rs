@@ -106,3 +106,136 @@ impl EventRing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ring::tests::out;
+
+    /// A callback for `on_ready` that reports on a channel.
+    fn report(tx: &std::sync::mpsc::Sender<u64>, value: u64) -> ReadyCallback {
+        let tx = tx.clone();
+        Box::new(move || {
+            let _ = tx.send(value);
+        })
+    }
+
+    #[test]
+    fn ready_callbacks_run_once_an_event_passes_their_cursor() {
+        let ring = Arc::new(EventRing::new(1 << 16, None).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(ring.on_ready(0, report(&tx, 1)).is_some());
+        assert!(ring.on_ready(1, report(&tx, 2)).is_some());
+        out(&ring, b"first");
+        assert_eq!(
+            rx.try_recv(),
+            Ok(1),
+            "ran on the appending thread, before append returned"
+        );
+        assert!(rx.try_recv().is_err(), "cursor 1 is not passed by seq 1");
+        let appender = {
+            let ring = Arc::clone(&ring);
+            thread::spawn(move || out(&ring, b"second"))
+        };
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(2));
+        appender.join().unwrap();
+        out(&ring, b"third");
+        assert!(rx.try_recv().is_err(), "a callback runs once");
+    }
+
+    #[test]
+    fn ready_callbacks_are_not_kept_when_the_ring_is_already_ready() {
+        let ring = EventRing::new(1 << 16, None).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        out(&ring, b"x");
+        assert!(ring.on_ready(0, report(&tx, 1)).is_none());
+        ring.close();
+        assert!(ring.on_ready(1, report(&tx, 2)).is_none());
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn closing_runs_ready_callbacks() {
+        let ring = EventRing::new(1 << 16, None).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        ring.on_ready(0, report(&tx, 7));
+        ring.close();
+        assert_eq!(rx.try_recv(), Ok(7));
+    }
+
+    #[test]
+    fn a_forgotten_callback_never_runs() {
+        let ring = EventRing::new(1 << 16, None).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let id = ring.on_ready(0, report(&tx, 1)).unwrap();
+        let kept = ring.on_ready(0, report(&tx, 2)).unwrap();
+        assert!(ring.forget_waiter(id));
+        assert!(!ring.forget_waiter(id));
+        out(&ring, b"x");
+        assert_eq!(rx.try_recv(), Ok(2));
+        assert!(rx.try_recv().is_err());
+        assert!(!ring.forget_waiter(kept), "it already ran");
+    }
+
+    #[test]
+    fn a_ready_callback_runs_with_the_ring_unlocked() {
+        // It may append to the very ring that woke it: with a lock still held this would deadlock.
+        let ring = Arc::new(EventRing::new(1 << 16, None).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let inner = Arc::clone(&ring);
+        ring.on_ready(
+            0,
+            Box::new(move || {
+                let seq = out(&inner, b"from the callback");
+                let _ = tx.send(seq);
+            }),
+        );
+        assert_eq!(out(&ring, b"x"), 1);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(2));
+        assert_eq!(ring.last_seq(), 2);
+    }
+
+    #[test]
+    fn every_callback_registered_by_many_threads_runs_exactly_once() {
+        let ring = Arc::new(EventRing::new(1 << 20, None).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let registrars: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (ring, tx) = (Arc::clone(&ring), tx.clone());
+                thread::spawn(move || {
+                    for i in 0..500 {
+                        let value = t * 1000 + i;
+                        let cursor = ring.last_seq();
+                        if ring.on_ready(cursor, report(&tx, value)).is_none() {
+                            let _ = tx.send(value); // already ready: the caller goes on itself
+                        }
+                    }
+                })
+            })
+            .collect();
+        let appender = {
+            let ring = Arc::clone(&ring);
+            thread::spawn(move || {
+                for _ in 0..3000 {
+                    out(&ring, b"x");
+                }
+            })
+        };
+        for registrar in registrars {
+            registrar.join().unwrap();
+        }
+        appender.join().unwrap();
+        ring.close();
+        drop(tx);
+        let mut seen: Vec<u64> = rx.iter().collect();
+        seen.sort_unstable();
+        let expected: Vec<u64> = (0..4u64)
+            .flat_map(|t| (0..500).map(move |i| t * 1000 + i))
+            .collect();
+        assert_eq!(seen, expected);
+    }
+}

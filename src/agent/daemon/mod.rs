@@ -5,16 +5,11 @@ mod agent_env;
 mod archive_ops;
 mod askpass;
 mod command_home;
-mod exec_io;
-mod exec_steps;
 mod execs;
 mod file_ops;
 mod fs_user;
 pub mod launch_config;
 mod lock;
-mod meta;
-mod prune;
-mod record;
 mod service;
 mod tasks;
 mod watches;
@@ -32,7 +27,7 @@ use crate::agent::files::Workspace;
 use crate::agent::process::{agent_base_env, Supervisor, SupervisorConfig};
 use crate::agent::watch::DEFAULT_MAX_WATCHES;
 use crate::channel::server;
-pub use prune::DEFAULT_MAX_ENDED_EXECS;
+pub use execs::DEFAULT_MAX_ENDED_EXECS;
 pub use service::Daemon;
 
 /// The variable that tells `mwc-agent askpass` where the daemon answers.
@@ -406,6 +401,3 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
         .create(dir)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
-
-#[cfg(test)]
-mod tests;

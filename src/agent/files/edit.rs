@@ -117,7 +117,7 @@ fn to_crlf(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::Sandbox;
+    use super::super::tests::Sandbox;
     use super::super::FileErrorKind;
     use super::*;
 

@@ -104,7 +104,7 @@ fn collect(
 #[cfg(test)]
 mod tests {
     use super::super::stat::EntryKind;
-    use super::super::test_support::Sandbox;
+    use super::super::tests::Sandbox;
     use super::*;
 
     fn paths(listing: &Listing) -> Vec<&str> {

@@ -41,8 +41,6 @@ pub(crate) mod sys;
 mod write;
 
 #[cfg(test)]
-mod test_support;
-#[cfg(test)]
 mod tests;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

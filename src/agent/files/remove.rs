@@ -104,7 +104,7 @@ pub(crate) fn remove_tree(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::Sandbox;
+    use super::super::tests::Sandbox;
     use super::super::FileErrorKind;
 
     #[test]

@@ -78,7 +78,7 @@ impl Workspace {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::Sandbox;
+    use super::super::tests::Sandbox;
     use super::*;
 
     #[test]

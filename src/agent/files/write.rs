@@ -226,7 +226,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Instant;
 
-    use super::super::test_support::{Sandbox, SetOnDrop, RACE_BOUND};
+    use super::super::tests::{Sandbox, SetOnDrop, RACE_BOUND};
     use super::*;
 
     #[test]

@@ -5,6 +5,7 @@
 //! handle (state, stdin, resize, cancel, wait) and hands output to the caller's [`OutputSink`].
 //! [`Redactor`] removes known secret values from a byte stream before it is stored.
 
+mod config;
 mod confine;
 mod exec;
 mod fdio;
@@ -23,6 +24,7 @@ mod supervisor;
 #[cfg(test)]
 mod tests;
 
+pub use config::{agent_base_env, SupervisorConfig, DEFAULT_DRAIN_TIMEOUT};
 pub use confine::{CommandUser, Confinement, Limit};
 pub use exec::Exec;
 pub use redact::{Redactor, REDACTED};
@@ -33,4 +35,4 @@ pub use spec::{
 };
 pub use status::{ExecState, ExecStatus, ExitStatus};
 pub use stdin::{StdinError, STDIN_CHUNK, STDIN_QUEUE_CHUNKS};
-pub use supervisor::{agent_base_env, Supervisor, SupervisorConfig, DEFAULT_DRAIN_TIMEOUT};
+pub use supervisor::Supervisor;

@@ -1,71 +1,16 @@
-//! The supervisor: configuration shared by all execs (base environment, orphan adoption, output
-//! drain time) and `spawn`, which starts one exec's task and returns its handle.
+//! The supervisor: owns the configuration shared by all execs (see `config`) and the reaper, and
+//! `spawn`, which starts one exec's task and returns its handle.
 
-use std::ffi::OsString;
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::confine::Confinement;
+use super::config::SupervisorConfig;
 use super::exec::{Exec, ExecShared};
 use super::reaper::{reaper, Reaper};
 use super::run::{run, RunContext};
 use super::sink::OutputSink;
 use super::spec::ExecSpec;
 use super::stdin::StdinQueue;
-
-/// How long output is still read after the leader has exited, when a background process keeps
-/// the pipes open.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
-
-#[derive(Debug, Clone)]
-pub struct SupervisorConfig {
-    /// The environment of every `Identity::Workspace` step starts from this (then gets its
-    /// spec's `env`).
-    pub base_env: Vec<(OsString, OsString)>,
-    /// The environment of every `Identity::Agent` step starts from this, and nothing else of
-    /// the process's or the workspace's environment (see [`agent_base_env`]).
-    pub agent_env: Vec<(OsString, OsString)>,
-    /// Make this process a child subreaper (`PR_SET_CHILD_SUBREAPER`) and reap every child,
-    /// orphaned grandchildren included. Right for the agent daemon, which owns all children of
-    /// its process; wrong for a process where other code spawns children and waits for them
-    /// itself (their statuses would be collected here). Once on, it stays on for the process.
-    pub adopt_orphans: bool,
-    /// See [`DEFAULT_DRAIN_TIMEOUT`].
-    pub drain_timeout: Duration,
-    /// The user and limits every command starts with.
-    pub confinement: Confinement,
-    /// The user and limits of the agent's own steps (`Identity::Agent`).
-    pub agent_confinement: Confinement,
-}
-
-impl Default for SupervisorConfig {
-    /// The daemon's settings: the current environment, orphans adopted.
-    fn default() -> Self {
-        Self {
-            base_env: std::env::vars_os().collect(),
-            agent_env: agent_base_env(std::path::Path::new("/nonexistent")),
-            adopt_orphans: true,
-            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
-            confinement: Confinement::default(),
-            agent_confinement: Confinement::default(),
-        }
-    }
-}
-
-/// The fixed environment of agent-identity steps: a system PATH, a UTF-8 locale, `home` as HOME,
-/// and no terminal prompts. Nothing here comes from the workspace.
-pub fn agent_base_env(home: &std::path::Path) -> Vec<(OsString, OsString)> {
-    vec![
-        (
-            "PATH".into(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-        ),
-        ("LANG".into(), "C.UTF-8".into()),
-        ("HOME".into(), home.as_os_str().to_owned()),
-        ("GIT_TERMINAL_PROMPT".into(), "0".into()),
-    ]
-}
 
 /// Starts and owns execs. Cheap to clone.
 #[derive(Clone)]
@@ -106,5 +51,39 @@ impl Supervisor {
         };
         tokio::spawn(run(context));
         Exec { shared }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Many execs at once: each gets exactly its own bytes and its own exit code.
+
+    use crate::agent::process::tests::{supervisor, wait, CollectSink};
+    use crate::agent::process::{ExecSpec, ExecState, ExitStatus};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn test_two_hundred_concurrent_execs_each_get_their_own_output_and_exit_code() {
+        let supervisor = supervisor();
+        let script =
+            r#"for j in $(seq 1 50); do echo "o$N-$j"; echo "e$N-$j" >&2; done; exit $((N % 100))"#;
+        let mut running = Vec::new();
+        for n in 0..200 {
+            let sink = CollectSink::new();
+            let spec = ExecSpec::argv(["bash", "-c", script]).env("N", n.to_string());
+            running.push((n, supervisor.spawn(spec, sink.clone()), sink));
+        }
+        for (n, exec, sink) in running {
+            let status = wait(&exec).await;
+            sink.assert_contract(&status);
+            assert_eq!(status.state, ExecState::Finished, "exec {n}");
+            assert_eq!(status.exit, Some(ExitStatus::Code(n % 100)), "exec {n}");
+            let expected = |tag: &str| {
+                (1..=50)
+                    .map(|j| format!("{tag}{n}-{j}\n"))
+                    .collect::<String>()
+            };
+            assert_eq!(sink.stdout(), expected("o"), "exec {n}");
+            assert_eq!(sink.stderr(), expected("e"), "exec {n}");
+        }
     }
 }

@@ -6,10 +6,6 @@ mod page;
 mod receive;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_pins;
-#[cfg(test)]
-mod tests_streams;
 mod wire;
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! The channel's handshake and request/response handling, against frames built by hand as an
-//! agent would send them (the stream cache has its own tests).
+//! agent would send them. The stream cache is tested beside its code (receive.rs, cache.rs).
 
 use super::*;
 use crate::channel::FrameKind;

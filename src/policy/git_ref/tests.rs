@@ -177,7 +177,7 @@ fn agrees_with_git_check_ref_format() {
         return;
     }
     let mut runner = TestRunner::new(Config {
-        cases: crate::policy::test_cases(),
+        cases: crate::policy::tests::test_cases(),
         failure_persistence: None,
         ..Config::default()
     });
@@ -213,7 +213,7 @@ fn agrees_with_git_check_ref_format() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+    #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
     #[test]
     fn never_panics_and_accepted_names_are_returned_unchanged(text in any::<String>()) {

@@ -135,7 +135,7 @@ fn is_inside(root: &str, out: &str) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+    #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
     #[test]
     fn never_panics_on_arbitrary_text(root in any::<String>(), path in any::<String>()) {

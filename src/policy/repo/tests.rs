@@ -193,7 +193,7 @@ fn repo_like() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+    #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
     #[test]
     fn never_panics_on_arbitrary_text(text in any::<String>()) {

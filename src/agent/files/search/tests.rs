@@ -1,7 +1,7 @@
 //! Search, specified as tests: `.gitignore` is honoured, every bound holds, binary files and
 //! symlinks out of the root are skipped.
 
-use super::super::test_support::Sandbox;
+use super::super::tests::Sandbox;
 use super::{GlobQuery, GrepQuery, SearchResult};
 
 fn paths(result: &SearchResult) -> Vec<&str> {

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
-use super::exec_steps::redact_text;
 use super::meta::{is_final, ExecMeta, ReportMeta, REPORT_FILE};
+use super::steps::redact_text;
 use crate::agent::exec_log::{write_atomically, ExecLog};
 use crate::agent::process::{
     Exec, ExecState, ExecStatus, ExitStatus, OutputSink, Redactor, SinkFuture, StepReport, Stream,

@@ -7,8 +7,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::askpass::{Credential, Credentials};
 use super::meta::StepMeta;
+use crate::agent::daemon::askpass::{Credential, Credentials};
 use crate::agent::ops::{policy as policy_error, under_root};
 use crate::agent::ops::{StepCredential, StepProgram, StepRequest};
 use crate::agent::process::{ExecSpec, Identity, PidSlot, Redactor};

@@ -1,14 +1,6 @@
-//! Behaviour of supervised execs, checked with real processes. Shared helpers live here; tests
-//! that need the process-wide subreaper run in a fresh process of this test binary.
-
-mod cancel;
-mod concurrency;
-mod failures;
-mod output;
-mod pty;
-mod reap;
-mod stdin;
-mod steps;
+//! Fixtures for the tests of supervised execs beside each file of this module (real processes):
+//! a sink that records everything and checks its contract, a supervisor that adopts no orphans,
+//! and a fresh process of this test binary for tests that need the process-wide subreaper.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

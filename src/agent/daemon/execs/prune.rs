@@ -3,12 +3,7 @@
 //! stay bounded however many execs a workspace runs. A running exec is never pruned; a pruned
 //! one answers `not_found`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
-use parking_lot::Mutex;
-
-use super::execs::Entry;
+use super::entry::{Entries, Entry};
 use super::meta::is_final;
 
 /// How many ended execs a daemon keeps unless `--max-ended-execs` says otherwise.
@@ -17,7 +12,7 @@ pub const DEFAULT_MAX_ENDED_EXECS: usize = 1000;
 /// Prunes the registry's ended execs down to `max_ended`; cheap to clone into a task.
 #[derive(Clone)]
 pub(super) struct Pruner {
-    pub(super) entries: Arc<Mutex<HashMap<String, Entry>>>,
+    pub(super) entries: Entries,
     pub(super) max_ended: usize,
 }
 

@@ -10,24 +10,19 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::askpass::Credentials;
-use super::exec_io::{InputJob, PageRead};
-use super::exec_steps::StepRules;
+use super::entry::{Entries, Entry};
+use super::io::{InputJob, PageRead};
 use super::meta::{ExecMeta, PtyMeta};
 use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
+use super::steps::StepRules;
+use crate::agent::daemon::askpass::Credentials;
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::ops::{internal, policy as policy_error, CancelRequest, StartRequest};
 use crate::agent::ops::{InputRequest, ReadRequest, ResizeRequest};
 use crate::agent::process::{Redactor, Supervisor};
 use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::policy;
-
-pub(super) struct Entry {
-    pub(super) record: Arc<ExecRecord>,
-    /// Stdin jobs of this exec, written by one task in order; `None` when it never ran here.
-    pub(super) input: Option<mpsc::UnboundedSender<InputJob>>,
-}
 
 pub(crate) struct ExecRegistry {
     dir: PathBuf,
@@ -38,7 +33,7 @@ pub(crate) struct ExecRegistry {
     budget: Arc<LogBudget>,
     /// Secret values every exec inherits from the daemon's environment: redacted from all.
     inherited_secrets: Vec<String>,
-    pub(super) entries: Arc<Mutex<HashMap<String, Entry>>>,
+    pub(super) entries: Entries,
     /// How many ended execs are kept (see `prune`).
     max_ended: usize,
 }
@@ -218,7 +213,7 @@ impl ExecRegistry {
         let exec = self.supervisor.spawn(spec, sink);
         let _ = record.exec.set(exec.clone());
         let (input_tx, input_rx) = mpsc::unbounded_channel();
-        tokio::spawn(super::exec_io::pump_input(exec.clone(), input_rx));
+        tokio::spawn(super::io::pump_input(exec.clone(), input_rx));
         let announcer = Arc::clone(&record);
         let pruner = self.pruner();
         tokio::spawn(async move {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::execs::ExecRegistry;
 use super::meta::{is_final, ExecMeta};
+use super::registry::ExecRegistry;
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::ops::{Args, CancelRequest, StartRequest};
 use crate::agent::process::{Supervisor, SupervisorConfig};
