@@ -143,7 +143,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
         #[test]
         fn the_patterns_accept_what_the_rules_accept(text in "(fc-|ap-)?[A-Za-z0-9._/-]{0,70}") {
             let call = regex::Regex::new(&function_call_id_pattern()).unwrap();

@@ -146,7 +146,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::policy::test_cases()))]
+        #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
         #[test]
         fn the_pattern_accepts_exactly_what_the_check_accepts(
             text in "(ws|ex|fw|sn|tk|xx)-[0-9a-fA-F]{30,34}",
