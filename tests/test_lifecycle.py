@@ -141,10 +141,14 @@ def test_an_expired_snapshot_is_deleted_by_the_sweep_and_the_workspace_says_so(
     def listed() -> list[str]:
         return [s["snapshot_id"] for s in ok(api.get(f"/workspaces/{ws}/snapshots"))["snapshots"]]
 
-    until("the expired snapshot deleted", lambda: listed() == [kept["snapshot_id"]])
-    notes = ok(api.get(f"/workspaces/{ws}"))["lifecycle"]
-    assert [n["action"] for n in notes] == ["snapshot_deleted"]
-    assert expiring["snapshot_id"] in notes[0]["detail"]
+    def notes() -> list[dict[str, str]]:
+        return list(ok(api.get(f"/workspaces/{ws}"))["lifecycle"])
+
+    # The sweep deletes the snapshot, then writes its note: wait for both.
+    until("the expired snapshot deleted", lambda: listed() == [kept["snapshot_id"]] and notes())
+    notes_now = notes()
+    assert [n["action"] for n in notes_now] == ["snapshot_deleted"]
+    assert expiring["snapshot_id"] in notes_now[0]["detail"]
     with contextlib.suppress(FileNotFoundError):
         assert not record.exists()
 
