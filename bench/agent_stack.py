@@ -172,15 +172,34 @@ def wait_for_http(port: int, process: subprocess.Popen[bytes], log: Path, path: 
         time.sleep(0.1)
 
 
+@dataclass
+class Server:
+    """An HTTP server the benchmark started: where it listens, and its process (for /proc)."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+
+    def memory(self) -> tuple[int, int]:
+        return proc_memory(self.process.pid)
+
+
 @contextlib.contextmanager
 def gateway() -> Iterator[int]:
+    """`gateway_server()`'s port."""
+    with gateway_server() as server:
+        yield server.port
+
+
+@contextlib.contextmanager
+def gateway_server(serve: Path = SERVE) -> Iterator[Server]:
     """`modal-workspace serve` on the local driver at 127.0.0.1 (unisolated: bubblewrap wraps
-    the daemon only, not the data path); ends its workspaces, then itself."""
+    the daemon only, not the data path); ends its workspaces, then itself. `serve` may be
+    another checkout's command, to compare two versions of the gateway in one run."""
     with temp_dir() as base:
         port, log = free_port(), base / "gateway.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_WORKSPACE_")}
         env |= {"MODAL_WORKSPACE_MCP_TOKEN": TOKEN, "MODAL_WORKSPACE_ISOLATION": "none"}
-        argv = [str(SERVE), "serve", "--host", "127.0.0.1", "--port", str(port)]
+        argv = [str(serve), "serve", "--host", "127.0.0.1", "--port", str(port)]
         argv += ["--driver", "local", "--data-root", str(base / "data")]
         with log.open("wb") as out:
             process = subprocess.Popen(
@@ -188,7 +207,7 @@ def gateway() -> Iterator[int]:
             )
         try:
             wait_for_http(port, process, log, "/healthz")
-            yield port
+            yield Server(port, process)
         finally:
             # The workspaces' daemons outlive the server by design: end them first.
             with contextlib.suppress(OSError, RuntimeError, http.client.HTTPException):
@@ -201,6 +220,13 @@ def gateway() -> Iterator[int]:
 
 @contextlib.contextmanager
 def baseline_rest(argv: list[str], mode: str = "rest") -> Iterator[int]:
+    """`baseline_server()`'s port."""
+    with baseline_server(argv, mode) as server:
+        yield server.port
+
+
+@contextlib.contextmanager
+def baseline_server(argv: list[str], mode: str = "rest") -> Iterator[Server]:
     """A baseline server piping `argv`'s stdout to long-polls: FastAPI/uvicorn (`rest`), or
     the standard library's `http.server` (`stdlib`)."""
     with temp_dir() as base:
@@ -210,6 +236,6 @@ def baseline_rest(argv: list[str], mode: str = "rest") -> Iterator[int]:
             process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         try:
             wait_for_http(port, process, log, "/docs" if mode == "rest" else "/healthz")
-            yield port
+            yield Server(port, process)
         finally:
             stop(process, signal.SIGINT)

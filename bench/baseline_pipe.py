@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -161,8 +162,17 @@ def stdlib_handler(stream: ThreadStream) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class ManyClientsServer(ThreadingHTTPServer):
+    # Hundreds of long-pollers connect at once (bench/poller_bench.py): the listen backlog of
+    # 5 would leave most of them retrying their connect for a second.
+    request_queue_size = 4096
+
+
 def serve_stdlib(port: int, argv: list[str]) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", port), stdlib_handler(ThreadStream(argv)))
+    # A descriptor per poller: lift the soft limit of 1024 to the hard one, as the gateway does.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    server = ManyClientsServer(("127.0.0.1", port), stdlib_handler(ThreadStream(argv)))
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
 
