@@ -95,13 +95,14 @@ def build_gateway() -> Any:
     from modal_workspace_core.config import load_settings
     from modal_workspace_core.operations import open_service
     from modal_workspace_core.surfaces.rest.app import create_app
+    from modal_workspace_core.surfaces.serving_gc import settle_for_serving
 
     settings = load_settings(driver="modal")
     if not settings.tokens:
         raise RuntimeError(
             f"no bearer token: add MODAL_WORKSPACE_MCP_TOKEN to the Modal Secret {SECRET_NAME!r}"
         )
-    return create_app(
+    gateway_app = create_app(
         open_service(settings),
         settings.tokens,
         host="0.0.0.0",
@@ -110,6 +111,9 @@ def build_gateway() -> Any:
         # which therefore names the deployment; clients cannot reach the container around it.
         public_scheme="https",
     )
+    # This container serves the gateway alone: its collector is set for many parked requests.
+    settle_for_serving()
+    return gateway_app
 
 
 def gateway_secrets() -> list[modal.Secret]:

@@ -3,6 +3,7 @@ from the request; the full document with every operation and our error model ins
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -105,6 +106,38 @@ async def test_servers_come_from_the_request(client: httpx2.AsyncClient) -> None
     # No proxy is trusted by default: a client cannot name the server it is told to use.
     spoofed = await client.get("/action-openapi.json", headers=PROXY_HEADERS)
     assert spoofed.json()["servers"] == [{"url": "http://127.0.0.1:8000"}]
+
+
+async def test_servers_without_a_host_header_are_where_the_server_listens(app: FastAPI) -> None:
+    # HTTP/1.0 needs no Host: the server's own address stands in, its port left out where it is
+    # the scheme's default.
+    async def schema(server: tuple[str, int]) -> Any:
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "http_version": "1.0",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/action-openapi.json",
+            "raw_path": b"/action-openapi.json",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [],
+            "client": ("10.0.0.9", 5555),
+            "server": server,
+        }
+        await app(scope, receive, send)
+        return json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+    assert (await schema(("10.0.0.1", 8080)))["servers"] == [{"url": "http://10.0.0.1:8080"}]
+    assert (await schema(("10.0.0.1", 80)))["servers"] == [{"url": "http://10.0.0.1"}]
 
 
 async def test_servers_follow_the_headers_of_a_trusted_proxy() -> None:

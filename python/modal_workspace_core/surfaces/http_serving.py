@@ -30,6 +30,7 @@ from .rest.connection_guard import (
     connection_cap,
     raise_fd_limit,
 )
+from .serving_gc import settle_for_serving
 
 # A held write is joined with the next one only while both are small (a head and a page); a
 # large body goes out as it is, after what was held, rather than be copied to join them.
@@ -198,6 +199,7 @@ def serve(
         server_header=False,
     )
     server = StoppingServer(config, unfinished, on_stop)
+    settle_for_serving()
     # uvicorn raises the signal that stopped it again once it is done (SIGINT as
     # KeyboardInterrupt): the stop is the one the user asked for, not an error.
     with contextlib.suppress(KeyboardInterrupt):

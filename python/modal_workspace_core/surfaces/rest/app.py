@@ -7,6 +7,7 @@ shape, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at `/mcp/
 from __future__ import annotations
 
 import hmac
+import inspect
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,6 +32,7 @@ from ...operations.fields import ErrorResponse
 from ...runtime.service import Service
 from ..mcp import McpEndpoint
 from .body_limit import BodyLimit
+from .dispatch import OperationDispatch
 from .forwarded import TrustedProxyHeaders
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
@@ -38,6 +40,16 @@ from .routes import OperationRoute, OperationServer, bytes_response, endpoint, r
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 
 PROTECTED_PREFIXES = ("/api", "/mcp")
+
+
+# FastAPI's own OpenTelemetry hooks (in the versions that have them) ask the providers on every
+# request whether anyone listens, reading the environment each time: a share of a woken
+# long-poll's CPU (bench/README.md, "Many pollers"). The gateway keeps its own access log.
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 
 def token_matches(header: bytes | None, tokens: Sequence[bytes]) -> bool:
@@ -136,6 +148,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        **_NO_TELEMETRY,
     )
     error_responses: dict[int | str, dict[str, Any]] = {
         status: {"model": ErrorResponse, "description": text}
@@ -175,7 +188,7 @@ def create_app(
 
     @app.get("/action-openapi.json", include_in_schema=False)
     async def action_openapi(request: Request) -> JSONResponse:
-        public = service.settings.public_url or _server_url(request, public_scheme)
+        public = service.settings.public_url or _server_url(request.scope, public_scheme)
         wanted = actions_operations(service.settings)
         return JSONResponse(actions_schema(app.openapi(), public, wanted))
 
@@ -215,6 +228,8 @@ def create_app(
     raw_uploads = [
         (op.method, "/api" + op.path) for op in OPERATIONS if op.raw and op.raw.request_media
     ]
+    # Innermost of these: the operation routes, served ahead of FastAPI's router (dispatch.py).
+    app.add_middleware(OperationDispatch, servers=servers)
     app.add_middleware(
         BodyLimit, raw_routes=raw_uploads, raw_max_bytes=service.settings.artifact_max_bytes
     )
@@ -238,7 +253,7 @@ class LinkBase:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        base = self.public_url or _server_url(Request(scope), self.scheme)
+        base = self.public_url or _server_url(scope, self.scheme)
         token = artifact_transfer.LINK_BASE.set(base)
         try:
             await self.app(scope, receive, send)
@@ -246,13 +261,29 @@ class LinkBase:
             artifact_transfer.LINK_BASE.reset(token)
 
 
-def _server_url(request: Request, public_scheme: str | None) -> str:
+def _server_url(scope: Scope, public_scheme: str | None) -> str:
     """The base URL as the client reached it. Proxy headers are there only when a trusted proxy
-    sent them (`TrustedProxyHeaders`, which also set the scheme from `X-Forwarded-Proto`)."""
-    headers = request.headers
-    host = headers.get("x-forwarded-host") or headers.get("host") or request.url.netloc
-    host = host.split(",")[0].strip()
-    scheme = public_scheme or request.url.scheme
+    sent them (`TrustedProxyHeaders`, which also set the scheme from `X-Forwarded-Proto`). Read
+    from the scope's headers as they are (not through a `Request`): every request pays for it."""
+    forwarded = named = None
+    for name, value in scope.get("headers", ()):
+        name = name.lower()
+        if name == b"x-forwarded-host" and forwarded is None:
+            forwarded = value.decode("latin-1")
+        elif name == b"host" and named is None:
+            named = value.decode("latin-1")
+    scheme = scope.get("scheme", "http")
+    host = (forwarded or named or _listening(scope, scheme)).split(",")[0].strip()
+    scheme = public_scheme or scheme
     if scheme not in ("http", "https"):
         scheme = "https"
     return f"{scheme}://{host}"
+
+
+def _listening(scope: Scope, scheme: str) -> str:
+    """Where the server listens, for a request without a `Host` (as Starlette's URL says it)."""
+    server = scope.get("server")
+    if not server:
+        return ""
+    host, port = server
+    return host if port == {"http": 80, "https": 443}.get(scheme) else f"{host}:{port}"

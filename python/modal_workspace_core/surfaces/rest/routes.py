@@ -84,10 +84,10 @@ class OperationServer:
         return [cls(service, op) for op in OPERATIONS]
 
     async def __call__(
-        self, query: QueryParams, body: bytes, path_params: Mapping[str, str]
+        self, query: Mapping[str, str], body: bytes, path_params: Mapping[str, str]
     ) -> str:
         # Every query field is a scalar (a test holds GET and DELETE inputs to that).
-        data = dict(query.items()) if self.in_query else _json_object(body)
+        data = dict(query) if self.in_query else _json_object(body)
         for name in data:
             if name not in self.fields:  # path parameters among them: from the path only
                 raise InvalidArgumentError(f"{name[:64]}: unknown field", field=name[:64])
