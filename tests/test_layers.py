@@ -35,13 +35,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 # Imports of a layer above, for annotations alone (under TYPE_CHECKING), each with why.
 TYPED_UPWARD: dict[tuple[str, str], str] = {
-    ("config", "drivers.modal.config"): "Settings holds the Modal section, whose type the Modal "
-    "driver defines; config.py reads every setting once, that section's included",
+    ("config.settings", "drivers.modal.config"): "Settings holds the Modal section, whose type "
+    "the Modal driver defines; config/ reads every setting once, that section's included",
 }
 
 # Imports inside a function, each loading something only where it is needed.
 LAZY: dict[tuple[str, str], str] = {
-    ("config", "drivers.modal.config"): "the Modal SDK, only when the Modal driver is chosen",
+    ("config.settings", "drivers.modal.config"): "the Modal SDK, only when the Modal driver "
+    "is chosen",
     ("drivers", "drivers.local"): "a driver, once chosen",
     ("drivers", "drivers.local.snapshots"): "a driver, once chosen",
     ("drivers", "drivers.modal.driver"): "a driver, once chosen (and with it the Modal SDK)",
