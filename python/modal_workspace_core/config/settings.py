@@ -3,8 +3,7 @@ each of them once when the server or client starts.
 
 A section is one module of this package: its variables' names, its fields and the function that
 reads them. `Settings` inherits every section's fields (so `settings.disk_mb` is the local
-section's) and holds the Modal driver's own section as `settings.modal`, which that driver
-defines and reads.
+section's) and holds the Modal driver's own section as `settings.modal`.
 """
 
 from __future__ import annotations
@@ -12,11 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import WorkspaceError
 from .access import AccessSettings, read_access
 from .allowlists import AllowlistSettings, read_allowlists
 from .artifacts import ArtifactSettings, read_artifacts
@@ -25,10 +22,8 @@ from .gateway import GatewaySettings, read_gateway
 from .github import GitHubSettings, read_github
 from .lifecycle import LifecycleSettings, read_lifecycle
 from .local import LocalSettings, read_local
-from .reading import ConfigError, Environ
-
-if TYPE_CHECKING:
-    from ..drivers.modal.config import ModalSettings
+from .modal import ModalSettings, read_modal
+from .reading import Environ
 
 __all__ = ["Settings", "load_settings"]
 
@@ -47,8 +42,8 @@ class Settings(
 
     model_config = ConfigDict(frozen=True)
 
-    # The Modal driver's section (`ModalSettings`), read when that driver is chosen.
-    modal: Any = None
+    # The Modal driver's section, read when that driver is chosen.
+    modal: ModalSettings | None = None
 
     @property
     def private_files(self) -> tuple[Path, ...]:
@@ -92,16 +87,5 @@ def load_settings(
     )
     # Each section's fields as it holds them (iterating a model yields its fields, unconverted).
     fields = {name: value for section in sections for name, value in section}
-    modal = _load_modal(env) if gateway.driver == "modal" else None
+    modal = read_modal(env, allowlists) if gateway.driver == "modal" else None
     return Settings(**fields, modal=modal)
-
-
-def _load_modal(env: Environ) -> ModalSettings:
-    # Imported here, on purpose: the Modal section's parsing lives with the Modal driver, whose
-    # modules load the Modal SDK, which a gateway on another driver never needs.
-    from ..drivers.modal.config import ModalSettings
-
-    try:
-        return ModalSettings.from_env(env)
-    except WorkspaceError as exc:
-        raise ConfigError(exc.message) from None
