@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .allowlists import AllowlistSettings
 from .reading import ConfigError, Environ
@@ -17,6 +18,7 @@ __all__ = [
     "CHANNEL_IDLE_ENV",
     "DEFAULT_IMAGE_NAME_ENV",
     "SANDBOX_APP_ENV",
+    "WHEEL_ENV",
     "ModalSettings",
     "read_modal",
 ]
@@ -25,6 +27,10 @@ SANDBOX_APP_ENV = "MODAL_WORKSPACE_SANDBOX_APP"
 # A published image (`modal-workspace image publish`) used instead of building the default.
 DEFAULT_IMAGE_NAME_ENV = "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME"
 CHANNEL_IDLE_ENV = "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS"
+# A wheel of this project (or a directory holding this version's), put into the default image
+# instead of one built from the checkout's source: the gateway's image sets it to the wheel it
+# installed (`modal_app.py`).
+WHEEL_ENV = "MODAL_WORKSPACE_WHEEL"
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class ModalSettings:
     secret_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     allowed_volumes: tuple[str, ...] = ()
     default_image_name: str | None = None
+    # The wheel the default image installs (`WHEEL_ENV`); None: built from the checkout.
+    wheel: Path | None = None
     # Seconds without traffic after which the agent channel's exec is closed.
     channel_idle_seconds: float = 60.0
     # How long `connect` keeps trying while a new sandbox's daemon starts listening.
@@ -54,12 +62,14 @@ class ModalSettings:
 
 
 def read_modal(env: Environ, allowlists: AllowlistSettings) -> ModalSettings:
+    wheel = env.get(WHEEL_ENV)
     return ModalSettings(
         app_name=env.get(SANDBOX_APP_ENV) or ModalSettings.app_name,
         allowed_secrets=allowlists.allowed_secrets,
         secret_keys=dict(allowlists.secret_keys),
         allowed_volumes=allowlists.allowed_volumes,
         default_image_name=env.get(DEFAULT_IMAGE_NAME_ENV) or None,
+        wheel=Path(wheel) if wheel else None,
         channel_idle_seconds=_idle_seconds(env.get(CHANNEL_IDLE_ENV)),
     )
 

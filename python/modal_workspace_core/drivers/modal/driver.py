@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -49,7 +50,7 @@ from .channel_key import channel_key, resolve_channel_secret
 from .default_image import DefaultImage
 from .exits import end_reason
 from .image_request import ImageRequest, build_progress, with_packages
-from .images import WheelNotFoundError
+from .images import WheelNotFoundError, wheel_source
 from .launch import Launch, start_sandbox
 from .lifecycle import ModalLifecycle
 from .lookup import Current, SandboxInfo, checked_workspace_id, latest_sandbox, list_sandboxes
@@ -120,7 +121,10 @@ class ModalDriver(ModalLifecycle):
         # lookup. A cache, never the record: dropped when this gateway ends or replaces the
         # sandbox, and when an exec on it fails (it ended some other way); then looked up.
         self._handles: dict[str, modal.Sandbox] = {}
-        self._default_image = DefaultImage()
+        # The configured wheel (`ModalSettings.wheel`), else the checkout, found at each create.
+        self._default_image = DefaultImage(
+            find=functools.partial(wheel_source, self.settings.wheel)
+        )
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
