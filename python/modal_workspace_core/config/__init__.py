@@ -3,8 +3,8 @@ the server or client starts (`load_settings`): a bad one stops the start with a 
 names its variable, and nothing is re-read per request. Secret values are held in memory only.
 
 Nothing outside this package reads a `MODAL_WORKSPACE_*` variable: the drivers and the
-operations take their settings from the `Settings` they are handed. The names below are those
-the rest of the package uses; each section's module has the rest.
+operations take their settings from the `Settings` they are handed (a test holds this). The
+names below are those the rest of the package uses; each section's module has the rest.
 """
 
 from __future__ import annotations
