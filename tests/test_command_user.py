@@ -8,6 +8,7 @@ import json
 from typing import Any, cast
 
 import pytest
+from modal_workspace_core.config import ModalSettings
 from modal_workspace_core.drivers.base import WorkspaceRecord
 from modal_workspace_core.drivers.command_user import (
     AGENT_GIT_UID,
@@ -18,7 +19,7 @@ from modal_workspace_core.drivers.command_user import (
 from modal_workspace_core.drivers.local.driver import _check_resources
 from modal_workspace_core.drivers.modal import records
 from modal_workspace_core.drivers.modal.channel_key import launch_config
-from modal_workspace_core.drivers.modal.config import ModalSettings, sandbox_options
+from modal_workspace_core.drivers.modal.sandbox_options import sandbox_options
 from modal_workspace_core.errors import InvalidArgumentError, PermissionDeniedError
 from modal_workspace_core.git import credentials
 from modal_workspace_core.policy import github_repo

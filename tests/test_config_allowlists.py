@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 from modal_workspace_core.config import ConfigError, load_settings
-from modal_workspace_core.drivers.modal.config import ModalSettings
-from modal_workspace_core.errors import InvalidArgumentError
 
 SECRETS = "MODAL_WORKSPACE_ALLOWED_SECRETS"
 VOLUMES = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
@@ -29,10 +27,14 @@ def test_secret_names_and_their_listed_variables_are_read_once() -> None:
     assert settings.allowed_volumes == ("cache",)
 
 
-def test_the_modal_driver_reads_the_same_setting_the_same_way() -> None:
-    modal = ModalSettings.from_env({SECRETS: "openai:OPENAI_API_KEY,github", VOLUMES: "a,b"})
+def test_the_modal_driver_holds_the_same_allowlists_read_once() -> None:
+    settings = load_settings(
+        {SECRETS: "openai:OPENAI_API_KEY,github", VOLUMES: "a,b"}, driver="modal"
+    )
+    modal = settings.modal
+    assert modal is not None
 
-    assert modal.allowed_secrets == ("openai", "github")
+    assert modal.allowed_secrets == settings.allowed_secrets == ("openai", "github")
     assert modal.secret_keys == {"openai": ("OPENAI_API_KEY",)}
     assert modal.allowed_volumes == ("a", "b")
 
@@ -55,8 +57,9 @@ def test_a_bad_allowlist_entry_stops_the_start_naming_the_variable(
     assert str(refused.value).startswith(f"{variable}: entry '")
     assert rule_text in str(refused.value)
 
-    with pytest.raises(InvalidArgumentError, match=variable):
-        ModalSettings.from_env({variable: value})
+    # The Modal driver's section is read from the same parse: it stops the start the same way.
+    with pytest.raises(ConfigError, match=f"^{variable}: entry '"):
+        load_settings({variable: value}, driver="modal")
 
 
 def test_local_secret_values_must_hold_the_variables_listed_for_them(tmp_path: Path) -> None:

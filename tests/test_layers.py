@@ -1,7 +1,8 @@
 """The Python package's layers, held by its imports (docs/architecture.md, "The Python layers").
 
 A short walk of every module's imports, as written (`ast`, nothing imported):
-- a module imports only modules of its own layer or below, when it loads;
+- a module imports only modules of its own layer or below, when it loads and for its
+  annotations alike;
 - the modules' load-time imports have no circle;
 - an import inside a function is one of the few that load something heavy only where it is
   needed (`LAZY`, each with why), never one that dodges a circle;
@@ -33,15 +34,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("serving", ("", "surfaces", "janitor")),
 ]
 
-# Imports of a layer above, for annotations alone (under TYPE_CHECKING), each with why.
-TYPED_UPWARD: dict[tuple[str, str], str] = {
-    ("config", "drivers.modal.config"): "Settings holds the Modal section, whose type the Modal "
-    "driver defines; config.py reads every setting once, that section's included",
-}
-
 # Imports inside a function, each loading something only where it is needed.
 LAZY: dict[tuple[str, str], str] = {
-    ("config", "drivers.modal.config"): "the Modal SDK, only when the Modal driver is chosen",
     ("drivers", "drivers.local"): "a driver, once chosen",
     ("drivers", "drivers.local.snapshots"): "a driver, once chosen",
     ("drivers", "drivers.modal.driver"): "a driver, once chosen (and with it the Modal SDK)",
@@ -153,9 +147,7 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
         f"{i.source} (line {i.line}) imports {i.target}: "
         f"{LAYERS[layer(i.source)][0]} -> {LAYERS[layer(i.target)][0]}"
         for i in imports()
-        if i.where != "function"
-        and layer(i.target) > layer(i.source)
-        and not (i.where == "typing" and (i.source, i.target) in TYPED_UPWARD)
+        if i.where != "function" and layer(i.target) > layer(i.source)
     ]
     assert upward == []
 

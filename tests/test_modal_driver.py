@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from modal_control_plane import ControlPlane, modal_control_plane
 from modal_workspace_core import policy
+from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.base import Lineage, SnapshotSpec, WorkspaceSpec
 from modal_workspace_core.drivers.modal import records
 from modal_workspace_core.drivers.modal.channel import ExecChannel
@@ -41,6 +42,13 @@ def _settings(**overrides: object) -> ModalSettings:
     }
     values.update(overrides)
     return ModalSettings(**values)  # type: ignore[arg-type]
+
+
+def _configured_wheel(path: Path) -> Path | None:
+    """The wheel as the gateway's settings read it from MODAL_WORKSPACE_WHEEL."""
+    modal = load_settings({"MODAL_WORKSPACE_WHEEL": str(path)}, driver="modal").modal
+    assert modal is not None
+    return modal.wheel
 
 
 @pytest.fixture
@@ -472,12 +480,11 @@ async def test_an_idle_channel_closes_itself_so_the_sandbox_can_idle_out(
 
 
 async def test_the_default_image_is_built_from_the_projects_wheel(
-    modal_control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    modal_control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     wheel = tmp_path / "modal_workspace_core-0.1.0-cp311-cp311-linux_x86_64.whl"
     wheel.write_bytes(b"not really a wheel, but its bytes are uploaded")
-    monkeypatch.setenv("MODAL_WORKSPACE_WHEEL", str(wheel))
-    driver = ModalDriver(_settings(default_image_name=None))
+    driver = ModalDriver(_settings(default_image_name=None, wheel=_configured_wheel(wheel)))
 
     await driver.create(new_id("ws"), WorkspaceSpec())
 
@@ -494,10 +501,10 @@ async def test_the_default_image_is_built_from_the_projects_wheel(
 
 
 async def test_without_a_wheel_or_a_named_image_create_says_what_to_do(
-    modal_control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    modal_control_plane: ControlPlane, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("MODAL_WORKSPACE_WHEEL", str(tmp_path / "missing.whl"))
-    driver = ModalDriver(_settings(default_image_name=None))
+    missing = _configured_wheel(tmp_path / "missing.whl")
+    driver = ModalDriver(_settings(default_image_name=None, wheel=missing))
 
     with pytest.raises(UpstreamError, match="MODAL_WORKSPACE_DEFAULT_IMAGE_NAME"):
         await driver.create(new_id("ws"), WorkspaceSpec())

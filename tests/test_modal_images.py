@@ -17,7 +17,7 @@ from modal_workspace_core.drivers.modal.wheel_stage import SOURCE_FILES, Checkou
 from modal_workspace_core.errors import UpstreamError
 from modal_workspace_core.policy import new_id
 from test_modal_app import wheel
-from test_modal_driver import _settings, _since
+from test_modal_driver import _configured_wheel, _settings, _since
 
 __all__ = ["modal_control_plane", "wheel"]  # the fixtures, imported for pytest to find
 
@@ -34,7 +34,7 @@ async def _create(driver: ModalDriver, plane: ControlPlane) -> Counter[str]:
 async def test_the_first_create_resolves_the_default_image_and_the_second_reuses_it(
     wheel: Path, modal_control_plane: ControlPlane
 ) -> None:
-    driver = ModalDriver(_settings(default_image_name=None))
+    driver = ModalDriver(_settings(default_image_name=None, wheel=_configured_wheel(wheel)))
 
     first = await _create(driver, modal_control_plane)
     second = await _create(driver, modal_control_plane)
@@ -61,7 +61,7 @@ async def test_the_first_create_resolves_the_default_image_and_the_second_reuses
 async def test_a_new_wheel_makes_a_new_image(
     wheel: Path, modal_control_plane: ControlPlane
 ) -> None:
-    driver = ModalDriver(_settings(default_image_name=None))
+    driver = ModalDriver(_settings(default_image_name=None, wheel=_configured_wheel(wheel)))
     await _create(driver, modal_control_plane)
 
     wheel.write_bytes(b"the next build of the project's wheel")
@@ -79,7 +79,7 @@ async def test_a_new_wheel_makes_a_new_image(
 async def test_a_failed_create_resolves_the_image_again_next_time(
     wheel: Path, modal_control_plane: ControlPlane
 ) -> None:
-    driver = ModalDriver(_settings(default_image_name=None))
+    driver = ModalDriver(_settings(default_image_name=None, wheel=_configured_wheel(wheel)))
     await _create(driver, modal_control_plane)
 
     # An allowlisted secret Modal does not hold: the create fails after the image was chosen.

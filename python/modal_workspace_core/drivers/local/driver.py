@@ -46,7 +46,7 @@ from .launch import DEFAULT_LIMITS, WORKSPACE_ID_ENV, AgentLauncher
 from .lifecycle import LocalLifecycle
 from .record import as_record, check_live, live_state, process_marker
 from .snapshots import SnapshotBudget, SnapshotStore
-from .store import WorkspaceDir, WorkspaceGone, default_data_root, remove_leftovers, remove_tree
+from .store import WorkspaceDir, WorkspaceGone, remove_leftovers, remove_tree
 
 # WORKSPACE_ID_ENV: the variable that marks a workspace's processes (by which they are found).
 __all__ = ["INSTALL_HINT", "TURNED_OFF", "WORKSPACE_ID_ENV", "IsolationMode", "LocalDriver"]
@@ -75,7 +75,7 @@ class LocalDriver(LocalLifecycle):
 
     def __init__(
         self,
-        data_root: str | os.PathLike[str] | None = None,
+        data_root: str | os.PathLike[str],
         *,
         isolation: IsolationMode = "auto",
         agent_argv: list[str] | None = None,
@@ -86,7 +86,7 @@ class LocalDriver(LocalLifecycle):
         keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS,
         snapshot_budget: SnapshotBudget | None = None,
     ) -> None:
-        """`data_root` defaults to `$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory.
+        """`data_root` holds every workspace (`Settings.data_root`).
         `isolation` (`Settings.isolation`): `auto` uses bubblewrap when it works here and warns
         once when it does not; `bwrap` requires it; `none` never isolates. `host_ports` are the
         host's loopback ports workspaces may reach, `disk_mb` each workspace's own disk (where
@@ -94,15 +94,14 @@ class LocalDriver(LocalLifecycle):
         follows). `snapshot_budget` bounds what snapshots hold on the host."""
         # How often a channel's Hello promises the agent a frame (`Settings`).
         self.keepalive_seconds = keepalive_seconds
-        self.data_root = Path(data_root) if data_root is not None else default_data_root()
-        self.data_root = self.data_root.expanduser().resolve()
+        self.data_root = Path(data_root).expanduser().resolve()
         self.data_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         remove_leftovers(self.data_root)
         # What a crash left running for sandboxes that have ended since (the watchers that end
         # it went with them); the sweep does it again while the gateway serves.
         self._end_strays()
         self.snapshots = SnapshotStore(self.data_root, snapshot_budget)
-        given = Path(data_root).expanduser() if data_root is not None else self.data_root
+        given = Path(data_root).expanduser()
         self.default_disk_mb = disk_mb
         self.snapshots.prune_leftovers()
         mode = isolation

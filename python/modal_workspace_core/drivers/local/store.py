@@ -22,17 +22,6 @@ from typing import Any
 from ... import _core
 from ...errors import UpstreamError
 
-DATA_ROOT_ENV = "MODAL_WORKSPACE_DATA_ROOT"
-
-
-def default_data_root() -> Path:
-    """`$MODAL_WORKSPACE_DATA_ROOT`, else the user's data directory (`$XDG_DATA_HOME` or
-    `~/.local/share`) + `modal-workspace`."""
-    if configured := os.environ.get(DATA_ROOT_ENV):
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "modal-workspace"
-
 
 class WorkspaceGone(LookupError):
     """The workspace's directory does not exist (any more)."""

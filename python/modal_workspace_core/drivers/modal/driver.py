@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ import modal.exception
 
 from ..._core import CHANNEL_KEEPALIVE_SECONDS
 from ...channel.client import AgentClient
+from ...config import ALLOWED_SECRETS_ENV, DEFAULT_IMAGE_NAME_ENV, ModalSettings
 from ...errors import (
     AgentError,
     ConflictError,
@@ -42,25 +44,20 @@ from ..base import (
     utc_now,
 )
 from . import records
+from .agent_argv import connect_argv
 from .channel import ChannelClient, ExecChannel
 from .channel_key import channel_key, resolve_channel_secret
-from .config import (
-    SECRETS_SETTING,
-    ModalSecrets,
-    ModalSettings,
-    SandboxOptions,
-    check_env,
-    sandbox_options,
-)
 from .default_image import DefaultImage
 from .exits import end_reason
 from .image_request import ImageRequest, build_progress, with_packages
-from .images import WheelNotFoundError
+from .images import WheelNotFoundError, wheel_source
 from .launch import Launch, start_sandbox
 from .lifecycle import ModalLifecycle
 from .lookup import Current, SandboxInfo, checked_workspace_id, latest_sandbox, list_sandboxes
 from .modal_errors import missing_objects, modal_errors
+from .sandbox_options import SandboxOptions, check_env, sandbox_options
 from .secret_env import delete_secret_env, make_secret_env
+from .secrets import ModalSecrets
 from .snapshots import delete_image
 
 if TYPE_CHECKING:
@@ -124,7 +121,10 @@ class ModalDriver(ModalLifecycle):
         # lookup. A cache, never the record: dropped when this gateway ends or replaces the
         # sandbox, and when an exec on it fails (it ended some other way); then looked up.
         self._handles: dict[str, modal.Sandbox] = {}
-        self._default_image = DefaultImage()
+        # The configured wheel (`ModalSettings.wheel`), else the checkout, found at each create.
+        self._default_image = DefaultImage(
+            find=functools.partial(wheel_source, self.settings.wheel)
+        )
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
@@ -135,7 +135,7 @@ class ModalDriver(ModalLifecycle):
                 "that name them in secret_names: %s lists no variables for them "
                 "(NAME:VAR1:VAR2 does)",
                 ", ".join(unlisted),
-                SECRETS_SETTING,
+                ALLOWED_SECRETS_ENV,
             )
         return ModalSecrets(
             settings.allowed_secrets,
@@ -340,7 +340,7 @@ class ModalDriver(ModalLifecycle):
             raise UpstreamError(
                 "upstream",
                 f"the default workspace image cannot be built: {exc}; or publish one and set "
-                "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME",
+                f"{DEFAULT_IMAGE_NAME_ENV}",
             ) from None
 
     async def get(self, workspace_id: str) -> WorkspaceRecord:
@@ -389,7 +389,7 @@ class ModalDriver(ModalLifecycle):
     async def open_channel(self, workspace_id: str) -> ExecChannel:
         """One exec of the agent's `connect` mode, as a byte stream both ways."""
         workspace_id = checked_workspace_id(workspace_id)
-        argv = self.settings.connect_argv()
+        argv = connect_argv(self.settings)
         process = None
         known = self._handles.get(workspace_id)
         if known is not None:

@@ -11,14 +11,13 @@ names it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import modal
 
 from ..._core import __version__
+from ...config import DEFAULT_IMAGE_NAME_ENV, WHEEL_ENV, ConfigError, load_settings
 from .wheel_stage import WHEEL_DIR, Checkout, LocalWheel, WheelSource, find_checkout
 
 __all__ = [
@@ -27,7 +26,6 @@ __all__ = [
     "PYTHON_VERSION",
     "UV_INSTALL",
     "WHEEL_DIR",
-    "WHEEL_ENV",
     "WheelNotFoundError",
     "base_image",
     "find_wheel",
@@ -48,8 +46,6 @@ APT_PACKAGES = (
     "wget",
 )
 PYTHON_VERSION = "3.11"
-# A wheel built elsewhere, uploaded instead of building one from the checkout's source.
-WHEEL_ENV = "MODAL_WORKSPACE_WHEEL"
 DEFAULT_IMAGE_NAME = "modal-workspace"
 UV_INSTALL = "uv pip install --system"
 
@@ -58,36 +54,29 @@ class WheelNotFoundError(FileNotFoundError):
     """No wheel of this project to put in the image; the message says how to get one."""
 
 
-def find_wheel(environ: Mapping[str, str] | None = None) -> Path | None:
-    """The wheel `$MODAL_WORKSPACE_WHEEL` names (a wheel, or a directory holding this version's
-    wheel: the gateway's image keeps the one it installed in `WHEEL_DIR`); None when unset."""
-    env = os.environ if environ is None else environ
-    explicit = env.get(WHEEL_ENV)
-    if not explicit:
+def find_wheel(configured: Path | None) -> Path | None:
+    """The wheel the settings name (`ModalSettings.wheel`, from `$MODAL_WORKSPACE_WHEEL`): a wheel,
+    or a directory holding this version's wheel (the gateway's image keeps the one it installed
+    in `WHEEL_DIR`); None when none is configured."""
+    if configured is None:
         return None
-    path = Path(explicit)
-    if path.is_dir():
-        wheels = sorted(path.glob(f"modal_workspace_core-{__version__}-*.whl"))
+    if configured.is_dir():
+        wheels = sorted(configured.glob(f"modal_workspace_core-{__version__}-*.whl"))
         if not wheels:
             raise WheelNotFoundError(
-                f"{WHEEL_ENV} names {path}, which holds no wheel of version {__version__}"
+                f"{WHEEL_ENV} names {configured}, which holds no wheel of version {__version__}"
             )
         return wheels[-1]
-    if not path.is_file():
-        raise WheelNotFoundError(f"{WHEEL_ENV} names {path}, which is not a file")
-    return path
+    if not configured.is_file():
+        raise WheelNotFoundError(f"{WHEEL_ENV} names {configured}, which is not a file")
+    return configured
 
 
-def wheel_source(
-    wheel: Path | None = None,
-    *,
-    checkout: Path | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> WheelSource:
-    """Where the image's wheel comes from: the wheel given or `$MODAL_WORKSPACE_WHEEL` names
-    (uploaded as it is), else the checkout given or the one this package runs from (built
-    inside Modal's image build, so it is a Linux wheel whatever machine deploys)."""
-    path = wheel or find_wheel(environ)
+def wheel_source(wheel: Path | None = None, *, checkout: Path | None = None) -> WheelSource:
+    """Where the image's wheel comes from: the wheel configured (`find_wheel`, uploaded as it
+    is), else the checkout given or the one this package runs from (built inside Modal's image
+    build, so it is a Linux wheel whatever machine deploys)."""
+    path = find_wheel(wheel)
     if path is not None:
         return LocalWheel(path)
     root = checkout or find_checkout()
@@ -121,11 +110,15 @@ def workspace_image(
 
 
 def publish_workspace_image(
-    name: str = DEFAULT_IMAGE_NAME, *, app_name: str = "modal-workspace-images"
+    name: str = DEFAULT_IMAGE_NAME,
+    *,
+    app_name: str = "modal-workspace-images",
+    wheel: Path | None = None,
 ) -> str:
-    """Build the default workspace image and publish it as `name`; returns its image id."""
+    """Build the default workspace image (with the `wheel` configured, else from the checkout)
+    and publish it as `name`; returns its image id."""
     app = modal.App.lookup(app_name, create_if_missing=True)
-    image = workspace_image().build(app)
+    image = workspace_image(wheel).build(app)
     image.publish(name)
     return str(image.object_id)
 
@@ -140,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     publish.add_argument("name", nargs="?", default=DEFAULT_IMAGE_NAME)
     args = parser.parse_args(argv)
     try:
-        image_id = publish_workspace_image(args.name)
-    except WheelNotFoundError as exc:
+        settings = load_settings(driver="modal").modal
+        wheel = settings.wheel if settings is not None else None
+        image_id = publish_workspace_image(args.name, wheel=wheel)
+    except (ConfigError, WheelNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"published {args.name} ({image_id}); set MODAL_WORKSPACE_DEFAULT_IMAGE_NAME={args.name}")
+    print(f"published {args.name} ({image_id}); set {DEFAULT_IMAGE_NAME_ENV}={args.name}")
     return 0
 
 

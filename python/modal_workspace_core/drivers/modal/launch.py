@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 
 import modal
 
+from ...config import ModalSettings
 from ...policy import WORKSPACE_ROOT
+from .agent_argv import daemon_argv
 from .channel_key import launch_config
-from .config import ModalSettings, SandboxOptions, redacted_env
 from .exits import EXIT_SNAPSHOT_OPTIONS
 from .records import StoredSecretEnv
+from .sandbox_options import SandboxOptions
 from .secret_env import attach
+from .secrets import redacted_env
 
 __all__ = ["Launch", "start_sandbox"]
 
@@ -54,7 +57,7 @@ async def start_sandbox(
     # The variables whose values the agent redacts from every exec: names, never values.
     own = launch.secret_env
     redacted = redacted_env(names, keys, own.keys if own is not None else ())
-    argv: tuple[str, ...] = settings.daemon_argv(redacted)
+    argv: tuple[str, ...] = daemon_argv(settings, redacted)
     if launch.fresh_state:
         argv = ("sh", "-c", _FRESH_STATE, settings.agent_state_dir, *argv)
     # With `required_keys`, Modal refuses a secret that lacks a listed variable, so a variable

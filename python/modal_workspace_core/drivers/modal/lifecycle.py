@@ -20,15 +20,16 @@ import modal
 import modal.exception
 from modal_proto import api_pb2
 
+from ...config import ModalSettings
 from ...errors import ConflictError, NotFoundError, UpstreamError
 from ...policy import WORKSPACE_TAGS
 from ..base import SnapshotSpec, Suspension, utc_now
 from . import records
-from .config import ModalSettings, sandbox_options
 from .exits import end_reason, entrypoint_stderr, exit_snapshot_image
 from .launch import Launch, start_sandbox
 from .lookup import Current, checked_workspace_id
 from .modal_errors import missing_objects, modal_errors
+from .sandbox_options import sandbox_options
 from .secret_env import open_secret_env
 from .snapshots import delete_image, open_image, take_filesystem_snapshot
 

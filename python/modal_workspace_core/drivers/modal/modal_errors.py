@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import modal
 import modal.exception
 
+from ...config import ALLOWED_SECRETS_ENV
 from ...errors import (
     ConflictError,
     InvalidArgumentError,
@@ -15,7 +16,6 @@ from ...errors import (
     UpstreamError,
     WorkspaceError,
 )
-from .config import SECRETS_SETTING
 
 __all__ = ["missing_objects", "modal_errors"]
 
@@ -62,6 +62,6 @@ async def missing_objects() -> AsyncIterator[None]:
             raise
         raise UpstreamError(
             "upstream",
-            f"a Modal secret lacks a variable that {SECRETS_SETTING} lists for it ({exc}); "
+            f"a Modal secret lacks a variable that {ALLOWED_SECRETS_ENV} lists for it ({exc}); "
             "add the variable to the secret or fix the setting",
         ) from None

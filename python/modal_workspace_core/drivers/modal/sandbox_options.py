@@ -1,122 +1,30 @@
-"""What the Modal driver reads from its environment, and how a workspace's requested resources
-become `Sandbox.create` arguments: defaults, bounds and the secret and volume allowlists, all
-checked before any call to Modal.
+"""How a workspace's requested resources become `Sandbox.create` arguments: defaults, bounds,
+and the secret and volume allowlists of the driver's settings, all checked before any call to
+Modal.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ... import policy
-from ...errors import InvalidArgumentError, PermissionDeniedError, core_refusal, denied
-from ...policy import (
-    WORKSPACE_ROOT,
-    allowed,
-    env_name,
-    name_allowlist,
-    secret_allowlist,
-)
-from ..base import ExecSecret, WorkspaceSecrets
+from ...config import ALLOWED_SECRETS_ENV, ALLOWED_VOLUMES_ENV, ModalSettings
+from ...errors import InvalidArgumentError, core_refusal, denied
+from ...policy import allowed, env_name
 from ..command_user import RUN_AS_ROOT, commands_run_as_root
 from ..mounts import volume_mount
 from .image_request import image_request
 
-__all__ = [
-    "ModalSecrets",
-    "ModalSettings",
-    "SandboxOptions",
-    "redacted_env",
-    "sandbox_options",
-]
+__all__ = ["SandboxOptions", "check_env", "sandbox_options"]
 
-SECRETS_SETTING = "MODAL_WORKSPACE_ALLOWED_SECRETS"
-VOLUMES_SETTING = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
-# The agent withholds the variables named here from every exec (see docs/protocol.md).
 # The predecessor's defaults: (request, limit).
 DEFAULT_CPU = (2.0, 4.0)
 DEFAULT_MEMORY_MIB = (4096, 8192)
 DEFAULT_TIMEOUT_SECONDS = 3600
 MAX_TIMEOUT_SECONDS = 24 * 3600
 T = TypeVar("T")
-
-
-def _setting(env: Mapping[str, str], setting: str, parse: Callable[[str], T]) -> T:
-    """An allowlist setting through the core's parser; a bad one names the variable."""
-    # A setting, not an input: the error names the variable and no field.
-    with core_refusal(None, about=setting):
-        return parse(env.get(setting, ""))
-
-
-@dataclass(frozen=True)
-class ModalSettings:
-    """The Modal driver's configuration; `from_env` reads it once."""
-
-    app_name: str = "modal-workspace-sandboxes"
-    allowed_secrets: tuple[str, ...] = ()
-    # secret name -> the variables the allowlist lists for it (`openai:OPENAI_API_KEY`).
-    secret_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    allowed_volumes: tuple[str, ...] = ()
-    # A published image (`modal-workspace image publish`) used instead of building the default.
-    default_image_name: str | None = None
-    # Seconds without traffic after which the agent channel's exec is closed.
-    channel_idle_seconds: float = 60.0
-    # How long `connect` keeps trying while a new sandbox's daemon starts listening.
-    agent_start_seconds: float = 30.0
-    # The agent's command inside the sandbox (its `daemon` and `connect` modes).
-    agent_command: tuple[str, ...] = ("mwc-agent",)
-    # Outside /workspace, so file listings and `git status` never show them.
-    agent_state_dir: str = "/run/mwc/state"
-    agent_socket: str = "/run/mwc/agent.sock"
-    # How long a filesystem snapshot may take before it is given up (the SDK's default, 55 s,
-    # is too short for a large workspace; a snapshot that overruns records nothing).
-    snapshot_timeout_seconds: int = 900
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ModalSettings:
-        env = os.environ if environ is None else environ
-        idle = env.get("MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS")
-        try:
-            idle_seconds = float(idle) if idle else cls.channel_idle_seconds
-        except ValueError:
-            raise InvalidArgumentError(
-                "invalid_argument",
-                "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS must be a number of seconds",
-            ) from None
-        secrets = _setting(env, SECRETS_SETTING, secret_allowlist)
-        return cls(
-            app_name=env.get("MODAL_WORKSPACE_SANDBOX_APP") or cls.app_name,
-            allowed_secrets=tuple(secrets),
-            secret_keys={name: keys for name, keys in secrets.items() if keys},
-            allowed_volumes=tuple(_setting(env, VOLUMES_SETTING, name_allowlist)),
-            default_image_name=env.get("MODAL_WORKSPACE_DEFAULT_IMAGE_NAME") or None,
-            channel_idle_seconds=idle_seconds,
-        )
-
-    def daemon_argv(self, redact_env: Sequence[str] = ()) -> tuple[str, ...]:
-        """The sandbox's entrypoint. `redact_env` names the variables of the sandbox's
-        environment that hold secrets: the agent redacts their values from every exec's output.
-        Names only: the values never leave Modal."""
-        redact = ("--redact-env", ",".join(redact_env)) if redact_env else ()
-        return (
-            *self.agent_command,
-            "daemon",
-            "--root",
-            WORKSPACE_ROOT,
-            "--state-dir",
-            self.agent_state_dir,
-            "--socket",
-            self.agent_socket,
-            # The channel key arrives on stdin (see `modal_channel_key`).
-            "--config",
-            "-",
-            *redact,
-        )
-
-    def connect_argv(self) -> tuple[str, ...]:
-        return (*self.agent_command, "connect", "--socket", self.agent_socket)
 
 
 @dataclass
@@ -324,13 +232,13 @@ def sandbox_options(
     options.pip_packages = list(image.pip_packages)
     for i, name in enumerate(_strings(r.get("secret_names"), "secret_names") or []):
         options.secret_names.append(
-            _allowed(name, settings.allowed_secrets, SECRETS_SETTING, i, "secret")
+            _allowed(name, settings.allowed_secrets, ALLOWED_SECRETS_ENV, i, "secret")
         )
     volumes = r.get("volumes") or {}
     if not isinstance(volumes, Mapping):
         raise InvalidArgumentError("invalid_argument", "volumes must map paths to names", "volumes")
     for i, (mount, name) in enumerate(volumes.items()):
-        checked = _allowed(str(name), settings.allowed_volumes, VOLUMES_SETTING, i, "volume")
+        checked = _allowed(str(name), settings.allowed_volumes, ALLOWED_VOLUMES_ENV, i, "volume")
         options.volumes[volume_mount(mount, "volumes")] = checked
     return options
 
@@ -349,55 +257,3 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
         with core_refusal(f"env.{key[:32]}", about="env"):
             checked[env_name(key)] = str(value)
     return checked
-
-
-class ModalSecrets:
-    """Secrets stay in Modal: a workspace gets its allowlisted secrets as `Secret.from_name` on
-    its sandbox, so their values never pass through the gateway.
-
-    Where the allowlist lists a secret's variables (`openai:OPENAI_API_KEY`), the driver asks
-    Modal to check the secret holds them and the agent redacts their values from every exec's
-    output; the values of a secret listed without variables reach commands unredacted.
-
-    The GitHub secret is never attached to a sandbox (unless the operator lets workspaces name
-    it in `secret_names`): it is attached to the gateway (`modal_app.py`), whose `GH_TOKEN`
-    the settings hold, and the token crosses the channel only in the network step of the one
-    git exec that `use_github_token` runs.
-    """
-
-    def __init__(
-        self,
-        allowed_secrets: tuple[str, ...],
-        github_secret: str,
-        secret_keys: Mapping[str, tuple[str, ...]] | None = None,
-        github_token: str | None = None,
-    ) -> None:
-        self.allowed_secrets = allowed_secrets
-        self.github_secret = github_secret
-        self.secret_keys = dict(secret_keys or {})
-        self._github_token = github_token
-
-    def for_workspace(self, names: Sequence[str]) -> WorkspaceSecrets:
-        keys = {name: list(self.secret_keys[name]) for name in names if name in self.secret_keys}
-        return WorkspaceSecrets(secret_names=list(dict.fromkeys(names)), secret_keys=keys)
-
-    def for_exec(self, secret: str, key: str, as_env: str) -> ExecSecret:
-        if secret != self.github_secret or key != "GH_TOKEN" or not self._github_token:
-            raise PermissionDeniedError(
-                f"use_github_token: the gateway holds no {key} of the secret {secret!r}: attach "
-                "that Modal Secret to the gateway (modal_app.py does when it is allowlisted)",
-                field="use_github_token",
-            )
-        return ExecSecret(env={as_env: self._github_token}, redact=[self._github_token])
-
-
-def redacted_env(
-    names: Sequence[str],
-    secret_keys: Mapping[str, Sequence[str]],
-    secret_env_keys: Iterable[str],
-) -> list[str]:
-    """The variables of a sandbox's environment whose values the agent redacts from every exec:
-    those listed for its named secrets, and those of its `secret_env`."""
-    out = {key for name in names for key in secret_keys.get(name, ())}
-    out.update(secret_env_keys)
-    return sorted(out)

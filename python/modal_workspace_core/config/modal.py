@@ -1,0 +1,83 @@
+"""The Modal driver's settings: the app its sandboxes live in, the image they start from, how
+its agent is run and reached, and the allowlists as that driver enforces them.
+
+Settings only: how the driver uses them (a request's sandbox options, its secrets) lives with
+the driver, and nothing here loads the Modal SDK, so a gateway on another driver never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .allowlists import AllowlistSettings
+from .reading import ConfigError, Environ
+
+__all__ = [
+    "CHANNEL_IDLE_ENV",
+    "DEFAULT_IMAGE_NAME_ENV",
+    "SANDBOX_APP_ENV",
+    "WHEEL_ENV",
+    "ModalSettings",
+    "read_modal",
+]
+
+SANDBOX_APP_ENV = "MODAL_WORKSPACE_SANDBOX_APP"
+# A published image (`modal-workspace image publish`) used instead of building the default.
+DEFAULT_IMAGE_NAME_ENV = "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME"
+CHANNEL_IDLE_ENV = "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS"
+# A wheel of this project (or a directory holding this version's), put into the default image
+# instead of one built from the checkout's source: the gateway's image sets it to the wheel it
+# installed (`modal_app.py`).
+WHEEL_ENV = "MODAL_WORKSPACE_WHEEL"
+
+
+@dataclass(frozen=True)
+class ModalSettings:
+    """The Modal driver's configuration (`Settings.modal`, read when that driver is chosen)."""
+
+    app_name: str = "modal-workspace-sandboxes"
+    # The allowlists of `Settings` (read once there), which the driver checks again itself
+    # before any call to Modal.
+    allowed_secrets: tuple[str, ...] = ()
+    # secret name -> the variables the allowlist lists for it (`openai:OPENAI_API_KEY`).
+    secret_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    allowed_volumes: tuple[str, ...] = ()
+    default_image_name: str | None = None
+    # The wheel the default image installs (`WHEEL_ENV`); None: built from the checkout.
+    wheel: Path | None = None
+    # Seconds without traffic after which the agent channel's exec is closed.
+    channel_idle_seconds: float = 60.0
+    # How long `connect` keeps trying while a new sandbox's daemon starts listening.
+    agent_start_seconds: float = 30.0
+    # The agent's command inside the sandbox (its `daemon` and `connect` modes).
+    agent_command: tuple[str, ...] = ("mwc-agent",)
+    # Outside /workspace, so file listings and `git status` never show them.
+    agent_state_dir: str = "/run/mwc/state"
+    agent_socket: str = "/run/mwc/agent.sock"
+    # How long a filesystem snapshot may take before it is given up (the SDK's default, 55 s,
+    # is too short for a large workspace; a snapshot that overruns records nothing).
+    snapshot_timeout_seconds: int = 900
+
+
+def read_modal(env: Environ, allowlists: AllowlistSettings) -> ModalSettings:
+    wheel = env.get(WHEEL_ENV)
+    return ModalSettings(
+        app_name=env.get(SANDBOX_APP_ENV) or ModalSettings.app_name,
+        allowed_secrets=allowlists.allowed_secrets,
+        secret_keys=dict(allowlists.secret_keys),
+        allowed_volumes=allowlists.allowed_volumes,
+        default_image_name=env.get(DEFAULT_IMAGE_NAME_ENV) or None,
+        wheel=Path(wheel) if wheel else None,
+        channel_idle_seconds=_idle_seconds(env.get(CHANNEL_IDLE_ENV)),
+    )
+
+
+def _idle_seconds(value: str | None) -> float:
+    if not value:
+        return ModalSettings.channel_idle_seconds
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{CHANNEL_IDLE_ENV} must be a number of seconds") from None
