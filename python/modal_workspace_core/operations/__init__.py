@@ -1,6 +1,6 @@
 """The operations, by domain: each module declares its inputs, outputs and handlers, every
-operation at its handler (`table.Declarations`). `OPERATIONS` is their concatenation, in the
-order the surfaces list them."""
+operation at its handler (`machinery.table.Declarations`). `OPERATIONS` is their concatenation,
+in the order the surfaces list them."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from . import (
     workspaces,
 )
 from .hooks import new_service, open_service
-from .run import call, parse_input, parse_request, run
-from .table import Hints, Operation
+from .machinery.run import call, parse_input, parse_request, run
+from .machinery.table import Hints, Operation
 
 __all__ = [
     "OPERATIONS",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
 from . import artifact_transfer as transfer
-from .fields import (
+from .machinery.fields import (
     MAX_FILE_BYTES,
     Input,
     Open,
@@ -28,8 +28,8 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
-from .limits import Bound
-from .table import READ, REWRITE, WS, Declarations, RawReply, RawRest
+from .machinery.limits import Bound
+from .machinery.table import READ, REWRITE, WS, Declarations, RawReply, RawRest
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

@@ -21,7 +21,7 @@ from ..drivers.base import WorkspaceRecord
 from ..errors import ConflictError
 from ..path_view import host_path
 from ..runtime.call import PROGRESS
-from .fields import (
+from .machinery.fields import (
     MAX_COMMAND_CHARS,
     MAX_FILE_BYTES,
     MAX_OUTPUT_BYTES,
@@ -38,9 +38,9 @@ from .fields import (
     decode_input,
     derived_id,
 )
-from .limits import Bound
-from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
-from .table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
+from .machinery.limits import Bound
+from .machinery.pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
+from .machinery.table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
-from .fields import (
+from .machinery.fields import (
     MAX_FILE_BYTES,
     Input,
     Open,
@@ -24,8 +24,8 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
-from .limits import Bound
-from .table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
+from .machinery.limits import Bound
+from .machinery.table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

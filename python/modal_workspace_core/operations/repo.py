@@ -23,7 +23,7 @@ from ..git import credentials, pending
 from ..git.pending import pending_note, settle
 from ..policy import WORKSPACE_ROOT
 from .execs import exec_args, git_query, run_to_end
-from .fields import (
+from .machinery.fields import (
     MAX_OUTPUT_BYTES,
     GitRef,
     Input,
@@ -32,8 +32,8 @@ from .fields import (
     WorkspaceId,
     WorkspacePath,
 )
-from .limits import Bound
-from .table import DESTROY, NETWORK, READ, WS, Declarations
+from .machinery.limits import Bound
+from .machinery.table import DESTROY, NETWORK, READ, WS, Declarations
 
 if TYPE_CHECKING:
     from ..drivers.base import WorkspaceRecord

@@ -33,10 +33,10 @@ from ..errors import (
 from ..git import commands as gitcmd
 from ..git import credentials, delivery
 from .execs import drain, git_query, run_to_end
-from .fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
-from .limits import Bound
+from .machinery.fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from .machinery.limits import Bound
+from .machinery.table import PUBLISH, WRITE, WS, Declarations
 from .repo import agent_paths, git_failure, origin_repo, recorded_destination
-from .table import PUBLISH, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..drivers.base import WorkspaceRecord

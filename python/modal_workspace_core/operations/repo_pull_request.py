@@ -13,10 +13,10 @@ from pydantic import AfterValidator, Field
 from .. import policy
 from ..errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UpstreamError
 from ..git import credentials
-from .fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from .machinery.fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from .machinery.table import PUBLISH_ONCE, WS, Declarations
 from .repo import origin_repo, recorded_destination
 from .repo_delivery import LAST_PUSH_TAG
-from .table import PUBLISH_ONCE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

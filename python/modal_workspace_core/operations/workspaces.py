@@ -19,7 +19,8 @@ from ..drivers.base import (
     WorkspaceSpec,
 )
 from ..errors import ConflictError, InvalidArgumentError, NotFoundError
-from .fields import (
+from .lifecycle import take_snapshot
+from .machinery.fields import (
     Env,
     IdempotencyKey,
     Input,
@@ -28,8 +29,7 @@ from .fields import (
     WorkspaceId,
     derived_id,
 )
-from .lifecycle import take_snapshot
-from .table import DESTROY, READ, WRITE, WS, Declarations
+from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

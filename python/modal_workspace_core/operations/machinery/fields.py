@@ -18,10 +18,10 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
-from .. import policy
-from .._core import StreamKind
-from ..errors import InvalidArgumentError
-from ..policy import WORKSPACE_ROOT
+from ... import policy
+from ..._core import StreamKind
+from ...errors import InvalidArgumentError
+from ...policy import WORKSPACE_ROOT
 
 MAX_WAIT_SECONDS = 25
 DEFAULT_PAGE_BYTES = 48_000  # one page stays well under GPT Actions' 100 000 characters

@@ -1,0 +1,4 @@
+"""What every domain of operations is built with, and nothing of any domain: the fields inputs
+and outputs are made of (`fields`), the bounds per surface (`limits`), the page of a stream's
+events (`pages`), the declaration of an operation at its handler (`table`) and its run for a
+surface (`run`). A domain module imports these; none of these imports a domain."""
