@@ -22,7 +22,7 @@ from ..git import commands as gitcmd
 from ..git import credentials, pending
 from ..git.pending import pending_note, settle
 from ..policy import WORKSPACE_ROOT
-from .execs import exec_args, git_query, run_to_end
+from .exec_engine import exec_args, git_query, run_to_end
 from .machinery.fields import (
     MAX_OUTPUT_BYTES,
     GitRef,

@@ -32,7 +32,7 @@ from ..errors import (
 )
 from ..git import commands as gitcmd
 from ..git import credentials, delivery
-from .execs import drain, git_query, run_to_end
+from .exec_engine import drain, git_query, run_to_end
 from .machinery.fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
 from .machinery.limits import Bound
 from .machinery.table import PUBLISH, WRITE, WS, Declarations
