@@ -40,7 +40,7 @@ from .machinery.fields import IdempotencyKey, Input, Output, SnapshotId, Workspa
 from .machinery.limits import Bound, Bounds
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
 from .task_stream import TaskStream
-from .workspaces import Workspace, once_per_key, workspace_out
+from .workspace_info import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
