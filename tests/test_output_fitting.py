@@ -7,7 +7,7 @@ import json
 
 from modal_workspace_core.operations.execs import ExecResult
 from modal_workspace_core.operations.files import FileContent
-from modal_workspace_core.operations.repo_delivery import PushedCommit, RepoPushResult
+from modal_workspace_core.operations.repo.delivery import PushedCommit, RepoPushResult
 from modal_workspace_core.policy import new_id
 from modal_workspace_core.surfaces.rest.fit import fit_json
 

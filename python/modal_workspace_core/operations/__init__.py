@@ -6,22 +6,11 @@ from __future__ import annotations
 
 from ..config import Settings
 from ..errors import InvalidArgumentError
-from . import (
-    artifacts,
-    execs,
-    files,
-    functions,
-    repo,
-    repo_delivery,
-    repo_pull_request,
-    snapshots,
-    streams,
-    watches,
-    workspaces,
-)
+from . import artifacts, execs, files, functions, snapshots, streams, watches, workspaces
 from .hooks import new_service, open_service
 from .machinery.run import call, parse_input, parse_request, run
 from .machinery.table import Hints, Operation
+from .repo import delivery, pull_request, status, sync
 
 __all__ = [
     "OPERATIONS",
@@ -44,9 +33,10 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         workspaces,
         snapshots,
         execs,
-        repo,
-        repo_delivery,
-        repo_pull_request,
+        sync,
+        status,
+        delivery,
+        pull_request,
         files,
         artifacts,
         watches,

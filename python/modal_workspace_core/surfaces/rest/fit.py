@@ -20,8 +20,8 @@ from ...errors import UpstreamError
 from ...operations.artifacts import ArtifactListing
 from ...operations.execs import ExecListResult, ExecResult
 from ...operations.files import FileContent, FileListResult, FileSearchResult
-from ...operations.repo import RepoDiff, RepoStatus
-from ...operations.repo_delivery import RepoCommitResult, RepoPushResult
+from ...operations.repo.delivery import RepoCommitResult, RepoPushResult
+from ...operations.repo.status import RepoDiff, RepoStatus
 from ...operations.watches import WatchListResult
 from ...operations.workspaces import WorkspaceListResult
 
