@@ -28,6 +28,7 @@ from .machinery.fields import (
     WorkspacePath,
     decode_input,
 )
+from .machinery.fitting import KeepFirst
 from .machinery.limits import Bound
 from .machinery.table import READ, REWRITE, WS, Declarations, RawReply, RawRest
 
@@ -100,6 +101,8 @@ class ArtifactListing(Output):
         default=None, description="The link's path on this gateway (for in-process callers)."
     )
     expires_at: Timestamp = Field(default=None, description="When the link stops working.")
+
+    gives_less = (KeepFirst("listing"),)
 
 
 class ArtifactUploadResult(Output):

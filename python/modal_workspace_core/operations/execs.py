@@ -30,6 +30,7 @@ from .machinery.fields import (
     decode_input,
     derived_id,
 )
+from .machinery.fitting import KeepFirst, KeepHeadAndTail
 from .machinery.limits import Bound
 from .machinery.pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
 from .machinery.table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
@@ -145,6 +146,8 @@ class ExecListResult(Output):
         default=False, description="Only the first entries fitted the response."
     )
 
+    gives_less = (KeepFirst("execs"),)
+
 
 class ExecResult(Output):
     exec_id: str = Field(description="Follow it with workspace_realtime_exec_events if running.")
@@ -163,6 +166,8 @@ class ExecResult(Output):
     stdout_bytes: int = Field(description="Bytes the command wrote to stdout in total.")
     stderr_bytes: int = Field(description="Bytes the command wrote to stderr in total.")
     timed_out: bool = Field(description="The command was killed at timeout_seconds.")
+
+    gives_less = (KeepHeadAndTail(("stdout", "stdout_truncated"), ("stderr", "stderr_truncated")),)
 
 
 class InputResult(Output):

@@ -24,6 +24,7 @@ from .machinery.fields import (
     WorkspacePath,
     decode_input,
 )
+from .machinery.fitting import KeepFirst, KeepReadStart
 from .machinery.limits import Bound
 from .machinery.table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
 
@@ -117,6 +118,8 @@ class FileContent(Output):
     next_offset: int = Field(description="Pass as offset to read on.")
     eof: bool = Field(description="The read reached the end of the file.")
 
+    gives_less = (KeepReadStart(),)
+
 
 class FileWriteResult(Output):
     path: str = Field(description="The file written.")
@@ -146,6 +149,8 @@ class FileListResult(Output):
     entries: list[FileEntry] = Field(description="Its entries (to depth), sorted by path.")
     truncated: bool = Field(default=False, description="More entries exist than were returned.")
 
+    gives_less = (KeepFirst("entries"),)
+
 
 class FileRemoveResult(Output):
     path: str = Field(description="What was removed.")
@@ -165,6 +170,8 @@ class FileSearchResult(Output):
     hits: list[SearchHit] = Field(description="The matches.")
     truncated: bool = Field(default=False, description="More matches exist than were returned.")
     files_visited: int | None = Field(default=None, description="How many files were searched.")
+
+    gives_less = (KeepFirst("hits"),)
 
 
 # --- operations ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from .. import policy
 from .machinery.fields import Input, Open, Output, Timestamp, WatchId, WorkspaceId, WorkspacePath
+from .machinery.fitting import KeepFirst
 from .machinery.pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
 from .machinery.table import FW, READ, REWRITE, WRITE, WS, Declarations
 
@@ -63,6 +64,8 @@ class WatchListResult(Output):
     truncated: bool = Field(
         default=False, description="Only the first entries fitted the response."
     )
+
+    gives_less = (KeepFirst("watches"),)
 
 
 # --- operations ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from ..drivers.base import WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
 from ..errors import InvalidArgumentError
 from .lifecycle import take_snapshot
 from .machinery.fields import Env, IdempotencyKey, Input, Output, Tags, WorkspaceId
+from .machinery.fitting import KeepFirst
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
 from .workspace_info import Workspace, once_per_key, workspace_out
 
@@ -205,6 +206,8 @@ class WorkspaceListResult(Output):
     truncated: bool = Field(
         default=False, description="Only the first entries fitted the response."
     )
+
+    gives_less = (KeepFirst("workspaces"),)
 
 
 class TerminateResult(Output):

@@ -34,6 +34,7 @@ from ...git import commands as gitcmd
 from ...git import credentials, delivery
 from ..exec_engine import drain, git_query, run_to_end
 from ..machinery.fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from ..machinery.fitting import KeepFirst
 from ..machinery.limits import Bound
 from ..machinery.table import PUBLISH, WRITE, WS, Declarations
 from .repository import (
@@ -116,6 +117,8 @@ class RepoCommitResult(Output):
     files: list[ChangedFile] = Field(description="The files it changed (at most 1000).")
     truncated: bool = Field(default=False, description="It changed more files than listed.")
 
+    gives_less = (KeepFirst("files"),)
+
 
 class PushedCommit(Output):
     commit: str = Field(description="The commit id.")
@@ -145,6 +148,9 @@ class RepoPushResult(Output):
         default=False, description="More commits or files than listed (see the counts)."
     )
     error: str | None = Field(default=None, description="Why the push failed.")
+
+    # The files go first: the commits are what a person reviews before a pull request.
+    gives_less = (KeepFirst("files"), KeepFirst("commits"))
 
 
 # --- commit --------------------------------------------------------------------------------------

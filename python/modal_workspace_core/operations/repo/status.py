@@ -11,6 +11,7 @@ from pydantic import Field
 from ...git import commands as gitcmd
 from ..exec_engine import run_to_end
 from ..machinery.fields import MAX_OUTPUT_BYTES, Input, Output, WorkspaceId, WorkspacePath
+from ..machinery.fitting import KeepFirst, KeepStart
 from ..machinery.limits import Bound
 from ..machinery.table import READ, WS, Declarations
 from .repository import DESTINATION, git_failure, recorded_destination
@@ -60,6 +61,8 @@ class RepoStatus(Output):
     entries: list[RepoStatusEntry] = Field(description="Changed and untracked paths.")
     truncated: bool = Field(default=False, description="More paths changed than were returned.")
 
+    gives_less = (KeepFirst("entries"),)
+
 
 class RepoDiff(Output):
     destination: str = Field(description="The repository's directory.")
@@ -68,6 +71,8 @@ class RepoDiff(Output):
     diff: str = Field(description="The diff text (its start when truncated).")
     truncated: bool = Field(description="The diff was cut to fit.")
     bytes: int = Field(description="Size of the whole diff.")
+
+    gives_less = (KeepStart("diff"),)
 
 
 # --- operations ----------------------------------------------------------------------------------

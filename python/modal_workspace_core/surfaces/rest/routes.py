@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from ...errors import InvalidArgumentError
 from ...operations import OPERATIONS, Operation, parse_request, run
 from ...operations.machinery.fields import Input
+from ...operations.machinery.fitting import fit_json
 from ...operations.machinery.limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
 from ...operations.machinery.pages import PageResult
 from ...operations.machinery.run import in_call
@@ -31,7 +32,6 @@ from ...operations.machinery.table import RawReply
 from ...path_view import shown
 from ...runtime.call import ANSWER_BY
 from ...runtime.service import Service
-from .fit import fit_json
 
 
 def path_pattern(op: Operation, name: str) -> str:
