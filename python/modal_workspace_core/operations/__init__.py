@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from ..config import Settings
 from ..errors import InvalidArgumentError
-from . import artifacts, execs, files, functions, snapshots, streams, watches, workspaces
+from . import artifacts, execs, files, functions, repo, snapshots, streams, watches, workspaces
 from .hooks import new_service, open_service
 from .machinery.run import call, parse_input, parse_request, run
 from .machinery.table import Hints, Operation
-from .repo import delivery, pull_request, status, sync
 
 __all__ = [
     "OPERATIONS",
@@ -33,10 +32,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         workspaces,
         snapshots,
         execs,
-        sync,
-        status,
-        delivery,
-        pull_request,
+        *repo.JOBS,
         files,
         artifacts,
         watches,
