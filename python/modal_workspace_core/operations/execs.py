@@ -167,6 +167,8 @@ class ExecResult(Output):
     stderr_bytes: int = Field(description="Bytes the command wrote to stderr in total.")
     timed_out: bool = Field(description="The command was killed at timeout_seconds.")
 
+    # The streams share the room: a short one stays whole beside a long one, which keeps its
+    # head (how it started) and its tail (how it ended).
     gives_less = (KeepHeadAndTail(("stdout", "stdout_truncated"), ("stderr", "stderr_truncated")),)
 
 

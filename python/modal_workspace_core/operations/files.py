@@ -118,6 +118,7 @@ class FileContent(Output):
     next_offset: int = Field(description="Pass as offset to read on.")
     eof: bool = Field(description="The read reached the end of the file.")
 
+    # A shorter read, never a cut one: the caller goes on from next_offset.
     gives_less = (KeepReadStart(),)
 
 
