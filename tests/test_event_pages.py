@@ -1,7 +1,7 @@
-"""The page a client gets (`operations.pages`): the JSON REST sends, written by the core
-around the agent's own event JSON, says exactly what the `EventPage` model says; `done` and the
-state shown follow docs/architecture.md §5.2 and come from the core's page. The pages are real
-ones, read from the core's `EventRing`."""
+"""The page a client gets (`operations.machinery.pages`): the JSON REST sends, written by the
+core around the agent's own event JSON, says exactly what the `EventPage` model says; `done` and
+the state shown follow docs/architecture.md §5.2 and come from the core's page. The pages are
+real ones, read from the core's `EventRing`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 from modal_workspace_core._core import EventRing, Page, PolicyError, StreamKind
-from modal_workspace_core.operations.pages import EventPage, PageResult
+from modal_workspace_core.operations.machinery.pages import EventPage, PageResult
 
 
 def ring_of(

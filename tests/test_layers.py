@@ -7,7 +7,10 @@ A short walk of every module's imports, as written (`ast`, nothing imported):
 - an import inside a function is one of the few that load something heavy only where it is
   needed (`LAZY`, each with why), never one that dodges a circle;
 - no module but `errors.py` catches the core's `PolicyError` (`errors.core_refusal` translates);
-- the documented layers are these, in this order, and the documented layout names every module.
+- the documented layers are these, in this order, and the documented layout names every module;
+- inside `operations/`, the machinery imports no domain, a domain reaches another domain's work
+  only through the shared modules named here (`SHARED`, each with why), and nothing there
+  imports in a circle, not even for annotations.
 """
 
 from __future__ import annotations
@@ -43,6 +46,37 @@ LAZY: dict[tuple[str, str], str] = {
     ("surfaces.cli", "surfaces.http_listen"): "the server, for `modal-workspace serve` alone",
     ("surfaces.cli", "surfaces.http_serving"): "the server, for `modal-workspace serve` alone",
     ("surfaces.cli", "surfaces.rest.app"): "the server, for `modal-workspace serve` alone",
+}
+
+
+# The inner plan of `operations/`: what every domain is built with (the machinery), the modules
+# several domains share, the modules that assemble the domains, and the domains themselves (every
+# other module, a domain being `operations.<name>` and what is under it).
+MACHINERY = "operations.machinery"
+# Modules several domains share, each with why: a domain reaches another domain's work only
+# through one of these, never by importing that domain.
+SHARED: dict[str, str] = {
+    "operations.exec_engine": "commands run to their end and the gateway's own git queries: the "
+    "exec operations, the repo domain and lifecycle all run commands",
+    "operations.lifecycle": "snapshot, pick, resume: the workspaces and snapshots domains, the "
+    "sweep (janitor.py) and the runtime's hooks take the same steps",
+    "operations.task_stream": "a long operation's progress as a stream the agent keeps: a "
+    "snapshot reports on one, whether a handler or the lifecycle takes it",
+    "operations.workspace_info": "the workspace as answered, and made once per idempotency key: "
+    "the workspaces domain creates one, the snapshots domain forks and resumes one",
+}
+# The modules that put the domains together, which may import any of them.
+ASSEMBLY: dict[str, str] = {
+    "operations": "OPERATIONS: every domain's declarations, in the order the surfaces list them",
+    "operations.hooks": "what the runtime borrows (resuming through lifecycle) and the services "
+    "made with it",
+}
+# A domain's module whose name is not the domain's, with why.
+DOMAIN_OF: dict[str, tuple[str, str]] = {
+    "operations.artifact_transfer": (
+        "artifacts",
+        "the artifacts' agent steps and signed links, which REST and the Python client use too",
+    ),
 }
 
 
@@ -217,6 +251,85 @@ def test_every_path_the_documented_layout_names_exists() -> None:
         if names.endswith("/"):
             parents.append(base / names.rstrip("/"))
     assert missing == []
+
+
+def part(module: str) -> str:
+    """Where a module of `operations/` stands in its inner plan: "machinery", "shared",
+    "assembly" or "domain <name>"."""
+    if module == MACHINERY or module.startswith(MACHINERY + "."):
+        return "machinery"
+    if module in SHARED:
+        return "shared"
+    if module in ASSEMBLY:
+        return "assembly"
+    if module in DOMAIN_OF:
+        return "domain " + DOMAIN_OF[module][0]
+    return "domain " + module.split(".")[1]
+
+
+def operations_imports() -> list[Import]:
+    """Imports of every kind (at load, for annotations, inside a function) from one module of
+    `operations/` to another."""
+    inside = [
+        i for i in imports() if i.source.startswith("operations.") or i.source == "operations"
+    ]
+    return [i for i in inside if i.target.startswith("operations.") or i.target == "operations"]
+
+
+def test_the_machinery_imports_no_domain() -> None:
+    """What every domain is built with knows none of them: a domain can be added, changed or
+    removed without touching it."""
+    wrong = [
+        f"{i.source} (line {i.line}) imports {i.target}, {part(i.target)}"
+        for i in operations_imports()
+        if part(i.source) == "machinery" and part(i.target) != "machinery"
+    ]
+    assert wrong == []
+
+
+def test_the_shared_modules_import_no_domain() -> None:
+    wrong = [
+        f"{i.source} (line {i.line}) imports {i.target}, {part(i.target)}"
+        for i in operations_imports()
+        if part(i.source) == "shared" and part(i.target) not in ("machinery", "shared")
+    ]
+    assert wrong == []
+
+
+def test_a_domain_reaches_another_only_through_the_shared_modules() -> None:
+    wrong = [
+        f"{i.source} (line {i.line}) imports {i.target}, {part(i.target)}: move what both need "
+        "into a shared module (SHARED, with why)"
+        for i in operations_imports()
+        if part(i.source).startswith("domain ")
+        and part(i.target) not in ("machinery", "shared", part(i.source))
+    ]
+    assert wrong == []
+
+
+def test_the_operations_import_in_no_circle_even_for_annotations() -> None:
+    edges: dict[str, set[str]] = {}
+    for i in operations_imports():
+        edges.setdefault(i.source, set()).add(i.target)
+    circles = [c for c in _strongly_connected(edges) if len(c) > 1]
+    assert circles == []
+
+
+def test_the_named_parts_of_the_operations_exist() -> None:
+    """The lists keep up with the code: nothing stays named once it moved."""
+    known = modules()
+    named = [*SHARED, *ASSEMBLY, *DOMAIN_OF, MACHINERY]
+    assert [name for name in named if name not in known] == []
+
+
+def test_the_documented_inner_plan_of_the_operations_names_the_shared_modules() -> None:
+    text = ARCHITECTURE.read_text()
+    match = re.search(r"Inside `operations/`(.*?)\n\n", text, re.S)
+    assert match is not None, "docs/architecture.md lost its paragraph on the operations' plan"
+    shared = re.search(r"The shared modules(.*?)\.\s", match.group(1), re.S)
+    assert shared is not None, "the paragraph on the operations' plan names no shared modules"
+    named = set(re.findall(r"`([a-z_]+)\.py`", shared.group(1)))
+    assert named == {name.rsplit(".", 1)[1] for name in SHARED}
 
 
 def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -18,7 +18,7 @@ from modal_proto import api_pb2
 from modal_workspace_core.config import ConfigError, load_settings
 from modal_workspace_core.errors import WorkspaceError
 from modal_workspace_core.operations import call, new_service, operation, parse_input
-from modal_workspace_core.operations.limits import Surface
+from modal_workspace_core.operations.machinery.limits import Surface
 from modal_workspace_core.runtime.service import Service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver

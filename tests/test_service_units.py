@@ -19,7 +19,8 @@ from modal_workspace_core.errors import (
     translate_error,
 )
 from modal_workspace_core.git.delivery import parse_push_report
-from modal_workspace_core.operations.execs import Capture, derived_exec_id
+from modal_workspace_core.operations.exec_engine import Capture
+from modal_workspace_core.operations.execs import derived_exec_id
 from modal_workspace_core.operations.files import FileList, FileSearch, decode_text
 from modal_workspace_core.operations.watches import WatchStart
 from modal_workspace_core.runtime.channels import REPEATABLE_OPS

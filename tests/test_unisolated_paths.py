@@ -15,7 +15,7 @@ from modal_workspace_core.config import load_settings
 from modal_workspace_core.drivers.local.driver import LocalDriver
 from modal_workspace_core.operations import operation, parse_input
 from modal_workspace_core.operations.files import FileRead
-from modal_workspace_core.operations.repo import RepoStatus
+from modal_workspace_core.operations.repo.status import RepoStatus
 from modal_workspace_core.operations.workspaces import WorkspaceListResult
 from modal_workspace_core.path_view import shown
 

@@ -1,27 +1,15 @@
 """The operations, by domain: each module declares its inputs, outputs and handlers, every
-operation at its handler (`table.Declarations`). `OPERATIONS` is their concatenation, in the
-order the surfaces list them."""
+operation at its handler (`machinery.table.Declarations`). `OPERATIONS` is their concatenation,
+in the order the surfaces list them."""
 
 from __future__ import annotations
 
 from ..config import Settings
 from ..errors import InvalidArgumentError
-from . import (
-    artifacts,
-    execs,
-    files,
-    functions,
-    repo,
-    repo_delivery,
-    repo_pull_request,
-    snapshots,
-    streams,
-    watches,
-    workspaces,
-)
+from . import artifacts, execs, files, functions, repo, snapshots, streams, watches, workspaces
 from .hooks import new_service, open_service
-from .run import call, parse_input, parse_request, run
-from .table import Hints, Operation
+from .machinery.run import call, parse_input, parse_request, run
+from .machinery.table import Hints, Operation
 
 __all__ = [
     "OPERATIONS",
@@ -44,9 +32,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         workspaces,
         snapshots,
         execs,
-        repo,
-        repo_delivery,
-        repo_pull_request,
+        *repo.JOBS,
         files,
         artifacts,
         watches,

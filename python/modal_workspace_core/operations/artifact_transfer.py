@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import _core
 from ..errors import LimitError, PermissionDeniedError, core_refusal
 from ..policy import WORKSPACE_ROOT
-from .table import RawReply
+from .machinery.table import RawReply
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
 from . import artifact_transfer as transfer
-from .fields import (
+from .machinery.fields import (
     MAX_FILE_BYTES,
     Input,
     Open,
@@ -28,8 +28,9 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
-from .limits import Bound
-from .table import READ, REWRITE, WS, Declarations, RawReply, RawRest
+from .machinery.fitting import KeepFirst
+from .machinery.limits import Bound
+from .machinery.table import READ, REWRITE, WS, Declarations, RawReply, RawRest
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
@@ -100,6 +101,8 @@ class ArtifactListing(Output):
         default=None, description="The link's path on this gateway (for in-process callers)."
     )
     expires_at: Timestamp = Field(default=None, description="When the link stops working.")
+
+    gives_less = (KeepFirst("listing"),)
 
 
 class ArtifactUploadResult(Output):

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ..errors import InvalidArgumentError
 from ..policy import WORKSPACE_ROOT
-from .fields import (
+from .machinery.fields import (
     MAX_FILE_BYTES,
     Input,
     Open,
@@ -24,8 +24,9 @@ from .fields import (
     WorkspacePath,
     decode_input,
 )
-from .limits import Bound
-from .table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
+from .machinery.fitting import KeepFirst, KeepReadStart
+from .machinery.limits import Bound
+from .machinery.table import DESTROY, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
@@ -117,6 +118,9 @@ class FileContent(Output):
     next_offset: int = Field(description="Pass as offset to read on.")
     eof: bool = Field(description="The read reached the end of the file.")
 
+    # A shorter read, never a cut one: the caller goes on from next_offset.
+    gives_less = (KeepReadStart(),)
+
 
 class FileWriteResult(Output):
     path: str = Field(description="The file written.")
@@ -146,6 +150,8 @@ class FileListResult(Output):
     entries: list[FileEntry] = Field(description="Its entries (to depth), sorted by path.")
     truncated: bool = Field(default=False, description="More entries exist than were returned.")
 
+    gives_less = (KeepFirst("entries"),)
+
 
 class FileRemoveResult(Output):
     path: str = Field(description="What was removed.")
@@ -165,6 +171,8 @@ class FileSearchResult(Output):
     hits: list[SearchHit] = Field(description="The matches.")
     truncated: bool = Field(default=False, description="More matches exist than were returned.")
     files_visited: int | None = Field(default=None, description="How many files were searched.")
+
+    gives_less = (KeepFirst("hits"),)
 
 
 # --- operations ----------------------------------------------------------------------------------

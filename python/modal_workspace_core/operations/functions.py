@@ -19,9 +19,9 @@ from .. import policy
 from ..config import ALLOWED_FUNCTIONS_ENV
 from ..errors import LimitError, PermissionDeniedError, core_refusal
 from ..modal_functions import AppSummary, DeployedFunctions
-from .fields import Input, Output, core_pattern
-from .limits import Bound, Bounds
-from .table import Declarations, Hints
+from .machinery.fields import Input, Output, core_pattern
+from .machinery.limits import Bound, Bounds
+from .machinery.table import Declarations, Hints
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

@@ -19,7 +19,7 @@ from ..drivers.base import (
 )
 from ..errors import ConflictError, LimitError, NotFoundError
 from ..git import commands as gitcmd
-from .execs import git_query
+from .exec_engine import git_query
 from .task_stream import TaskStream
 
 if TYPE_CHECKING:

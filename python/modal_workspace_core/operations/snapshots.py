@@ -28,7 +28,6 @@ from ..drivers.base import (
 )
 from ..errors import ConflictError, UpstreamError, WorkspaceError
 from ..runtime.call import ANSWER_BY
-from .fields import IdempotencyKey, Input, Output, SnapshotId, WorkspaceId
 from .lifecycle import (
     SnapshotPlan,
     make_snapshot,
@@ -37,10 +36,11 @@ from .lifecycle import (
     take_snapshot,
     usable_snapshot,
 )
-from .limits import Bound, Bounds
-from .table import DESTROY, READ, WRITE, WS, Declarations
+from .machinery.fields import IdempotencyKey, Input, Output, SnapshotId, WorkspaceId
+from .machinery.limits import Bound, Bounds
+from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
 from .task_stream import TaskStream
-from .workspaces import Workspace, once_per_key, workspace_out
+from .workspace_info import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

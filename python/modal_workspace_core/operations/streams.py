@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fields import StreamId, WorkspaceId
-from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
-from .table import READ, WS, Declarations
+from .machinery.fields import StreamId, WorkspaceId
+from .machinery.pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
+from .machinery.table import READ, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service

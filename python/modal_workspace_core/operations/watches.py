@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from .. import policy
-from .fields import Input, Open, Output, Timestamp, WatchId, WorkspaceId, WorkspacePath
-from .pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
-from .table import FW, READ, REWRITE, WRITE, WS, Declarations
+from .machinery.fields import Input, Open, Output, Timestamp, WatchId, WorkspaceId, WorkspacePath
+from .machinery.fitting import KeepFirst
+from .machinery.pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
+from .machinery.table import FW, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
@@ -63,6 +64,8 @@ class WatchListResult(Output):
     truncated: bool = Field(
         default=False, description="Only the first entries fitted the response."
     )
+
+    gives_less = (KeepFirst("watches"),)
 
 
 # --- operations ----------------------------------------------------------------------------------

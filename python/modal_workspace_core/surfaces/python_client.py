@@ -49,10 +49,10 @@ from ..operations.artifacts import (
 )
 from ..operations.artifacts import upload as upload_artifact
 from ..operations.execs import ExecResult
-from ..operations.fields import MAX_WAIT_SECONDS
-from ..operations.pages import Event, EventPage
+from ..operations.machinery.fields import MAX_WAIT_SECONDS
+from ..operations.machinery.pages import Event, EventPage
+from ..operations.workspace_info import Workspace as WorkspaceInfo
 from ..operations.workspaces import TerminateResult, WorkspaceListResult
-from ..operations.workspaces import Workspace as WorkspaceInfo
 from ..path_view import shown
 from ..runtime.service import Service
 

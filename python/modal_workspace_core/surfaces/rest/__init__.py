@@ -1,2 +1,3 @@
 """REST for GPT Actions: the app and its middleware, the routes generated from the operation
-table, the OpenAPI schema, and fitting each response under the Actions limits."""
+table (each response fitted under the Actions limits, the way its output declares), and the
+OpenAPI schema."""

@@ -28,7 +28,7 @@ from ...errors import (
 )
 from ...janitor import start_sweep
 from ...operations import OPERATIONS, actions_operations, artifact_transfer
-from ...operations.fields import ErrorResponse
+from ...operations.machinery.fields import ErrorResponse
 from ...runtime.service import Service
 from ..mcp import McpEndpoint
 from .body_limit import BodyLimit

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...errors import LimitError
-from ...operations.fields import MAX_FILE_BYTES
+from ...operations.machinery.fields import MAX_FILE_BYTES
 
 # The largest request an operation takes is a file write of 2 * MAX_FILE_BYTES characters
 # (base64 of the largest file); JSON may spend up to 6 bytes on a character (`\u0001`). A

@@ -23,21 +23,21 @@ from starlette.types import Receive, Scope, Send
 
 from ...errors import InvalidArgumentError
 from ...operations import OPERATIONS, Operation, parse_request, run
-from ...operations.fields import Input
-from ...operations.limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
-from ...operations.pages import PageResult
-from ...operations.run import in_call
-from ...operations.table import RawReply
+from ...operations.machinery.fields import Input
+from ...operations.machinery.fitting import fit_json
+from ...operations.machinery.limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
+from ...operations.machinery.pages import PageResult
+from ...operations.machinery.run import in_call
+from ...operations.machinery.table import RawReply
 from ...path_view import shown
 from ...runtime.call import ANSWER_BY
 from ...runtime.service import Service
-from .fit import fit_json
 
 
 def path_pattern(op: Operation, name: str) -> str:
     """A path parameter's pattern: the one the core's rule for its field gives
-    (`operations.fields.core_pattern`). Every path parameter names an id or a name the core
-    checks, so a field without one is a mistake caught when the routes are built."""
+    (`operations.machinery.fields.core_pattern`). Every path parameter names an id or a name the
+    core checks, so a field without one is a mistake caught when the routes are built."""
     extra = op.input.model_fields[name].json_schema_extra
     pattern = extra.get("pattern") if isinstance(extra, dict) else None
     if not isinstance(pattern, str):

@@ -10,27 +10,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 from githubkit.exception import GitHubException, RequestFailed
 from pydantic import AfterValidator, Field
 
-from .. import policy
-from ..errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UpstreamError
-from ..git import credentials
-from .fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
-from .repo import origin_repo, recorded_destination
-from .repo_delivery import LAST_PUSH_TAG
-from .table import PUBLISH_ONCE, WS, Declarations
+from ... import policy
+from ...errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UpstreamError
+from ...git import credentials
+from ..machinery.fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from ..machinery.table import PUBLISH_ONCE, WS, Declarations
+from .repository import DESTINATION, LAST_PUSH_TAG, origin_repo, recorded_destination
 
 if TYPE_CHECKING:
-    from ..runtime.service import Service
+    from ...runtime.service import Service
 
 declare = Declarations()
 
-_DESTINATION = "The repository's directory (default: the one cloned, its repo-path tag)."
 Title = Annotated[str, AfterValidator(policy.pull_request_title)]
 Body = Annotated[str, AfterValidator(policy.pull_request_body)]
 
 
 class RepoPullRequestInput(Input):
     workspace_id: WorkspaceId
-    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    destination: WorkspacePath | None = Field(None, description=DESTINATION)
     head: GitRef | None = Field(
         None, description="The pushed branch (default: the one this workspace pushed last)."
     )

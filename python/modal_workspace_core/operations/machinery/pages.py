@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from .._core import Page
+from ..._core import Page
 from .fields import (
     DEFAULT_PAGE_BYTES,
     Cursor,
@@ -27,7 +27,7 @@ from .fields import (
 from .limits import Bound, Bounds
 
 if TYPE_CHECKING:
-    from ..runtime.service import Service
+    from ...runtime.service import Service
 
 PAGE_LOOP = (
     "Loop: cursor=0, then each page's next_cursor, until done is true. Use wait_seconds=25 (it "

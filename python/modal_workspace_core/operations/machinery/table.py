@@ -19,7 +19,7 @@ from .limits import Bounds, Surface, surface_model
 from .pages import EventPage, PageResult
 
 if TYPE_CHECKING:
-    from ..runtime.service import Service
+    from ...runtime.service import Service
 
 Method = Literal["GET", "POST", "PUT", "DELETE"]
 # A handler answers its output model, or a page whose JSON REST sends as it is (`PageResult`).

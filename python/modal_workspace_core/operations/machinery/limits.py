@@ -4,7 +4,8 @@ API) wants a response under 100 000 characters within 45 s, MCP clients give up 
 a field may ask for there and, where it differs, the default there (`Operation.bounds`); the
 surface's input model (`surface_model`) validates with those bounds and its schema shows them.
 
-What a response says is fitted to the surface too: `response_fit` bounds the encoded JSON.
+What a response says is fitted to the surface too: `fitting.fit_json` bounds the encoded JSON,
+giving less the ways each output declares.
 """
 
 from __future__ import annotations

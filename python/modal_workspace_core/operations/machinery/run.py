@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InvalidArgumentError, validation_error
-from ..path_view import shown
-from ..policy import WORKSPACE_ROOT
-from ..runtime.call import CALL, Call
+from ...errors import InvalidArgumentError, validation_error
+from ...path_view import shown
+from ...policy import WORKSPACE_ROOT
+from ...runtime.call import CALL, Call
 from .fields import Input, Output, path_fields
 from .limits import Surface
 from .pages import PageResult
 
 if TYPE_CHECKING:
-    from ..runtime.service import Service
+    from ...runtime.service import Service
     from .table import Operation
 
 T = TypeVar("T")

@@ -1,5 +1,5 @@
 """Delivering a repository's work: commit, and push a branch (the pull request that follows is
-`repo_pull_request`).
+`pull_request`).
 
 A commit is the workspace's own git, run by the gateway. A push is one realtime exec of two
 steps (`git.delivery`): the token, minted for this push and this repository alone
@@ -22,32 +22,37 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-from .. import policy
-from ..errors import (
+from ... import policy
+from ...errors import (
     ConflictError,
     InvalidArgumentError,
     PermissionDeniedError,
     WorkspaceError,
     core_refusal,
 )
-from ..git import commands as gitcmd
-from ..git import credentials, delivery
-from .execs import drain, git_query, run_to_end
-from .fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
-from .limits import Bound
-from .repo import agent_paths, git_failure, origin_repo, recorded_destination
-from .table import PUBLISH, WRITE, WS, Declarations
+from ...git import commands as gitcmd
+from ...git import credentials, delivery
+from ..exec_engine import drain, git_query, run_to_end
+from ..machinery.fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
+from ..machinery.fitting import KeepFirst
+from ..machinery.limits import Bound
+from ..machinery.table import PUBLISH, WRITE, WS, Declarations
+from .repository import (
+    DESTINATION,
+    LAST_PUSH_TAG,
+    agent_paths,
+    git_failure,
+    origin_repo,
+    recorded_destination,
+)
 
 if TYPE_CHECKING:
-    from ..drivers.base import WorkspaceRecord
-    from ..runtime.service import Service
+    from ...drivers.base import WorkspaceRecord
+    from ...runtime.service import Service
 
 declare = Declarations()
 log = logging.getLogger("modal_workspace_core.repo")
 
-_DESTINATION = "The repository's directory (default: the one cloned, its repo-path tag)."
-# The managed tag naming the branch this workspace pushed last: a pull request's default head.
-LAST_PUSH_TAG = "repo-pushed-branch"
 # How long a push may run before the agent ends it.
 PUSH_TIMEOUT_SECONDS = 1800
 MAX_COMMIT_PATHS = 1000
@@ -62,7 +67,7 @@ AuthorEmail = Annotated[str, AfterValidator(policy.author_email)]
 
 class RepoCommitInput(Input):
     workspace_id: WorkspaceId
-    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    destination: WorkspacePath | None = Field(None, description=DESTINATION)
     message: CommitMessage = Field(description="The commit message.")
     paths: list[WorkspacePath] | None = Field(
         None,
@@ -80,7 +85,7 @@ class RepoCommitInput(Input):
 
 class RepoPushInput(Input):
     workspace_id: WorkspaceId
-    destination: WorkspacePath | None = Field(None, description=_DESTINATION)
+    destination: WorkspacePath | None = Field(None, description=DESTINATION)
     branch: GitRef | None = Field(None, description="The local branch (default: the current one).")
     remote_branch: GitRef | None = Field(
         None,
@@ -112,6 +117,8 @@ class RepoCommitResult(Output):
     files: list[ChangedFile] = Field(description="The files it changed (at most 1000).")
     truncated: bool = Field(default=False, description="It changed more files than listed.")
 
+    gives_less = (KeepFirst("files"),)
+
 
 class PushedCommit(Output):
     commit: str = Field(description="The commit id.")
@@ -141,6 +148,9 @@ class RepoPushResult(Output):
         default=False, description="More commits or files than listed (see the counts)."
     )
     error: str | None = Field(default=None, description="Why the push failed.")
+
+    # The files go first: the commits are what a person reviews before a pull request.
+    gives_less = (KeepFirst("files"), KeepFirst("commits"))
 
 
 # --- commit --------------------------------------------------------------------------------------

@@ -14,14 +14,15 @@ import hashlib
 import hmac
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
-from .. import policy
-from .._core import StreamKind
-from ..errors import InvalidArgumentError
-from ..policy import WORKSPACE_ROOT
+from ... import policy
+from ..._core import StreamKind
+from ...errors import InvalidArgumentError
+from ...policy import WORKSPACE_ROOT
+from .fitting import Shrink, check_declared
 
 MAX_WAIT_SECONDS = 25
 DEFAULT_PAGE_BYTES = 48_000  # one page stays well under GPT Actions' 100 000 characters
@@ -177,6 +178,16 @@ Timestamp = Annotated[str | None, BeforeValidator(_timestamp)]
 
 class Output(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+    # How the answer gives less when a surface bounds its JSON (`fitting.fit_json`), in the
+    # order it gives it up: an output with a field that can grow past the bound declares it
+    # here, on its class (`KeepFirst("entries")`); one that declares nothing is never cut.
+    gives_less: ClassVar[tuple[Shrink, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        check_declared(cls, cls.gives_less)
 
     # Any call may find its workspace suspended and resume it first; the answer then says so
     # (and is absent otherwise).
