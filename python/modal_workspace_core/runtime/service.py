@@ -14,7 +14,6 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._core import Page
 from ..channel.client import AgentClient
 from ..config import Settings
 from ..drivers import create_driver
@@ -71,6 +70,9 @@ class Service:
         # ends (`git.pending.settle`): what an operation defaulting to the cloned repository
         # waits for when the clone has just ended.
         self.repo_settling: dict[str, set[asyncio.Task[Any]]] = {}
+        # One page of a stream, as the agent's channel holds it: the channels' own method, with
+        # no frame of the service's between (every woken long-poll goes through it).
+        self.read_events = self.channels.read_events
         self._closed = False
 
     @classmethod
@@ -133,26 +135,6 @@ class Service:
     ) -> tuple[dict[str, Any], bytes]:
         """One agent request, within the agent timeout and the call's deadline."""
         return await self.channels.request(workspace_id, op, args, payload)
-
-    async def read_events(
-        self,
-        workspace_id: str,
-        stream: str,
-        cursor: int,
-        *,
-        max_events: int,
-        max_bytes: int,
-        wait_seconds: float,
-    ) -> Page:
-        """One page of a stream, as the agent's channel holds it."""
-        return await self.channels.read_events(
-            workspace_id,
-            stream,
-            cursor,
-            max_events=max_events,
-            max_bytes=max_bytes,
-            wait_seconds=wait_seconds,
-        )
 
     async def exec_ended(
         self,

@@ -113,10 +113,18 @@ class Operation:
     bounds: Bounds = field(default_factory=dict)
     # Set when the REST route carries bytes, not JSON (`RawRest`).
     raw: RawRest | None = None
+    # `input_for`'s models, made once per surface: every request asks for one.
+    _inputs: dict[Surface, type[Input]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def input_for(self, surface: Surface) -> type[Input]:
         """The input model as `surface` validates it: the operation's, with its bounds there."""
-        return surface_model(self.input, self.input.__name__, self.bounds.get(surface, {}))
+        model = self._inputs.get(surface)
+        if model is None:
+            bounds = self.bounds.get(surface, {})
+            model = self._inputs[surface] = surface_model(self.input, self.input.__name__, bounds)
+        return model
 
     @property
     def path_params(self) -> tuple[str, ...]:
