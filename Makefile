@@ -73,6 +73,7 @@ bench: build
 	cargo run --release --quiet --example ring_bench
 	$(PY) bench/ring_bench.py
 	$(PY) bench/agent_bench.py --size $(BENCH_SIZE)
+	$(PY) bench/poller_bench.py
 	$(PY) bench/snapshot_bench.py --size $(BENCH_SNAPSHOT_SIZE)
 
 # Longer property runs than `make test` does (PROPTEST_CASES / HYPOTHESIS profile).
