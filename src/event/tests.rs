@@ -136,13 +136,29 @@ fn only_stdout_and_stderr_are_output() {
         .filter(|kind| kind.is_output())
         .collect();
     assert_eq!(output, [EventType::Stdout, EventType::Stderr]);
-    let status = encode(1, TS, EventType::Status, Payload::Text("ok"), &Fields::default());
-    assert_eq!(status.data_len(), 0, "only output counts as what a command wrote");
+    let status = encode(
+        1,
+        TS,
+        EventType::Status,
+        Payload::Text("ok"),
+        &Fields::default(),
+    );
+    assert_eq!(
+        status.data_len(),
+        0,
+        "only output counts as what a command wrote"
+    );
 }
 
 #[test]
 fn encoded_len_is_the_length_of_the_json() {
-    let event = encode(1, TS, EventType::Stdout, Payload::Text("hi"), &Fields::default());
+    let event = encode(
+        1,
+        TS,
+        EventType::Stdout,
+        Payload::Text("hi"),
+        &Fields::default(),
+    );
     let json = r#"{"seq":1,"timestamp":"2026-11-29T10:04:45.123Z","type":"stdout","data":"hi"}"#;
     assert_eq!(event.encoded_len(), json.len());
     assert_eq!(event.json(), json);
