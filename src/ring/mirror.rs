@@ -212,7 +212,8 @@ mod tests {
     #[test]
     fn a_restart_counts_only_the_bytes_it_now_holds() {
         let ring = EventRing::mirror(None, 1 << 20, None, 0).unwrap();
-        ring.insert(events(1..=3), false).unwrap();
+        // One event held: a miscount of what the restart drops cannot cancel out to zero.
+        ring.insert(events(1..=1), false).unwrap();
         let batch = events(10..=11);
         let held: usize = batch.iter().map(Event::encoded_len).sum();
         assert!(ring.insert(batch, false).unwrap().restarted);
