@@ -411,6 +411,8 @@ mod tests {
         assert_eq!(unescape_ascii(&mut out, "a\\x"), None);
         assert_eq!(unescape_ascii(&mut out, "a\\"), None);
         assert_eq!(unescape_ascii(&mut out, "\\u12"), None);
+        // `from_str_radix` takes a sign: four bytes that parse are still not four hex digits.
+        assert_eq!(unescape_ascii(&mut out, "\\u+041"), None);
         assert_eq!(unescape_ascii(&mut [0u8; 2], "abc"), None);
         assert_eq!(unescape_ascii(&mut out, "a\\u0041\\n\\/"), Some(4));
         assert_eq!(&out[..4], b"aA\n/");

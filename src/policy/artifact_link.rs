@@ -214,6 +214,21 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_link_verifies_and_a_longer_token_is_refused_before_decoding() {
+        let path = format!("/{}", "a".repeat(MAX_PATH_BYTES - 1));
+        let longest = mint_link(KEY, WS, &path, u64::MAX).unwrap();
+        assert!(longest.len() <= MAX_LINK_TOKEN_CHARS);
+        assert_eq!(verify_link(KEY, &longest, 0).unwrap().path, path);
+        // Well formed but for its length: a signature padded with base64 would otherwise be
+        // decoded and refused as a wrong signature, after the work the bound exists to spare.
+        let padded = format!("{longest}{}", "A".repeat(100));
+        assert_eq!(
+            verify_link(KEY, &padded, 0).unwrap_err().rule,
+            "link.malformed"
+        );
+    }
+
+    #[test]
     fn a_short_key_is_refused() {
         assert_eq!(
             mint_link(b"short", WS, "/w", 1).unwrap_err().rule,
