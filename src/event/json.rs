@@ -433,6 +433,30 @@ mod tests {
     }
 
     #[test]
+    fn two_control_characters_in_one_chunk_are_still_found() {
+        let mut bytes = [b'a'; 64];
+        bytes[3] = 0x01;
+        bytes[40] = b'\n';
+        assert!(has_control(&bytes));
+        assert!(!has_control(&[b'a'; 64]));
+    }
+
+    #[test]
+    fn unescaped_len_counts_the_bytes_the_escapes_stand_for() {
+        for (escaped, text) in [
+            (r#"plain""#, "plain"),
+            (r#"a\u00e9b""#, "aéb"),
+            (r#"\n\"\\""#, "\n\"\\"),
+            (r#"\ud834\udd1e""#, "𝄞"),
+            (r#"x\ud834\udd1ey""#, "x𝄞y"),
+        ] {
+            assert_eq!(unescaped_len(escaped.as_bytes()), text.len(), "{escaped}");
+        }
+        // A high surrogate with no low one after it counts as U+FFFD, three bytes.
+        assert_eq!(unescaped_len(br#"\ud834ab""#), 3 + 2);
+    }
+
+    #[test]
     fn unbounded_escaping_takes_everything() {
         let mut out = String::new();
         let text = "plain \"quoted\" \u{1}€ and more plain text";
