@@ -185,6 +185,20 @@ mod tests {
     }
 
     #[test]
+    fn names_titles_and_emails_are_bounded_in_characters_as_their_messages_say() {
+        // Two-byte characters: the bounds count characters, not bytes.
+        let name = "é".repeat(256);
+        assert!(author_name(&name).is_ok());
+        assert!(pull_request_title(&name).is_ok());
+        assert!(author_name(&format!("{name}é")).is_err());
+        assert!(pull_request_title(&format!("{name}é")).is_err());
+        let email = format!("{}@example.com", "é".repeat(254 - "@example.com".len()));
+        assert_eq!(email.chars().count(), 254);
+        assert!(author_email(&email).is_ok());
+        assert!(author_email(&format!("é{email}")).is_err());
+    }
+
+    #[test]
     fn author_emails_are_one_address() {
         assert_eq!(author_email("ada@example.com").unwrap(), "ada@example.com");
         assert!(author_email("bot+agent@users.noreply.github.com").is_ok());
