@@ -280,6 +280,28 @@ mod tests {
     }
 
     #[test]
+    fn every_length_bound_takes_exactly_64_bytes_and_refuses_65() {
+        // The messages promise "at most 64": each bound must let its 64th byte through.
+        let name = |n: usize| format!("a{}", "b".repeat(n - 1));
+        let version = |n: usize| format!("1{}", "0".repeat(n - 1));
+        let cases: [(
+            &dyn Fn(usize) -> String,
+            fn(&str) -> Result<String, PolicyError>,
+        ); 6] = [
+            (&|n| format!("img:{}", name(n)), image_name),
+            (&|n| format!("im-{}", name(n)), image_id),
+            (&name, apt_package),
+            (&|n| format!("git={}", version(n)), apt_package),
+            (&name, pip_package),
+            (&|n| format!("requests=={}", version(n)), pip_package),
+        ];
+        for (i, (make, check)) in cases.iter().enumerate() {
+            assert!(check(&make(64)).is_ok(), "case {i}: {}", make(64));
+            assert!(check(&make(65)).is_err(), "case {i}: {}", make(65));
+        }
+    }
+
+    #[test]
     fn image_names_and_ids() {
         for ok in ["modal-workspace", "my.image:v2", "img:2024-01-01"] {
             assert_eq!(image_name(ok).as_deref(), Ok(ok));
