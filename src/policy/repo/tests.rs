@@ -234,6 +234,14 @@ fn a_base_url_is_returned_canonical() {
 }
 
 #[test]
+fn a_base_url_of_exactly_200_characters_is_taken_and_201_is_not() {
+    let url = |len: usize| format!("https://h.example/{}", "a".repeat(len - 18));
+    assert_eq!(url(200).chars().count(), 200);
+    assert!(github_base(&url(200)).is_ok());
+    assert_eq!(github_base(&url(201)).unwrap_err().rule, "base.too-long");
+}
+
+#[test]
 fn a_base_url_refuses_what_git_could_misread() {
     let table = [
         ("", "base.scheme"),
