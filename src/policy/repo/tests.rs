@@ -227,6 +227,7 @@ fn a_base_url_is_returned_canonical() {
         ("HTTPS://GitHub.COM", "https://github.com"),
         ("http://127.0.0.1:36823/", "http://127.0.0.1:36823"),
         ("https://ghe.example.org/git", "https://ghe.example.org/git"),
+        ("https://git-hub.example.org", "https://git-hub.example.org"),
     ];
     for (input, want) in table {
         assert_eq!(github_base(input).as_deref(), Ok(want), "{input}");
@@ -256,6 +257,7 @@ fn a_base_url_refuses_what_git_could_misread() {
         ("https://", "base.host"),
         ("https://:80", "base.host"),
         ("https://-evil.com", "base.host"),
+        ("https://git_hub.com", "base.host"),
         ("https://github.com:0", "base.port"),
         ("https://github.com:99999", "base.port"),
         ("https://github.com:", "base.port"),
