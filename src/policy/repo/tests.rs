@@ -120,6 +120,9 @@ fn rejects_every_hostile_class_with_its_rule() {
         ("https://github.com", "repo.path-parts"),
         ("/o/r", "repo.path-parts"),
         ("o//r", "repo.path-parts"),
+        // One part empty: refused as a missing part, not as a bad owner or name.
+        ("https://github.com//r", "repo.path-parts"),
+        ("https://github.com/o//", "repo.path-parts"),
         ("o/.git", "repo.name"),
         // Options in disguise and GitHub's naming rules.
         ("-o/r", "repo.leading-dash"),
@@ -232,6 +235,15 @@ fn a_base_url_is_returned_canonical() {
     for (input, want) in table {
         assert_eq!(github_base(input).as_deref(), Ok(want), "{input}");
     }
+}
+
+#[test]
+fn an_input_of_exactly_256_characters_is_judged_by_its_shape_not_its_length() {
+    let exact = format!("octo/{}", "r".repeat(256 - 5));
+    assert_eq!(exact.chars().count(), 256);
+    assert_ne!(github_repo(&exact).unwrap_err().rule, "repo.too-long");
+    let over = format!("{exact}r");
+    assert_eq!(github_repo(&over).unwrap_err().rule, "repo.too-long");
 }
 
 #[test]
