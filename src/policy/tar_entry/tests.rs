@@ -153,3 +153,47 @@ fn names_that_are_not_utf8_or_hold_nul_are_refused() {
     assert_eq!(r.unwrap_err().rule, "tar.not-utf8");
     assert_eq!(rule(file(&mut p, "a\0b")), "tar.nul");
 }
+
+/// A relative name of exactly `len` bytes whose parts are at most 255 bytes.
+fn name_of(len: usize) -> String {
+    let mut name = String::new();
+    while len - name.len() > MAX_COMPONENT_BYTES {
+        name.push_str(&"a".repeat(MAX_COMPONENT_BYTES - 1));
+        name.push('/');
+    }
+    name.push_str(&"a".repeat(len - name.len()));
+    name
+}
+
+#[test]
+fn names_and_parts_are_taken_up_to_their_bounds_exactly() {
+    let mut p = plan();
+    let longest = name_of(MAX_PATH_BYTES);
+    assert_eq!(longest.len(), MAX_PATH_BYTES);
+    assert!(file(&mut p, &longest).is_ok());
+    assert_eq!(
+        rule(file(&mut p, &name_of(MAX_PATH_BYTES + 1))),
+        "tar.too-long"
+    );
+    assert!(file(&mut p, &"b".repeat(MAX_COMPONENT_BYTES)).is_ok());
+    let part = "c".repeat(MAX_COMPONENT_BYTES + 1);
+    assert_eq!(rule(file(&mut p, &part)), "tar.too-long");
+}
+
+#[test]
+fn files_may_fill_the_byte_budget_exactly() {
+    let mut p = plan();
+    p.admit(b"most", TarKind::File, 600, 0o644, None).unwrap();
+    assert!(p.admit(b"rest", TarKind::File, 400, 0o644, None).is_ok());
+    let r = p.admit(b"more", TarKind::File, 1, 0o644, None);
+    assert_eq!(r.unwrap_err().rule, "tar.bytes");
+}
+
+#[test]
+fn a_symlink_target_is_a_non_empty_bounded_path_without_nul() {
+    let mut p = plan();
+    for bad in ["", "a\0b", &name_of(MAX_PATH_BYTES + 1)] {
+        assert_eq!(rule(link(&mut p, "l", bad)), "tar.link-target", "{bad:?}");
+    }
+    assert!(link(&mut p, "l", &name_of(MAX_PATH_BYTES)).is_ok());
+}
