@@ -197,3 +197,15 @@ fn a_symlink_target_is_a_non_empty_bounded_path_without_nul() {
     }
     assert!(link(&mut p, "l", &name_of(MAX_PATH_BYTES)).is_ok());
 }
+
+#[test]
+fn a_directory_may_come_twice_but_nothing_else_may_take_its_name() {
+    let dir = |p: &mut TarPlan, path: &str| {
+        p.admit(path.as_bytes(), TarKind::Dir, 0, 0o755, None)
+            .map(|e| e.cloned())
+    };
+    let mut p = plan();
+    dir(&mut p, "d").unwrap();
+    assert!(dir(&mut p, "d").is_ok(), "archivers repeat directories");
+    assert_eq!(rule(file(&mut p, "d")), "tar.clash");
+}
