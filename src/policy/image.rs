@@ -289,10 +289,8 @@ mod tests {
         // The messages promise "at most 64": each bound must let its 64th byte through.
         let name = |n: usize| format!("a{}", "b".repeat(n - 1));
         let version = |n: usize| format!("1{}", "0".repeat(n - 1));
-        let cases: [(
-            &dyn Fn(usize) -> String,
-            fn(&str) -> Result<String, PolicyError>,
-        ); 6] = [
+        type Rule = fn(&str) -> Result<String, PolicyError>;
+        let cases: [(&dyn Fn(usize) -> String, Rule); 6] = [
             (&|n| format!("img:{}", name(n)), image_name),
             (&|n| format!("im-{}", name(n)), image_id),
             (&name, apt_package),
