@@ -106,6 +106,11 @@ fn a_symlink_target_through_another_symlink_is_refused_at_the_end() {
     link(&mut p, "d/s", "..").unwrap();
     link(&mut p, "y", "d/s").unwrap();
     assert_eq!(p.finish().unwrap().len(), 2);
+    // Spelled with `.` parts, the target still passes through `s`.
+    let mut p = plan();
+    link(&mut p, "s", "d").unwrap();
+    link(&mut p, "x", "./s/./y").unwrap();
+    assert_eq!(p.finish().unwrap_err().rule, "tar.link-chain");
 }
 
 #[test]
@@ -187,6 +192,7 @@ fn files_may_fill_the_byte_budget_exactly() {
     assert!(p.admit(b"rest", TarKind::File, 400, 0o644, None).is_ok());
     let r = p.admit(b"more", TarKind::File, 1, 0o644, None);
     assert_eq!(r.unwrap_err().rule, "tar.bytes");
+    assert_eq!(p.bytes(), 1000, "what the admitted files hold");
 }
 
 #[test]
