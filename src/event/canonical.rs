@@ -217,6 +217,19 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_event_of_exactly_the_bound_is_read_and_one_byte_more_is_not() {
+        let sized = |len: usize| {
+            let framing = encode(1, TS, EventType::Stdout, Payload::Text(""), &no_fields());
+            let text = "x".repeat(len - framing.encoded_len());
+            encode(1, TS, EventType::Stdout, Payload::Text(&text), &no_fields())
+        };
+        let largest = sized(MAX_EVENT_JSON);
+        let (event, used) = Event::read_canonical(largest.json()).unwrap();
+        assert_eq!((used, event.json()), (MAX_EVENT_JSON, largest.json()));
+        assert!(Event::read_canonical(sized(MAX_EVENT_JSON + 1).json()).is_none());
+    }
+
     fn fields(value: Value) -> Map<String, Value> {
         value.as_object().cloned().unwrap_or_default()
     }

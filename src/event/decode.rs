@@ -184,6 +184,38 @@ mod tests {
     }
 
     #[test]
+    fn an_event_of_exactly_the_bound_is_taken_and_one_byte_more_is_not() {
+        let sized = |len: usize| {
+            let framing = encode(
+                1,
+                TS,
+                EventType::Stdout,
+                Payload::Text(""),
+                &Fields::default(),
+            );
+            let text = "x".repeat(len - framing.encoded_len());
+            encode(
+                1,
+                TS,
+                EventType::Stdout,
+                Payload::Text(&text),
+                &Fields::default(),
+            )
+        };
+        let largest = sized(MAX_EVENT_JSON);
+        assert_eq!(
+            Event::from_json(largest.json()).unwrap().json(),
+            largest.json()
+        );
+        let err = Event::from_json(sized(MAX_EVENT_JSON + 1).json()).unwrap_err();
+        assert!(
+            err.message.contains("larger than one event may be"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
     fn output_with_extra_members_is_kept_but_never_coalesced() {
         let json = format!(r#"{{"seq":1,"timestamp":"{TS}","type":"stdout","data":"a","x":"}}"}}"#);
         let event = Event::from_json(&json).unwrap();

@@ -411,6 +411,8 @@ mod tests {
         assert_eq!(unescape_ascii(&mut out, "a\\x"), None);
         assert_eq!(unescape_ascii(&mut out, "a\\"), None);
         assert_eq!(unescape_ascii(&mut out, "\\u12"), None);
+        // `from_str_radix` takes a sign: four bytes that parse are still not four hex digits.
+        assert_eq!(unescape_ascii(&mut out, "\\u+041"), None);
         assert_eq!(unescape_ascii(&mut [0u8; 2], "abc"), None);
         assert_eq!(unescape_ascii(&mut out, "a\\u0041\\n\\/"), Some(4));
         assert_eq!(&out[..4], b"aA\n/");
@@ -428,6 +430,30 @@ mod tests {
         ] {
             assert!(!unescape_into(&mut String::new(), bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn two_control_characters_in_one_chunk_are_still_found() {
+        let mut bytes = [b'a'; 64];
+        bytes[3] = 0x01;
+        bytes[40] = b'\n';
+        assert!(has_control(&bytes));
+        assert!(!has_control(&[b'a'; 64]));
+    }
+
+    #[test]
+    fn unescaped_len_counts_the_bytes_the_escapes_stand_for() {
+        for (escaped, text) in [
+            (r#"plain""#, "plain"),
+            (r#"a\u00e9b""#, "aéb"),
+            (r#"\n\"\\""#, "\n\"\\"),
+            (r#"\ud834\udd1e""#, "𝄞"),
+            (r#"x\ud834\udd1ey""#, "x𝄞y"),
+        ] {
+            assert_eq!(unescaped_len(escaped.as_bytes()), text.len(), "{escaped}");
+        }
+        // A high surrogate with no low one after it counts as U+FFFD, three bytes.
+        assert_eq!(unescaped_len(br#"\ud834ab""#), 3 + 2);
     }
 
     #[test]

@@ -296,6 +296,57 @@ mod tests {
     }
 
     #[test]
+    fn the_id_pattern_matches_every_stream_id_and_nothing_else() {
+        let pattern = regex::Regex::new(&StreamKind::id_pattern()).unwrap();
+        let hex = "0123456789abcdef0123456789abcdef";
+        for prefix in ["ex", "fw", "tk"] {
+            assert!(pattern.is_match(&format!("{prefix}-{hex}")), "{prefix}");
+        }
+        for bad in [
+            format!("ws-{hex}"),
+            format!("ex-{hex}0"),
+            format!("x ex-{hex}"),
+        ] {
+            assert!(!pattern.is_match(&bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn kinds_and_states_have_their_protocol_names() {
+        let kinds = StreamKind::ALL.map(StreamKind::as_str);
+        assert_eq!(kinds, ["exec", "watch", "task"]);
+        for state in StreamState::ALL {
+            assert_eq!(StreamState::parse(state.as_str()), Some(state));
+        }
+    }
+
+    #[test]
+    fn only_the_states_a_stream_ends_in_are_final() {
+        let live = [
+            StreamState::Starting,
+            StreamState::Running,
+            StreamState::Watching,
+        ];
+        for state in StreamState::ALL {
+            assert_eq!(state.is_final(), !live.contains(&state), "{state:?}");
+        }
+    }
+
+    #[test]
+    fn the_assumed_status_is_the_initial_one_at_the_start_and_the_live_one_after() {
+        let exec = Some(StreamKind::Exec);
+        assert_eq!(
+            StreamStatus::assumed_at(exec, 0),
+            status(StreamState::Starting, None)
+        );
+        assert_eq!(
+            StreamStatus::assumed_at(exec, 5),
+            status(StreamState::Running, None)
+        );
+        assert_eq!(StreamStatus::assumed_at(None, 5), StreamStatus::default());
+    }
+
+    #[test]
     fn an_exec_starts_then_runs_then_ends_as_its_exit_says() {
         let events = exec_stream();
         let exec = Some(StreamKind::Exec);

@@ -115,6 +115,102 @@ fn reserved_field_names_are_refused() {
 }
 
 #[test]
+fn fields_of_exactly_the_limit_are_taken_and_one_byte_more_is_not() {
+    // `"note":"…"` is 9 bytes of framing around the value.
+    let sized = |len: usize| {
+        let mut map = Map::new();
+        map.insert("note".into(), Value::from("x".repeat(len - 9)));
+        Fields::new(&map)
+    };
+    assert_eq!(sized(MAX_FIELDS_JSON).unwrap().0.len(), MAX_FIELDS_JSON);
+    let err = sized(MAX_FIELDS_JSON + 1).unwrap_err();
+    assert_eq!(err.rule, "event.fields-too-large");
+    assert!(err.message.contains("take 8193 bytes"), "{}", err.message);
+    assert!(err.message.contains("the limit is 8192"), "{}", err.message);
+}
+
+#[test]
+fn only_stdout_and_stderr_are_output() {
+    let output: Vec<EventType> = EventType::ALL
+        .into_iter()
+        .filter(|kind| kind.is_output())
+        .collect();
+    assert_eq!(output, [EventType::Stdout, EventType::Stderr]);
+    let status = encode(
+        1,
+        TS,
+        EventType::Status,
+        Payload::Text("ok"),
+        &Fields::default(),
+    );
+    assert_eq!(
+        status.data_len(),
+        0,
+        "only output counts as what a command wrote"
+    );
+}
+
+#[test]
+fn encoded_len_is_the_length_of_the_json() {
+    let event = encode(
+        1,
+        TS,
+        EventType::Stdout,
+        Payload::Text("hi"),
+        &Fields::default(),
+    );
+    let json = r#"{"seq":1,"timestamp":"2026-11-29T10:04:45.123Z","type":"stdout","data":"hi"}"#;
+    assert_eq!(event.encoded_len(), json.len());
+    assert_eq!(event.json(), json);
+}
+
+#[test]
+fn the_largest_event_leaves_room_for_a_page_envelope_in_the_smallest_page() {
+    assert!(MAX_EVENT_JSON + crate::ring::envelope_max_len() <= crate::ring::MIN_PAGE_BYTES);
+}
+
+#[test]
+fn the_data_budget_fills_an_event_of_the_largest_seq_to_the_bound() {
+    let fields = Fields::new(serde_json::json!({"state": "running"}).as_object().unwrap()).unwrap();
+    for kind in EventType::ALL {
+        for fields in [Fields::default(), fields.clone()] {
+            // The framing with an empty `data_b64` is what every byte of budget comes on top of.
+            let empty = encode(u64::MAX, TS, kind, Payload::Bytes(b""), &fields);
+            assert_eq!(
+                empty.encoded_len() + data_budget(kind, &fields),
+                MAX_EVENT_JSON,
+                "{kind:?} {fields:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn binary_data_is_cut_at_max_event_data_even_beside_the_largest_fields() {
+    let large = Fields(format!("\"k\":\"{}\"", "x".repeat(MAX_FIELDS_JSON - 6)));
+    let bytes = vec![0xFF; 3 * MAX_EVENT_DATA];
+    for fields in [Fields::default(), large] {
+        let (event, taken) =
+            Encoder::default().next(1, TS, EventType::Progress, Payload::Bytes(&bytes), &fields);
+        assert_eq!(taken, MAX_EVENT_DATA);
+        assert!(event.encoded_len() <= MAX_EVENT_JSON);
+    }
+}
+
+#[test]
+fn the_encoder_keeps_its_buffer_from_event_to_event() {
+    // Full events are the common case under load: each must not allocate the buffer anew.
+    let mut encoder = Encoder::default();
+    let text = "\"".repeat(MAX_EVENT_DATA);
+    let fields = Fields::default();
+    encoder.next(1, TS, EventType::Stdout, Payload::Text(&text), &fields);
+    let kept = encoder.buf.capacity();
+    assert!(kept >= MAX_EVENT_JSON - 8, "{kept}");
+    encoder.next(2, TS, EventType::Stdout, Payload::Text("x"), &fields);
+    assert_eq!(encoder.buf.capacity(), kept);
+}
+
+#[test]
 fn oversized_fields_are_refused() {
     let mut map = Map::new();
     map.insert("note".into(), Value::from("x".repeat(MAX_FIELDS_JSON)));
@@ -259,6 +355,14 @@ fn an_encoded_event_is_rebuilt_from_its_json() {
         ),
         encode(1, &ts, EventType::Status, Payload::None, &fields),
         encode(9, &ts, EventType::Exit, Payload::None, &Fields::default()),
+        // Text that is not output: never coalesced with its neighbours.
+        encode(
+            3,
+            &ts,
+            EventType::Error,
+            Payload::Text("boom"),
+            &Fields::default(),
+        ),
     ];
     for original in cases {
         let rebuilt = Event::from_encoded(original.json()).unwrap();

@@ -101,6 +101,14 @@ mod tests {
     }
 
     #[test]
+    fn now_is_the_system_clock_in_milliseconds() {
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let now = u128::from(now_millis());
+        let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        assert!(before.as_millis() <= now && now <= after.as_millis());
+    }
+
+    #[test]
     fn formats_the_epoch_and_a_known_instant() {
         assert_eq!(format_millis(0), "1970-01-01T00:00:00.000Z");
         // 2026-11-29T10:04:45.123Z, computed independently.

@@ -258,6 +258,34 @@ mod tests {
     }
 
     #[test]
+    fn text_of_exactly_the_minimum_run_stays_text() {
+        let text = "x".repeat(MIN_TEXT_RUN);
+        let out = run(&[&[b"\xFF", text.as_bytes(), b"\xFE"].concat()]);
+        let expected = vec![
+            Owned::Bytes(b"\xFF".to_vec()),
+            Owned::Text(text),
+            Owned::Bytes(b"\xFE".to_vec()),
+        ];
+        assert_eq!(out, expected);
+        let short: &[u8] = &[b'x'; MIN_TEXT_RUN - 1];
+        let shorter = run(&[&[b"\xFF".as_slice(), short, b"\xFE"].concat()]);
+        assert_eq!(shorter.len(), 1, "one byte shorter joins the bytes");
+    }
+
+    #[test]
+    fn the_join_buffer_is_kept_for_appends_up_to_64_kib_and_dropped_after_larger() {
+        // Kept: the next append after a held-back byte allocates nothing.
+        let mut decoder = StreamDecoder::default();
+        decoder.decode(b"\xE2", &mut |_| {});
+        decoder.decode(&[b'x'; 60 * 1024], &mut |_| {});
+        assert!(decoder.joined.capacity() >= 60 * 1024);
+        // Dropped: one huge append must not pin its size for the life of the stream.
+        decoder.decode(b"\xE2", &mut |_| {});
+        decoder.decode(&vec![b'x'; 1 << 20], &mut |_| {});
+        assert!(decoder.joined.capacity() <= 64 * 1024);
+    }
+
+    #[test]
     fn decode_whole_holds_nothing_back() {
         let mut out = Vec::new();
         decode_whole(b"x\xE2\x82", &mut collect(&mut out));

@@ -214,6 +214,72 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_link_verifies_and_a_longer_token_is_refused_before_decoding() {
+        let path = format!("/{}", "a".repeat(MAX_PATH_BYTES - 1));
+        let longest = mint_link(KEY, WS, &path, u64::MAX).unwrap();
+        assert!(longest.len() <= MAX_LINK_TOKEN_CHARS);
+        assert_eq!(verify_link(KEY, &longest, 0).unwrap().path, path);
+        // Well formed but for its length: a signature padded with base64 would otherwise be
+        // decoded and refused as a wrong signature, after the work the bound exists to spare.
+        let padded = format!("{longest}{}", "A".repeat(100));
+        assert_eq!(
+            verify_link(KEY, &padded, 0).unwrap_err().rule,
+            "link.malformed"
+        );
+    }
+
+    #[test]
+    fn a_token_exactly_as_long_as_the_bound_is_judged_by_its_signature() {
+        // Well formed and wrongly signed: the length check must let it through to the MAC. The
+        // expiry's width is picked so that the signature has a length base64 can decode.
+        let token = [1000u64, 10_000]
+            .into_iter()
+            .map(|expires| format!("{WS}.{expires}.{}.", URL_SAFE_NO_PAD.encode("/a")))
+            .find(|head| (MAX_LINK_TOKEN_CHARS - head.len()) % 4 != 1)
+            .map(|head| format!("{head}{}", "A".repeat(MAX_LINK_TOKEN_CHARS - head.len())))
+            .unwrap();
+        assert_eq!(token.len(), MAX_LINK_TOKEN_CHARS);
+        assert_eq!(
+            verify_link(KEY, &token, 0).unwrap_err().rule,
+            "link.signature"
+        );
+    }
+
+    #[test]
+    fn an_expiry_is_one_to_twenty_digits_and_nothing_else() {
+        let token = mint_link(KEY, WS, "/workspace/out", 1000).unwrap();
+        let parts: Vec<&str> = token.split('.').collect();
+        // Rust parses each as 1000, which the signature covers: only the shape check stops them.
+        for expires in ["+1000", &format!("{:0>21}", 1000)] {
+            let forged = format!("{}.{expires}.{}.{}", parts[0], parts[2], parts[3]);
+            assert_eq!(
+                verify_link(KEY, &forged, 0).unwrap_err().rule,
+                "link.malformed",
+                "{expires}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_link_names_a_non_empty_bounded_path_without_nul() {
+        let too_long = format!("/{}", "a".repeat(MAX_PATH_BYTES));
+        for path in ["", "/a\0b", too_long.as_str()] {
+            let err = mint_link(KEY, WS, path, 1000).unwrap_err();
+            assert_eq!(err.rule, "link.path", "{path:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_of_the_minimum_length_signs_and_one_byte_less_does_not() {
+        let key = [7u8; MIN_KEY_BYTES];
+        let token = mint_link(&key, WS, "/w", 1000).unwrap();
+        assert_eq!(verify_link(&key, &token, 0).unwrap().expires, 1000);
+        let err = mint_link(&key[1..], WS, "/w", 1000).unwrap_err();
+        assert_eq!(err.rule, "link.key");
+        assert!(err.message.contains("at least 16 bytes"), "{}", err.message);
+    }
+
+    #[test]
     fn a_short_key_is_refused() {
         assert_eq!(
             mint_link(b"short", WS, "/w", 1).unwrap_err().rule,

@@ -129,6 +129,17 @@ mod tests {
     }
 
     #[test]
+    fn the_byte_limits_are_the_65536_the_messages_promise() {
+        // The error text says 65536 bytes, and GitHub takes 65536 for a body.
+        let full = "x".repeat(65_536);
+        assert!(commit_message(&full).is_ok());
+        assert!(pull_request_body(&full).is_ok());
+        let err = commit_message(&format!("{full}x")).unwrap_err();
+        assert!(err.message.contains("1 to 65536 bytes"), "{}", err.message);
+        assert!(pull_request_body(&format!("{full}x")).is_err());
+    }
+
+    #[test]
     fn pull_request_titles_are_one_line_and_bodies_are_text() {
         assert_eq!(
             pull_request_title("Fix the parser").unwrap(),
@@ -171,6 +182,20 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn names_titles_and_emails_are_bounded_in_characters_as_their_messages_say() {
+        // Two-byte characters: the bounds count characters, not bytes.
+        let name = "é".repeat(256);
+        assert!(author_name(&name).is_ok());
+        assert!(pull_request_title(&name).is_ok());
+        assert!(author_name(&format!("{name}é")).is_err());
+        assert!(pull_request_title(&format!("{name}é")).is_err());
+        let email = format!("{}@example.com", "é".repeat(254 - "@example.com".len()));
+        assert_eq!(email.chars().count(), 254);
+        assert!(author_email(&email).is_ok());
+        assert!(author_email(&format!("é{email}")).is_err());
     }
 
     #[test]

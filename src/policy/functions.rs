@@ -156,6 +156,30 @@ mod tests {
         }
     }
 
+    /// The property above rarely draws a valid call id at random: known ones pin both patterns.
+    #[test]
+    fn the_patterns_take_known_good_names_and_refuse_known_bad_ones() {
+        let call = regex::Regex::new(&function_call_id_pattern()).unwrap();
+        for id in ["fc-01HZX3K9Q8W7E6R5T4Y3U2I1O0", "fc-abcdefghijABCDEFGHIJ"] {
+            assert!(function_call_id(id).is_ok() && call.is_match(id), "{id}");
+        }
+        for id in [
+            "fc-short",
+            "x fc-abcdefghijABCDEFGHIJ",
+            "fc-abcdefghij/BCDEFGHIJ",
+        ] {
+            assert!(function_call_id(id).is_err() && !call.is_match(id), "{id}");
+        }
+        let app = regex::Regex::new(&modal_app_name_pattern()).unwrap();
+        assert!(app.is_match("my-app_2.prod"));
+        for name in ["", "my app", "a/b", &"a".repeat(MAX_MODAL_NAME_CHARS + 1)] {
+            assert!(
+                modal_app_name(name).is_err() && !app.is_match(name),
+                "{name:?}"
+            );
+        }
+    }
+
     const SETTING: &str = "MODAL_WORKSPACE_ALLOWED_FUNCTIONS";
 
     #[test]

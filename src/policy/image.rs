@@ -238,6 +238,8 @@ mod tests {
             "numpy==2.1.3",
             "black==24.1.0rc1",
             "a==1.0.post2",
+            // A pre-release before the first dot: the release part ends at the letter.
+            "a==1rc1.post2",
         ] {
             assert_eq!(pip_package(ok).as_deref(), Ok(ok), "{ok}");
         }
@@ -256,6 +258,7 @@ mod tests {
             ("requests==2.0+local", "package.pip-version"),
             ("requests==2.0 ", "package.pip-version"),
             ("requests==2.0==3", "package.pip-version"),
+            ("requests==1..2", "package.pip-version"),
         ] {
             assert_eq!(pip_package(bad).map_err(|e| e.rule), Err(rule), "{bad:?}");
         }
@@ -268,6 +271,8 @@ mod tests {
             image_packages("apt", &list),
             Ok(vec!["git".to_owned(), "jq".to_owned()])
         );
+        let full: Vec<String> = (0..32).map(|i| format!("p{i}")).collect();
+        assert_eq!(image_packages("pip", &full).map(|l| l.len()), Ok(32));
         let many: Vec<String> = (0..=MAX_IMAGE_PACKAGES).map(|i| format!("p{i}")).collect();
         assert_eq!(
             image_packages("pip", &many).map_err(|e| e.rule),
@@ -277,6 +282,26 @@ mod tests {
             image_packages("npm", &[]).map_err(|e| e.rule),
             Err("package.kind")
         );
+    }
+
+    #[test]
+    fn every_length_bound_takes_exactly_64_bytes_and_refuses_65() {
+        // The messages promise "at most 64": each bound must let its 64th byte through.
+        let name = |n: usize| format!("a{}", "b".repeat(n - 1));
+        let version = |n: usize| format!("1{}", "0".repeat(n - 1));
+        type Rule = fn(&str) -> Result<String, PolicyError>;
+        let cases: [(&dyn Fn(usize) -> String, Rule); 6] = [
+            (&|n| format!("img:{}", name(n)), image_name),
+            (&|n| format!("im-{}", name(n)), image_id),
+            (&name, apt_package),
+            (&|n| format!("git={}", version(n)), apt_package),
+            (&name, pip_package),
+            (&|n| format!("requests=={}", version(n)), pip_package),
+        ];
+        for (i, (make, check)) in cases.iter().enumerate() {
+            assert!(check(&make(64)).is_ok(), "case {i}: {}", make(64));
+            assert!(check(&make(65)).is_err(), "case {i}: {}", make(65));
+        }
     }
 
     #[test]

@@ -101,6 +101,33 @@ mod tests {
         assert_eq!(bell.take(), vec![1, 2]);
     }
 
+    /// Whether `fd` has something to read now (a poll that does not wait).
+    fn readable(fd: RawFd) -> bool {
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, and a zero timeout: the call only inspects `fd`.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        ready == 1 && poll.revents & libc::POLLIN != 0
+    }
+
+    #[test]
+    fn the_fd_the_loop_watches_turns_readable_when_rung_and_holds_the_byte() {
+        let bell = Doorbell::new().unwrap();
+        let fd = bell.fd();
+        assert!(!readable(fd), "nothing rung yet");
+        bell.ring(7);
+        assert!(readable(fd), "a ring must wake a loop watching fd()");
+        let mut byte = [0u8; 4];
+        // SAFETY: `fd` is open for the life of `bell`, and `byte` is writable for its length.
+        let n = unsafe { libc::read(fd, byte.as_mut_ptr().cast(), byte.len()) };
+        assert_eq!((n, byte[0]), (1, 1), "one byte says take");
+        assert!(!readable(fd));
+        assert_eq!(bell.take(), vec![7]);
+    }
+
     #[test]
     fn rings_from_many_threads_all_arrive() {
         let bell = Arc::new(Doorbell::new().unwrap());

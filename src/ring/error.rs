@@ -71,3 +71,45 @@ impl From<PolicyError> for RingError {
         Self::Event(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_message_says_what_failed_with_the_numbers_involved() {
+        let ahead = RingError::CursorAhead {
+            cursor: 12,
+            last_seq: 9,
+        };
+        let message = ahead.message();
+        assert!(message.starts_with("cursor 12 is past"), "{message}");
+        assert!(message.contains("(9)"), "{message}");
+        let order = RingError::MirrorOrder {
+            previous: 4,
+            seq: 6,
+        };
+        assert_eq!(
+            order.message(),
+            "mirrored events must be consecutive: seq 6 followed 4"
+        );
+        assert_eq!(
+            RingError::Closed.message(),
+            "the stream is closed: no more events can be appended"
+        );
+        let bound = RingError::Bound {
+            rule: "ring.max-bytes",
+            message: "max_bytes must be positive",
+        };
+        assert_eq!(bound.message(), "max_bytes must be positive");
+    }
+
+    #[test]
+    fn an_event_error_shows_the_event_models_own_message() {
+        let policy = PolicyError::without_echo("event.type", "unknown event type");
+        let err = RingError::from(policy.clone());
+        assert_eq!(err.rule(), "event.type");
+        assert_eq!(err.to_string(), policy.message);
+        assert_eq!(err.message(), err.to_string());
+    }
+}

@@ -119,7 +119,7 @@ impl EventRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{encode, EventType, Fields, Payload};
+    use crate::event::{encode, EventType, Fields, Payload, StreamState};
     use crate::ring::PageEvent;
     use std::sync::Arc;
 
@@ -155,6 +155,69 @@ mod tests {
         let older = ring.read(5, 10, 0, false).unwrap();
         assert!(older.cursor_expired);
         assert_eq!(older.dropped_events, 5);
+    }
+
+    #[test]
+    fn a_mirrors_first_batch_follows_its_cursor_without_a_restart() {
+        let ring = EventRing::mirror(None, 1 << 20, None, 10).unwrap();
+        // Seq 10 is the cursor's own event: the reader has it, the mirror must not.
+        let inserted = ring.insert(events(10..=12), false).unwrap();
+        assert_eq!(
+            inserted,
+            Inserted {
+                added: 2,
+                restarted: false
+            }
+        );
+        assert_eq!(seqs(&ring, 10), vec![11, 12]);
+    }
+
+    #[test]
+    fn a_settled_status_is_taken_only_where_the_mirror_ends() {
+        let ring = EventRing::mirror(Some(StreamKind::Exec), 1 << 20, None, 0).unwrap();
+        let failed = StreamStatus {
+            state: Some(StreamState::Failed),
+            returncode: Some(1),
+        };
+        ring.insert_settled(events(1..=3), false, Some((3, failed)))
+            .unwrap();
+        assert_eq!(ring.status(), failed);
+        let stale = StreamStatus {
+            state: Some(StreamState::Lost),
+            returncode: None,
+        };
+        ring.insert_settled(events(4..=5), false, Some((3, stale)))
+            .unwrap();
+        assert_eq!(
+            ring.status(),
+            failed,
+            "a status as of seq 3 says nothing of 5"
+        );
+    }
+
+    #[test]
+    fn skip_to_moves_only_an_open_mirror_and_only_forward() {
+        let ring = EventRing::mirror(None, 1 << 20, None, 0).unwrap();
+        ring.insert(events(1..=5), false).unwrap();
+        assert!(!ring.skip_to(3), "behind what it holds");
+        assert!(!ring.skip_to(6), "where it already is");
+        assert_eq!(seqs(&ring, 0), vec![1, 2, 3, 4, 5]);
+        assert!(ring.skip_to(8));
+        assert_eq!((ring.last_seq(), ring.held_bytes()), (7, 0));
+        ring.insert(events(8..=8), true).unwrap();
+        assert!(!ring.skip_to(20), "a closed mirror stays where it ended");
+        assert_eq!(ring.last_seq(), 8);
+    }
+
+    #[test]
+    fn a_restart_counts_only_the_bytes_it_now_holds() {
+        let ring = EventRing::mirror(None, 1 << 20, None, 0).unwrap();
+        // One event held: a miscount of what the restart drops cannot cancel out to zero.
+        ring.insert(events(1..=1), false).unwrap();
+        let batch = events(10..=11);
+        let held: usize = batch.iter().map(Event::encoded_len).sum();
+        assert!(ring.insert(batch, false).unwrap().restarted);
+        assert_eq!(ring.held_bytes(), held);
     }
 
     #[test]

@@ -512,6 +512,131 @@ mod tests {
     }
 
     #[test]
+    fn an_open_stream_read_to_its_end_is_done_only_once_its_exit_is_read() {
+        let ring = EventRing::of_kind(Some(StreamKind::Exec), 1 << 20, None).unwrap();
+        ring.append(EventType::Stdout, Some(b"hi\n"), &Map::new())
+            .unwrap();
+        let page = ring.read(0, 100, 0, false).unwrap();
+        assert!(!page.has_more && !page.closed);
+        assert!(!page.done(), "output alone does not end the stream");
+        let exit = serde_json::json!({"returncode": 0, "state": "finished"});
+        ring.append(EventType::Exit, None, exit.as_object().unwrap())
+            .unwrap();
+        assert!(ring.read(1, 100, 0, false).unwrap().done());
+    }
+
+    #[test]
+    fn events_json_is_the_pages_events_array() {
+        let page = exec_ring().read(0, 100, 0, false).unwrap();
+        let whole: serde_json::Value = serde_json::from_str(&page.to_json()).unwrap();
+        let events: serde_json::Value = serde_json::from_str(&page.events_json()).unwrap();
+        assert_eq!(events.as_array().map(Vec::len), Some(4));
+        assert_eq!(events, whole["events"]);
+    }
+
+    /// `n` stdout events of a few dozen bytes each, escapes included.
+    fn text_ring(n: usize) -> EventRing {
+        let ring = EventRing::new(64 << 20, None).unwrap();
+        for i in 0..n {
+            let line = format!("line {i} \"{}\"\n", "x".repeat(i % 29));
+            ring.append(EventType::Stdout, Some(line.as_bytes()), &Map::new())
+                .unwrap();
+        }
+        ring
+    }
+
+    #[test]
+    fn a_pages_capacity_covers_its_json_and_reserves_at_most_an_envelope_more() {
+        let ring = text_ring(300);
+        let pages = [
+            exec_ring().read(0, 100, 0, false).unwrap(),
+            ring.read(0, 1, 0, false).unwrap(),
+            ring.read(0, 1000, 0, false).unwrap(),
+            ring.read(300, 1000, 0, false).unwrap(),
+        ];
+        for page in &pages {
+            let (events, json) = (page.events_json(), page.to_json());
+            // Without coalescing, only the comma after the last event is reserved in vain.
+            let reserved = page.events_capacity();
+            assert!(events.len() <= reserved && reserved <= events.len() + 1);
+            assert!(json.len() <= page.json_capacity());
+            assert!(page.json_capacity() <= json.len() + envelope_max_len() + 1);
+        }
+        let coalesced = ring.read(0, 1000, 0, true).unwrap();
+        assert!(matches!(coalesced.events[0], PageEvent::Coalesced(_)));
+        assert!(coalesced.to_json().len() <= coalesced.json_capacity());
+    }
+
+    /// The page `read` must fill to the byte: what `events` take as a page's events, one
+    /// comma between each, with the largest envelope.
+    fn budget_for(events: &[PageEvent]) -> usize {
+        let mut out = String::new();
+        let page = Page {
+            events: events.to_vec(),
+            next_cursor: 0,
+            has_more: false,
+            first_seq: 0,
+            cursor_expired: false,
+            dropped_events: 0,
+            dropped_bytes: 0,
+            closed: false,
+            status: StreamStatus::default(),
+        };
+        page.write_events(&mut out);
+        // The envelope's bound already counts the brackets of an empty list.
+        envelope_max_len() + out.len() - 2
+    }
+
+    #[test]
+    fn a_page_takes_every_event_that_fits_its_budget_to_the_byte() {
+        let ring = text_ring(2000);
+        let all = ring.read(0, MAX_PAGE_EVENTS, usize::MAX, false).unwrap();
+        let fits = (1..all.events.len())
+            .find(|&k| budget_for(&all.events[..k]) > MIN_PAGE_BYTES)
+            .unwrap();
+        let budget = budget_for(&all.events[..fits]);
+        let page = ring.read(0, MAX_PAGE_EVENTS, budget, false).unwrap();
+        assert_eq!(page.events.len(), fits, "exactly {budget} bytes fit them");
+        assert!(page.to_json().len() <= budget);
+        let short = ring.read(0, MAX_PAGE_EVENTS, budget - 1, false).unwrap();
+        assert_eq!(short.events.len(), fits - 1, "one byte less does not");
+    }
+
+    #[test]
+    fn a_coalesced_page_takes_every_part_that_fits_its_budget_to_the_byte() {
+        let ring = text_ring(2000);
+        let all = ring.read(0, MAX_PAGE_EVENTS, usize::MAX, false).unwrap();
+        let parts: Vec<Event> = all.events.iter().flat_map(|e| e.parts().to_vec()).collect();
+        let merged = |k: usize| [PageEvent::Coalesced(parts[..k].to_vec())];
+        let fits = (2..parts.len())
+            .find(|&k| budget_for(&merged(k)) > MIN_PAGE_BYTES)
+            .unwrap();
+        let budget = budget_for(&merged(fits));
+        let page = ring.read(0, MAX_PAGE_EVENTS, budget, true).unwrap();
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(
+            page.events[0].parts().len(),
+            fits,
+            "{budget} bytes fit them"
+        );
+        assert!(page.to_json().len() <= budget);
+        let short = ring.read(0, MAX_PAGE_EVENTS, budget - 1, true).unwrap();
+        assert_eq!(short.events[0].parts().len(), fits - 1);
+    }
+
+    #[test]
+    fn a_coalesced_page_holds_at_most_max_page_events_stored_events() {
+        let ring = EventRing::new(64 << 20, None).unwrap();
+        let chunks: Vec<&[u8]> = vec![b"x"; MAX_PAGE_EVENTS + 5];
+        ring.append_many(EventType::Stdout, &chunks).unwrap();
+        let page = ring.read(0, 10, usize::MAX, true).unwrap();
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(page.events[0].parts().len(), MAX_PAGE_EVENTS);
+        assert_eq!(page.next_cursor, MAX_PAGE_EVENTS as u64);
+        assert!(page.has_more);
+    }
+
+    #[test]
     fn envelope_length_matches_the_json() {
         let page = Page {
             events: Vec::new(),

@@ -125,6 +125,17 @@ mod tests {
     }
 
     #[test]
+    fn collecting_says_whether_it_moved_a_callback() {
+        // Its answer decides whether the appender takes the ring's lock again to run callbacks.
+        let mut waiters = Waiters::default();
+        waiters.add(5, Box::new(|| {}));
+        assert!(!waiters.collect_ready(|cursor| cursor < 5), "none is ready");
+        assert_eq!(waiters.ready.len(), 0);
+        assert!(waiters.collect_ready(|cursor| cursor < 6));
+        assert_eq!((waiters.waiting.len(), waiters.ready.len()), (0, 1));
+    }
+
+    #[test]
     fn ready_callbacks_run_once_an_event_passes_their_cursor() {
         let ring = Arc::new(EventRing::new(1 << 16, None).unwrap());
         let (tx, rx) = std::sync::mpsc::channel();

@@ -7,7 +7,7 @@ use std::thread;
 use serde_json::json;
 
 use super::*;
-use crate::event::MAX_EVENT_JSON;
+use crate::event::{StreamState, MAX_EVENT_DATA, MAX_EVENT_JSON};
 
 fn no_fields() -> Map<String, Value> {
     Map::new()
@@ -62,6 +62,40 @@ fn seqs_start_at_one_and_have_no_holes() {
     assert_eq!(page.first_seq, 1);
     assert!(!page.has_more && !page.cursor_expired && !page.closed);
     assert_eq!(parsed(&page)["events"][4]["state"], "running");
+}
+
+#[test]
+fn a_ring_reports_the_bounds_kind_and_status_it_has() {
+    let ring = EventRing::of_kind(Some(StreamKind::Exec), 4096, Some(7)).unwrap();
+    assert_eq!(ring.max_bytes(), 4096);
+    assert_eq!(ring.max_events(), Some(7));
+    assert_eq!(ring.kind(), Some(StreamKind::Exec));
+    assert!(!ring.is_closed());
+    assert_eq!(ring.status().state, Some(StreamState::Starting));
+    let exit = json!({"returncode": 2, "state": "failed"});
+    ring.append(EventType::Exit, None, exit.as_object().unwrap())
+        .unwrap();
+    let failed = StreamStatus {
+        state: Some(StreamState::Failed),
+        returncode: Some(2),
+    };
+    assert_eq!(ring.status(), failed);
+}
+
+#[test]
+fn events_that_exactly_fill_the_budget_are_all_kept() {
+    let probe = EventRing::new(1 << 20, None).unwrap();
+    out(&probe, b"line 1\n");
+    out(&probe, b"line 2\n");
+    let full = probe.held_bytes();
+    let ring = EventRing::new(full, None).unwrap();
+    out(&ring, b"line 1\n");
+    out(&ring, b"line 2\n");
+    assert_eq!(ring.held_bytes(), full);
+    assert_eq!(ring.read(0, 10, 0, false).unwrap().first_seq, 1);
+    assert_eq!(ring.trim(full), 0, "at the bound is within it");
+    out(&ring, b"line 3\n");
+    assert_eq!(ring.read(0, 10, 0, false).unwrap().first_seq, 2);
 }
 
 #[test]
@@ -336,6 +370,80 @@ fn close_flushes_a_held_back_partial_character() {
     assert!(ring.is_closed());
     let err = out_result(&ring, b"late");
     assert_eq!(err.unwrap_err().rule(), "ring.closed");
+}
+
+#[test]
+fn events_carry_the_time_of_their_append() {
+    let ring = EventRing::new(1 << 16, None).unwrap();
+    let before = crate::event::timestamp::now();
+    out(&ring, b"x");
+    out(&ring, b"y");
+    let after = crate::event::timestamp::now();
+    let page = ring.read(0, 10, 0, false).unwrap();
+    assert_eq!(page.events.len(), 2);
+    for event in page.events.iter().flat_map(PageEvent::parts) {
+        // One fixed-width format: the strings sort as the instants do.
+        let at = event.timestamp();
+        assert!(before.as_str() <= at && at <= after.as_str(), "{at}");
+    }
+}
+
+#[test]
+fn an_empty_output_append_adds_no_event() {
+    let ring = EventRing::new(1 << 16, None).unwrap();
+    assert_eq!(out(&ring, b""), 0);
+    let stderr = ring.append(EventType::Stderr, Some(b""), &no_fields());
+    assert_eq!(stderr.unwrap(), 0);
+    assert_eq!(ring.last_seq(), 0);
+}
+
+#[test]
+fn whole_text_after_a_held_back_byte_comes_after_that_byte() {
+    let ring = EventRing::new(1 << 16, None).unwrap();
+    out(&ring, b"\xE2"); // the start of a three-byte character: held back
+    out(&ring, b"abc"); // does not complete it: the held byte goes first, as bytes
+    ring.close();
+    let events = drain(&ring, 0, 0, false);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0]["data_b64"], "4g==");
+    assert_eq!(events[1]["data"], "abc");
+}
+
+#[test]
+fn binary_output_larger_than_one_event_is_carried_whole() {
+    // Lone continuation bytes: none of it is UTF-8, all of it travels as base64.
+    let data: Vec<u8> = (0..2 * MAX_EVENT_DATA + 100)
+        .map(|i| 0x80 | (i % 64) as u8)
+        .collect();
+    let ring = EventRing::new(1 << 20, None).unwrap();
+    assert_eq!(out(&ring, &data), 3);
+    let events = drain(&ring, 0, 0, false);
+    let mut carried = Vec::new();
+    for event in &events {
+        use base64::Engine as _;
+        let b64 = event["data_b64"].as_str().unwrap();
+        carried.extend(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap(),
+        );
+    }
+    assert_eq!(carried, data);
+}
+
+#[test]
+fn a_small_batch_leaves_its_vector_for_the_next_append_and_a_huge_one_does_not() {
+    let ring = EventRing::new(64 << 20, None).unwrap();
+    out(&ring, b"x");
+    assert!(
+        ring.state.lock().spare.capacity() > 0,
+        "the next one-event append reuses it"
+    );
+    assert!(out(&ring, &vec![b'y'; 100 * MAX_EVENT_DATA]) > 100);
+    assert!(
+        ring.state.lock().spare.capacity() <= 64,
+        "a batch of a hundred events is not kept"
+    );
 }
 
 fn out_result(ring: &EventRing, data: &[u8]) -> Result<u64, RingError> {

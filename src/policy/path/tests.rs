@@ -91,6 +91,42 @@ fn a_path_that_only_becomes_too_long_under_the_root_is_rejected() {
     );
 }
 
+/// An absolute path under [`ROOT`] of exactly `len` bytes, already in its resolved form.
+fn absolute_path_of(len: usize) -> String {
+    let mut path = ROOT.to_owned();
+    while path.len() < len {
+        let part = (len - path.len() - 1).min(MAX_COMPONENT_BYTES);
+        path.push('/');
+        path.push_str(&"x".repeat(part));
+    }
+    path
+}
+
+#[test]
+fn a_path_of_exactly_4096_bytes_is_fine_and_4097_is_not() {
+    let longest = absolute_path_of(MAX_PATH_BYTES);
+    assert_eq!(longest.len(), 4096);
+    assert_eq!(
+        workspace_path(ROOT, &longest).as_deref(),
+        Ok(longest.as_str())
+    );
+    let over = absolute_path_of(MAX_PATH_BYTES + 1);
+    assert_eq!(
+        workspace_path(ROOT, &over).unwrap_err().rule,
+        "path.too-long"
+    );
+}
+
+#[test]
+fn a_path_too_long_as_given_is_refused_even_when_it_resolves_short() {
+    let path = format!("a/{}", "./".repeat(2100));
+    assert!(path.len() > MAX_PATH_BYTES);
+    assert_eq!(
+        workspace_path(ROOT, &path).unwrap_err().rule,
+        "path.too-long"
+    );
+}
+
 #[test]
 fn the_root_must_be_absolute_and_normalised() {
     for (root, rule) in [

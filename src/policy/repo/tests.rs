@@ -120,6 +120,9 @@ fn rejects_every_hostile_class_with_its_rule() {
         ("https://github.com", "repo.path-parts"),
         ("/o/r", "repo.path-parts"),
         ("o//r", "repo.path-parts"),
+        // One part empty: refused as a missing part, not as a bad owner or name.
+        ("https://github.com//r", "repo.path-parts"),
+        ("https://github.com/o//", "repo.path-parts"),
         ("o/.git", "repo.name"),
         // Options in disguise and GitHub's naming rules.
         ("-o/r", "repo.leading-dash"),
@@ -227,10 +230,28 @@ fn a_base_url_is_returned_canonical() {
         ("HTTPS://GitHub.COM", "https://github.com"),
         ("http://127.0.0.1:36823/", "http://127.0.0.1:36823"),
         ("https://ghe.example.org/git", "https://ghe.example.org/git"),
+        ("https://git-hub.example.org", "https://git-hub.example.org"),
     ];
     for (input, want) in table {
         assert_eq!(github_base(input).as_deref(), Ok(want), "{input}");
     }
+}
+
+#[test]
+fn an_input_of_exactly_256_characters_is_judged_by_its_shape_not_its_length() {
+    let exact = format!("octo/{}", "r".repeat(256 - 5));
+    assert_eq!(exact.chars().count(), 256);
+    assert_ne!(github_repo(&exact).unwrap_err().rule, "repo.too-long");
+    let over = format!("{exact}r");
+    assert_eq!(github_repo(&over).unwrap_err().rule, "repo.too-long");
+}
+
+#[test]
+fn a_base_url_of_exactly_200_characters_is_taken_and_201_is_not() {
+    let url = |len: usize| format!("https://h.example/{}", "a".repeat(len - 18));
+    assert_eq!(url(200).chars().count(), 200);
+    assert!(github_base(&url(200)).is_ok());
+    assert_eq!(github_base(&url(201)).unwrap_err().rule, "base.too-long");
 }
 
 #[test]
@@ -248,6 +269,7 @@ fn a_base_url_refuses_what_git_could_misread() {
         ("https://", "base.host"),
         ("https://:80", "base.host"),
         ("https://-evil.com", "base.host"),
+        ("https://git_hub.com", "base.host"),
         ("https://github.com:0", "base.port"),
         ("https://github.com:99999", "base.port"),
         ("https://github.com:", "base.port"),

@@ -120,4 +120,14 @@ mod tests {
         let label = format!("{}.com", "a".repeat(64));
         assert_eq!(outbound_domain(&label).unwrap_err().rule, "domain.shape");
     }
+
+    #[test]
+    fn a_name_of_exactly_253_characters_and_a_label_of_63_pass() {
+        // Three labels of 63 and one of 61, with their dots: 253, the DNS limit.
+        let longest = format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(61));
+        assert_eq!(longest.len(), 253);
+        assert_eq!(outbound_domain(&longest).as_deref(), Ok(longest.as_str()));
+        let over = format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(62));
+        assert_eq!(outbound_domain(&over).unwrap_err().rule, "domain.shape");
+    }
 }

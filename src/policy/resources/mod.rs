@@ -128,6 +128,13 @@ mod tests {
             .collect();
         let e = outbound_allowlists(false, Some(&many[..]), None).unwrap_err();
         assert_eq!(e.rule, "resources.too-many");
+        let full = &many[..MAX_LIST_ENTRIES];
+        let (cidrs, _) = outbound_allowlists(false, Some(full), None).unwrap();
+        assert_eq!(
+            cidrs.map(|c| c.len()),
+            Some(MAX_LIST_ENTRIES),
+            "the bound itself is taken"
+        );
         let regions_given: Vec<String> =
             (0..=MAX_REGIONS).map(|i| format!("us-east-{i}")).collect();
         assert_eq!(

@@ -106,6 +106,11 @@ fn a_symlink_target_through_another_symlink_is_refused_at_the_end() {
     link(&mut p, "d/s", "..").unwrap();
     link(&mut p, "y", "d/s").unwrap();
     assert_eq!(p.finish().unwrap().len(), 2);
+    // Spelled with `.` parts, the target still passes through `s`.
+    let mut p = plan();
+    link(&mut p, "s", "d").unwrap();
+    link(&mut p, "x", "./s/./y").unwrap();
+    assert_eq!(p.finish().unwrap_err().rule, "tar.link-chain");
 }
 
 #[test]
@@ -152,4 +157,61 @@ fn names_that_are_not_utf8_or_hold_nul_are_refused() {
     let r = p.admit(b"a\xff", TarKind::File, 0, 0o644, None);
     assert_eq!(r.unwrap_err().rule, "tar.not-utf8");
     assert_eq!(rule(file(&mut p, "a\0b")), "tar.nul");
+}
+
+/// A relative name of exactly `len` bytes whose parts are at most 255 bytes.
+fn name_of(len: usize) -> String {
+    let mut name = String::new();
+    while len - name.len() > MAX_COMPONENT_BYTES {
+        name.push_str(&"a".repeat(MAX_COMPONENT_BYTES - 1));
+        name.push('/');
+    }
+    name.push_str(&"a".repeat(len - name.len()));
+    name
+}
+
+#[test]
+fn names_and_parts_are_taken_up_to_their_bounds_exactly() {
+    let mut p = plan();
+    let longest = name_of(MAX_PATH_BYTES);
+    assert_eq!(longest.len(), MAX_PATH_BYTES);
+    assert!(file(&mut p, &longest).is_ok());
+    assert_eq!(
+        rule(file(&mut p, &name_of(MAX_PATH_BYTES + 1))),
+        "tar.too-long"
+    );
+    assert!(file(&mut p, &"b".repeat(MAX_COMPONENT_BYTES)).is_ok());
+    let part = "c".repeat(MAX_COMPONENT_BYTES + 1);
+    assert_eq!(rule(file(&mut p, &part)), "tar.too-long");
+}
+
+#[test]
+fn files_may_fill_the_byte_budget_exactly() {
+    let mut p = plan();
+    p.admit(b"most", TarKind::File, 600, 0o644, None).unwrap();
+    assert!(p.admit(b"rest", TarKind::File, 400, 0o644, None).is_ok());
+    let r = p.admit(b"more", TarKind::File, 1, 0o644, None);
+    assert_eq!(r.unwrap_err().rule, "tar.bytes");
+    assert_eq!(p.bytes(), 1000, "what the admitted files hold");
+}
+
+#[test]
+fn a_symlink_target_is_a_non_empty_bounded_path_without_nul() {
+    let mut p = plan();
+    for bad in ["", "a\0b", &name_of(MAX_PATH_BYTES + 1)] {
+        assert_eq!(rule(link(&mut p, "l", bad)), "tar.link-target", "{bad:?}");
+    }
+    assert!(link(&mut p, "l", &name_of(MAX_PATH_BYTES)).is_ok());
+}
+
+#[test]
+fn a_directory_may_come_twice_but_nothing_else_may_take_its_name() {
+    let dir = |p: &mut TarPlan, path: &str| {
+        p.admit(path.as_bytes(), TarKind::Dir, 0, 0o755, None)
+            .map(|e| e.cloned())
+    };
+    let mut p = plan();
+    dir(&mut p, "d").unwrap();
+    assert!(dir(&mut p, "d").is_ok(), "archivers repeat directories");
+    assert_eq!(rule(file(&mut p, "d")), "tar.clash");
 }
