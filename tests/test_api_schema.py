@@ -17,6 +17,7 @@ from modal_workspace_core.operations import OPERATIONS, new_service
 from modal_workspace_core.policy import new_id
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
+from support.asgi_request import request
 
 METHODS = {"get", "put", "post", "delete", "patch"}
 
@@ -112,29 +113,8 @@ async def test_servers_without_a_host_header_are_where_the_server_listens(app: F
     # HTTP/1.0 needs no Host: the server's own address stands in, its port left out where it is
     # the scheme's default.
     async def schema(server: tuple[str, int]) -> Any:
-        sent: list[Any] = []
-
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message: Any) -> None:
-            sent.append(message)
-
-        scope = {
-            "type": "http",
-            "http_version": "1.0",
-            "method": "GET",
-            "scheme": "http",
-            "path": "/action-openapi.json",
-            "raw_path": b"/action-openapi.json",
-            "query_string": b"",
-            "root_path": "",
-            "headers": [],
-            "client": ("10.0.0.9", 5555),
-            "server": server,
-        }
-        await app(scope, receive, send)
-        return json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+        _, _, body = await request(app, "GET", "/action-openapi.json", headers=[], server=server)
+        return json.loads(body)
 
     assert (await schema(("10.0.0.1", 8080)))["servers"] == [{"url": "http://10.0.0.1:8080"}]
     assert (await schema(("10.0.0.1", 80)))["servers"] == [{"url": "http://10.0.0.1"}]

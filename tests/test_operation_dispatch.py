@@ -5,14 +5,14 @@ raw byte routes."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest.dispatch import OperationDispatch
 from modal_workspace_core.surfaces.rest.routes import OperationServer
 from service_support import RecordingDriver
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
+from support.asgi_request import request
 
 WS = "ws-" + "0" * 32
 EX = "ex-" + "1" * 32
@@ -28,34 +28,6 @@ class Behind:
         self.paths.append(scope["path"])
         await send({"type": "http.response.start", "status": 299, "headers": []})
         await send({"type": "http.response.body", "body": b""})
-
-
-async def request(
-    app: Any, method: str, path: str, query: bytes = b"", body: bytes = b""
-) -> tuple[int, dict[bytes, bytes], bytes]:
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": path,
-        "query_string": query,
-        "headers": [],
-    }
-    chunks = [body[: len(body) // 2], body[len(body) // 2 :]]  # a body in two messages
-
-    async def receive() -> Message:
-        if chunks:
-            chunk = chunks.pop(0)
-            return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
-        return {"type": "http.disconnect"}
-
-    sent: list[Message] = []
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    start, *bodies = sent
-    return start["status"], dict(start["headers"]), b"".join(m["body"] for m in bodies)
 
 
 def dispatch() -> tuple[OperationDispatch, Behind, RecordingDriver]:

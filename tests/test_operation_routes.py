@@ -12,45 +12,10 @@ from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import RecordingDriver
-from starlette.types import Message
+from support.asgi_request import TOKEN, request
 
 WS = "ws-" + "0" * 32
 EX = "ex-" + "1" * 32
-TOKEN = "a-test-token-of-some-length"
-
-
-async def request(
-    app: Any, method: str, path: str, query: bytes = b"", body: bytes = b""
-) -> tuple[int, dict[bytes, bytes], bytes]:
-    scope = {
-        "type": "http",
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": query,
-        "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {TOKEN}".encode())],
-        "client": ("127.0.0.1", 1234),
-        "server": ("127.0.0.1", 80),
-    }
-    chunks = [body[: len(body) // 2], body[len(body) // 2 :]]  # a body in two messages
-
-    async def receive() -> Message:
-        if chunks:
-            chunk = chunks.pop(0)
-            return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
-        return {"type": "http.disconnect"}
-
-    sent: list[Message] = []
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    start, *bodies = [m for m in sent if m["type"].startswith("http.response")]
-    return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in bodies)
 
 
 def app_on_a_recording_driver() -> tuple[Any, RecordingDriver]:
