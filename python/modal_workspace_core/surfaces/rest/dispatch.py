@@ -16,8 +16,9 @@ import re
 from collections.abc import Sequence
 from urllib.parse import parse_qsl
 
+from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...errors import WorkspaceError
 from .routes import OperationServer, path_pattern
@@ -64,7 +65,7 @@ async def _serve(
     server: OperationServer, path_params: dict[str, str], scope: Scope, receive: Receive, send: Send
 ) -> None:
     try:
-        body = b"" if server.in_query else await _body(receive)
+        body = b"" if server.in_query else await Request(scope, receive).body()
         text = await server(query(scope), body, path_params)
     except WorkspaceError as err:
         # As FastAPI's handler answers it (`app.create_app`).
@@ -93,15 +94,3 @@ def _compiled(template: str, server: OperationServer) -> re.Pattern[str]:
         for i, part in enumerate(parts)
     )
     return re.compile(pattern)
-
-
-async def _body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
