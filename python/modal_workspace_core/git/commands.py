@@ -110,16 +110,24 @@ git -c safe.directory="$mirror" -C "$dest" fetch --progress ${depth:+--depth=$de
 
 # $1 repo dir, $2 "stat" or "patch", $3 "cached" or "worktree". For the working tree, untracked
 # files are shown as new by marking them intent-to-add in a throwaway copy of the index, so the
-# repository's real index is never touched.
+# repository's real index is never touched. No list of files passes through a pipe, and the git
+# directory is the line of rev-parse's output that names one: another process of the workspace
+# may write lines into any pipe of this step.
 _DIFF = """set -e
 cd -- "$1"
 if [ "$2" = stat ]; then fmt=--stat; else fmt=--patch; fi
 if [ "$3" = cached ]; then exec git diff --cached --no-color --no-ext-diff "$fmt"; fi
-gitdir=$(git rev-parse --absolute-git-dir)
+gitdir=
+while IFS= read -r line; do
+  if [ -z "$gitdir" ] && [ -f "$line/HEAD" ]; then gitdir=$line; fi
+done <<GITDIR
+$(git rev-parse --absolute-git-dir)
+GITDIR
+[ -n "$gitdir" ] || { echo "not a git repository: $1" >&2; exit 128; }
 tmp="$gitdir/mwc-diff-index.$$"
 trap 'rm -f "$tmp"' EXIT
 if [ -f "$gitdir/index" ]; then cp "$gitdir/index" "$tmp"; fi
-git ls-files -z --others --exclude-standard | GIT_INDEX_FILE=$tmp xargs -0 -r git add -N --
+GIT_INDEX_FILE=$tmp git add --intent-to-add --ignore-removal -- .
 GIT_INDEX_FILE=$tmp git diff --no-color --no-ext-diff "$fmt"
 """
 

@@ -48,7 +48,9 @@ MAX_BUNDLE_BYTES = 2 << 30
 MAX_REPORTED = 200
 
 # $1 repo dir, $2 all|paths, $3 message; the rest: literal pathspecs. The author and committer
-# come from the step's environment.
+# come from the step's environment. Any process of the workspace may write lines into this
+# step's output (or into a pipe inside it), so each fact is a whole line that git itself writes
+# with its prefix, and the parser skips every other line.
 _COMMIT = """set -e
 cd -- "$1"
 mode=$2 message=$3
@@ -60,13 +62,15 @@ if git diff --cached --quiet -- "$@"; then
 fi
 git commit --quiet --message="$message" -- "$@"
 echo mwc-commit-done
-git rev-parse HEAD
-git symbolic-ref --quiet --short HEAD || echo
+git log -1 --format="commit %H%nrefs %D" HEAD
 git diff-tree --no-commit-id --numstat -r --root HEAD | head -n 1001
 """
 
 # $1 repo dir, $2 branch, $3 bundle path. The commits origin does not have (as far as the
-# workspace's own `origin/*` refs say), or the tip alone when it has them all.
+# workspace's own `origin/*` refs say), or the tip alone when it has them all (git refuses an
+# empty bundle). No command substitution decides which: another process of the workspace can
+# write into its pipe, and did, turning a count into words and the bundle into one the push
+# could not take.
 _BUNDLE = """set -e
 cd -- "$1"
 ref="refs/heads/$2" bundle=$3
@@ -76,11 +80,8 @@ git rev-parse --verify --quiet "$ref^{commit}" >/dev/null || {
 }
 umask 022
 rm -f -- "$bundle"
-if [ "$(git rev-list --count "$ref" --not --remotes=origin)" -gt 0 ]; then
-  git bundle create --quiet "$bundle" "$ref" --not --remotes=origin
-else
+git bundle create --quiet "$bundle" "$ref" --not --remotes=origin 2>/dev/null ||
   git bundle create --quiet "$bundle" -1 "$ref"
-fi
 """
 
 # $1 bundle's dir, $2 bundle's name there, $3 mirror, $4 url, $5 branch, $6 remote branch,
@@ -171,19 +172,20 @@ _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def parse_commit(stdout: str) -> CommitFacts | None:
-    """The facts the commit script prints after its mark (None when it printed none)."""
+    """The facts the commit script prints after its mark (None when it printed none): its
+    `commit` and `refs` lines and the numstat lines, among whatever else the workspace's
+    processes wrote into the same output."""
     _, mark, rest = stdout.rpartition(f"\n{COMMIT_MARK}\n")
     if not mark:
         if not stdout.startswith(f"{COMMIT_MARK}\n"):
             return None
         rest = stdout[len(COMMIT_MARK) + 1 :]
-    lines = rest.split("\n")
-    if len(lines) < 2 or not _SHA.fullmatch(lines[0]):
-        return None
+    commit: str | None = None
+    branch: str | None = None
     files: list[dict[str, object]] = []
-    for line in lines[2:]:
+    for line in rest.split("\n"):
         parts = line.split("\t", 2)
-        if len(parts) == 3:
+        if len(parts) == 3 and all(_NUMSTAT_COUNT.fullmatch(n) for n in parts[:2]):
             added, removed, path = parts
             files.append(
                 {
@@ -192,12 +194,31 @@ def parse_commit(stdout: str) -> CommitFacts | None:
                     "removed": int(removed) if removed.isdigit() else None,
                 }
             )
+        elif commit is None and line.startswith("commit ") and _SHA.fullmatch(line[7:]):
+            commit = line[7:]
+        elif commit is not None and branch is None and line.startswith("refs "):
+            branch = _head_branch(line[5:])
+    if commit is None:
+        return None
     return CommitFacts(
-        commit=lines[0],
-        branch=lines[1] or None,
+        commit=commit,
+        branch=branch,
         files=files[:MAX_COMMIT_FILES],
         truncated=len(files) > MAX_COMMIT_FILES,
     )
+
+
+# A numstat count: lines added or removed, or "-" for a binary file.
+_NUMSTAT_COUNT = re.compile(r"[0-9]+|-")
+
+
+def _head_branch(decorations: str) -> str | None:
+    """The branch in git's `%D` (`HEAD -> main, origin/main, tag: v1`; a ref name holds no
+    space), or None for a detached HEAD."""
+    for name in decorations.split(", "):
+        if name.startswith("HEAD -> "):
+            return name[len("HEAD -> ") :] or None
+    return None
 
 
 def bundle_path(exec_id: str) -> tuple[str, str]:
