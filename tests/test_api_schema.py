@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from modal_workspace_core._core import StreamKind
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import OPERATIONS, new_service
+from modal_workspace_core.operations.machinery.table import DESTROY, PUBLISH, PUBLISH_ONCE
 from modal_workspace_core.policy import new_id
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
@@ -190,18 +191,36 @@ async def test_request_bodies_are_plain_references_and_the_loop_is_explained(
     assert "wait_seconds=25" in text and "empty page" in text and "done" in text
 
 
-async def test_pushing_and_opening_a_pull_request_are_consequential(
+async def test_gpt_actions_asks_first_only_before_deleting_or_publishing(
     client: httpx2.AsyncClient,
 ) -> None:
     schema = (await client.get("/action-openapi.json")).json()
-    flagged = {
-        op["operationId"]
+    flags = {
+        op["operationId"]: op.get("x-openai-isConsequential")
         for item in schema["paths"].values()
         for op in item.values()
-        if op.get("x-openai-isConsequential")
     }
-    # GPT Actions asks the user before each call of these, and of nothing else.
-    assert flagged == {"repo_push", "repo_pull_request"}
+    # Said of every operation: without it, Actions confirms every call but a GET, every time.
+    assert all(isinstance(flag, bool) for flag in flags.values()), flags
+    asked = {name for name, flag in flags.items() if flag}
+    assert asked == {
+        "workspace_terminate",
+        "workspace_snapshot_delete",
+        "file_remove",
+        "repo_push",
+        "repo_pull_request",
+    }
+    # The rule, held against the table's hints: what deletes (DESTROY, a DELETE route) or
+    # reaches outside the workspace to publish (PUBLISH, PUBLISH_ONCE) asks; what only reads or
+    # changes the workspace itself (exec, clone, file edits, polls, snapshots, forks) does not.
+    by_name = {op.name: op for op in OPERATIONS}
+    for name, flag in flags.items():
+        hints = by_name[name].hints
+        assert flag is (hints in (DESTROY, PUBLISH, PUBLISH_ONCE)), name
+        if hints is DESTROY:
+            assert by_name[name].method == "DELETE", name
+    for name in ("workspace_exec", "repo_clone", "file_write", "stream_events", "workspace_fork"):
+        assert flags[name] is False, name
 
 
 # Which ids flow into each parameter that reads one: the answers that hand them out (an exec's,

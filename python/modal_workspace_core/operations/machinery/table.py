@@ -29,24 +29,35 @@ H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
 
 @dataclass(frozen=True)
 class Hints:
-    """MCP tool annotations; every tool sets all four."""
+    """MCP tool annotations (every tool sets all four), and whether a person should confirm a
+    call: GPT Actions asks before every call of a `consequential` operation, and never before
+    the others (`x-openai-isConsequential`, set on every operation of its schema)."""
 
     read_only: bool
     destructive: bool
     idempotent: bool
     open_world: bool
+    consequential: bool = False
 
 
 READ = Hints(read_only=True, destructive=False, idempotent=True, open_world=False)
 WRITE = Hints(read_only=False, destructive=False, idempotent=False, open_world=False)
+# Replaces what is there within the workspace: a file written, an exec cancelled, a checkout.
 REWRITE = Hints(read_only=False, destructive=True, idempotent=True, open_world=False)
-DESTROY = Hints(read_only=False, destructive=True, idempotent=False, open_world=False)
+# Deletes something for good: a workspace, a snapshot, a file.
+DESTROY = Hints(
+    read_only=False, destructive=True, idempotent=False, open_world=False, consequential=True
+)
 RUN = Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
 NETWORK = Hints(read_only=False, destructive=False, idempotent=False, open_world=True)
 # Changes what others see on GitHub: a push (which may replace a branch of the workspace's own).
-PUBLISH = Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
+PUBLISH = Hints(
+    read_only=False, destructive=True, idempotent=False, open_world=True, consequential=True
+)
 # Opens something on GitHub once: asking again answers the same thing.
-PUBLISH_ONCE = Hints(read_only=False, destructive=False, idempotent=True, open_world=True)
+PUBLISH_ONCE = Hints(
+    read_only=False, destructive=False, idempotent=True, open_world=True, consequential=True
+)
 
 # The REST paths of one workspace, one of its execs and one of its file watches (under /api).
 WS = "/workspaces/{workspace_id}"
@@ -106,9 +117,6 @@ class Operation:
     handler: Handler
     limits: str = ""  # appended to the description: the bounds a caller must know
     in_actions: bool = True
-    # Acts on the world beyond the workspace in a way a person should confirm (a push, a pull
-    # request): GPT Actions asks the user first (`x-openai-isConsequential`).
-    consequential: bool = False
     # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
     bounds: Bounds = field(default_factory=dict)
     # Set when the REST route carries bytes, not JSON (`RawRest`).
@@ -152,7 +160,6 @@ class Declarations:
         summary: str,
         limits: str = "",
         in_actions: bool = True,
-        consequential: bool = False,
         bounds: Bounds | None = None,
         raw: RawRest | None = None,
     ) -> Callable[[H], H]:
@@ -170,7 +177,6 @@ class Declarations:
                     handler=handler,
                     limits=limits,
                     in_actions=in_actions,
-                    consequential=consequential,
                     bounds=bounds or {},
                     raw=raw,
                 )

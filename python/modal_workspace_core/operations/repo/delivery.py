@@ -240,7 +240,6 @@ async def _current_branch(svc: Service, record: WorkspaceRecord, dest: str) -> s
     method="POST",
     path=WS + "/repo/push",
     hints=PUBLISH,
-    consequential=True,
     summary="Push a branch to GitHub (by default a new branch agent/<workspace>/<branch>) and "
     "say which commits and files it pushed.",
     limits="Never forces onto a branch this workspace did not create. Waits up to "

@@ -55,7 +55,6 @@ class RepoPullRequestResult(Output):
     method="POST",
     path=WS + "/repo/pull-request",
     hints=PUBLISH_ONCE,
-    consequential=True,
     summary="Open a pull request (a draft by default) from a pushed branch; the same branch "
     "answers its open pull request instead of a second one.",
 )

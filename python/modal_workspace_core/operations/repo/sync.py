@@ -19,7 +19,7 @@ from ...git.pending import pending_note, settle
 from ...policy import WORKSPACE_ROOT
 from ..exec_engine import exec_args
 from ..machinery.fields import GitRef, Input, Output, Repository, WorkspaceId, WorkspacePath
-from ..machinery.table import DESTROY, NETWORK, WS, Declarations
+from ..machinery.table import NETWORK, REWRITE, WS, Declarations
 from .repository import DESTINATION, agent_paths, origin_repo, recorded_destination
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
 @declare(
     method="POST",
     path=WS + "/repo/checkout",
-    hints=DESTROY,
+    hints=REWRITE,
     summary="Check out a branch, tag or commit in a cloned repository as a realtime exec.",
 )
 async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:

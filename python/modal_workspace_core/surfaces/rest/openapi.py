@@ -39,7 +39,7 @@ ERROR_STATUSES: dict[int | str, str] = {
 }
 
 _SECURITY_SCHEMES = {"bearerAuth": {"type": "http", "scheme": "bearer"}}
-_CONSEQUENTIAL = frozenset(op.name for op in OPERATIONS if op.consequential)
+_CONSEQUENTIAL = {op.name: op.hints.consequential for op in OPERATIONS}
 
 
 def _clip(text: str, limit: int) -> str:
@@ -112,9 +112,9 @@ def actions_schema(
             if isinstance(op, dict) and op.get("operationId") in wanted
         }
         for op in kept.values():
-            if op.get("operationId") in _CONSEQUENTIAL:
-                # GPT Actions then asks the user before every call, never "always allow".
-                op["x-openai-isConsequential"] = True
+            # Said of every operation: without it, GPT Actions takes every operation but a GET
+            # as consequential and asks the user before each call, with no "always allow".
+            op["x-openai-isConsequential"] = _CONSEQUENTIAL[op["operationId"]]
             op["summary"] = _clip(op.get("summary", ""), MAX_DESCRIPTION_CHARS)
             op["description"] = _clip(op.get("description", ""), MAX_DESCRIPTION_CHARS)
             for param in op.get("parameters", []):
