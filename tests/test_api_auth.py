@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 from modal_workspace_core.config import ConfigError, load_settings
 from modal_workspace_core.operations import new_service
-from modal_workspace_core.surfaces.rest import app as api
+from modal_workspace_core.surfaces import keys
 from modal_workspace_core.surfaces.rest.app import create_app, token_matches
 from service_support import OTHER_TOKEN, TOKEN, RecordingDriver
 
@@ -38,7 +38,10 @@ async def test_a_request_without_a_token_is_401_in_the_error_shape(
 ) -> None:
     response = await client.get("/api/workspaces")
     assert response.status_code == 401
-    assert response.headers["www-authenticate"] == "Bearer"
+    # OAuth clients learn where to find the authorization server from it (RFC 9728).
+    challenge = response.headers["www-authenticate"]
+    metadata = "http://127.0.0.1/.well-known/oauth-protected-resource/mcp"
+    assert challenge.startswith("Bearer ") and f'resource_metadata="{metadata}"' in challenge
     error = response.json()["error"]
     assert error["code"] == "unauthenticated"
     assert "Bearer" in error["message"]
@@ -113,7 +116,7 @@ def test_tokens_are_compared_with_compare_digest_against_every_token(
         seen.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(api.hmac, "compare_digest", recording)
+    monkeypatch.setattr(keys.hmac, "compare_digest", recording)
     tokens = [b"first-token-000", b"second-token-00", b"third-token-000"]
     assert token_matches(b"Bearer first-token-000", tokens)
     # No early exit: the time taken does not say which token matched.

@@ -3,7 +3,8 @@ came to (its scheme fixed where the platform fixes it), set for the one request.
 
 from __future__ import annotations
 
-from modal_workspace_core.operations.artifact_transfer import LINK_BASE, link_url
+from modal_workspace_core.operations.artifact_transfer import link_url
+from modal_workspace_core.runtime.call import LINK_BASE
 from modal_workspace_core.surfaces.rest.app import LinkBase
 
 

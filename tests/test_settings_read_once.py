@@ -233,6 +233,7 @@ def _every_setting(tmp_path: Path) -> dict[str, str]:
         f"{PREFIX}FUNCTIONS_IN_ACTIONS": "1",
         f"{PREFIX}ARTIFACT_MAX_BYTES": str(1 << 21),
         f"{PREFIX}ARTIFACT_LINK_SECONDS": "120",
+        f"{PREFIX}OAUTH_TOKEN_SECONDS": "3600",
         f"{PREFIX}SANDBOX_APP": "sandboxes",
         f"{PREFIX}DEFAULT_IMAGE_NAME": "workspace-image",
         f"{PREFIX}CHANNEL_IDLE_SECONDS": "30",

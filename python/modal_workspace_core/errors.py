@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AgentError",
     "ConflictError",
+    "InsufficientScopeError",
     "InvalidArgumentError",
     "LimitError",
     "NotFoundError",
@@ -109,6 +110,13 @@ class UnauthenticatedError(_Kind):
 class PermissionDeniedError(_Kind):
     status = 403
     default_code = "permission"
+
+
+class InsufficientScopeError(_Kind):
+    """The caller's OAuth token does not grant the operation (RFC 6750 §3.1)."""
+
+    status = 403
+    default_code = "insufficient_scope"
 
 
 class NotFoundError(_Kind):

@@ -23,6 +23,7 @@ from .github import GitHubSettings, read_github
 from .lifecycle import LifecycleSettings, read_lifecycle
 from .local import LocalSettings, read_local
 from .modal import ModalSettings, read_modal
+from .oauth import OAuthSettings, read_oauth
 from .reading import Environ
 
 __all__ = ["Settings", "load_settings"]
@@ -37,6 +38,7 @@ class Settings(
     LifecycleSettings,
     FunctionSettings,
     ArtifactSettings,
+    OAuthSettings,
 ):
     """Everything the gateway reads from its environment."""
 
@@ -84,6 +86,7 @@ def load_settings(
         read_lifecycle(env),
         read_functions(env),
         read_artifacts(env),
+        read_oauth(env),
     )
     # Each section's fields as it holds them (iterating a model yields its fields, unconverted).
     fields = {name: value for section in sections for name, value in section}

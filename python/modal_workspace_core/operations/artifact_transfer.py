@@ -17,13 +17,13 @@ import tarfile
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _core
 from ..errors import LimitError, PermissionDeniedError, core_refusal
 from ..policy import WORKSPACE_ROOT
+from ..runtime.call import LINK_BASE
 from .machinery.table import RawReply
 
 if TYPE_CHECKING:
@@ -35,9 +35,6 @@ CHUNK_BYTES = 3 * 1024 * 1024
 MAX_ENTRIES = 500_000
 # Where links are served, under the gateway's public base (no bearer token: the link is it).
 LINK_ROUTE = "/artifact-links/"
-# The base URL clients reach this gateway by, for the request being served (set by the HTTP
-# app per request; unset in-process, where links carry only their path).
-LINK_BASE: ContextVar[str | None] = ContextVar("LINK_BASE", default=None)
 
 Format = Literal["tar", "file"]
 

@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 
 from ..drivers.base import WorkspaceRecord
 
-__all__ = ["ANSWER_BY", "CALL", "PROGRESS", "Call", "Reporter"]
+__all__ = [
+    "ANSWER_BY",
+    "CALL",
+    "FULL_SCOPE",
+    "GRANT",
+    "LINK_BASE",
+    "PROGRESS",
+    "READ_SCOPE",
+    "Call",
+    "Reporter",
+]
 
 # Set by a transport that can carry progress (MCP over SSE) for the duration of one call:
 # long-running handlers report (bytes of output so far, the latest line) through it.
@@ -22,6 +32,14 @@ PROGRESS: ContextVar[Reporter | None] = ContextVar("PROGRESS", default=None)
 # The monotonic time by which the current call's surface must answer (GPT Actions gives up at
 # 45 s): every agent request of the call ends by then, whatever its own deadline.
 ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
+# The base URL the request being served reached the gateway by (the settings' public URL when
+# set): what the links an operation mints, and the OAuth server's issuer and resource, start with.
+LINK_BASE: ContextVar[str | None] = ContextVar("LINK_BASE", default=None)
+# The scopes an OAuth token may hold: read only (operations that change nothing), or everything.
+READ_SCOPE = "workspace:read"
+FULL_SCOPE = "workspace:full"
+# The scopes of the OAuth token the request came with; None for a static key (every scope).
+GRANT: ContextVar[frozenset[str] | None] = ContextVar("GRANT", default=None)
 
 
 @dataclass

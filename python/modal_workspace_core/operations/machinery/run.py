@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ...errors import InvalidArgumentError, validation_error
+from ...errors import InsufficientScopeError, InvalidArgumentError, validation_error
 from ...path_view import shown
 from ...policy import WORKSPACE_ROOT
-from ...runtime.call import CALL, Call
+from ...runtime.call import CALL, FULL_SCOPE, GRANT, Call
 from .fields import Input, Output, path_fields
 from .limits import Surface
 from .pages import PageResult
@@ -76,6 +76,14 @@ async def call(service: Service, op: Operation, inp: Input) -> BaseModel:
 
 async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageResult:
     """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
+    granted = GRANT.get()
+    if granted is not None and FULL_SCOPE not in granted and not op.hints.read_only:
+        # Every surface runs its operations through here: a read-only token reads, whichever
+        # surface it came through.
+        raise InsufficientScopeError(
+            f"{op.name} changes the workspace: it needs a token with the scope {FULL_SCOPE} "
+            f"(this one has {' '.join(sorted(granted)) or 'none'})"
+        )
     workspace_id = getattr(inp, "workspace_id", None)
     current = Call()
     result = await in_call(service, op.handler(service, inp), current)

@@ -6,7 +6,6 @@ shape, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at `/mcp/
 
 from __future__ import annotations
 
-import hmac
 import inspect
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -22,15 +21,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ... import __version__
 from ...errors import (
-    UnauthenticatedError,
     WorkspaceError,
     invalid_from_details,
 )
 from ...janitor import start_sweep
 from ...operations import OPERATIONS, actions_operations, artifact_transfer
 from ...operations.machinery.fields import ErrorResponse
+from ...runtime.call import LINK_BASE
 from ...runtime.service import Service
+from ..keys import token_matches
 from ..mcp import McpEndpoint
+from ..oauth import oauth_provider, oauth_routes
+from .bearer import BearerAuth
 from .body_limit import BodyLimit
 from .dispatch import OperationDispatch
 from .forwarded import TrustedProxyHeaders
@@ -38,9 +40,6 @@ from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
-
-PROTECTED_PREFIXES = ("/api", "/mcp")
-
 
 # FastAPI's own OpenTelemetry hooks (in the versions that have them) ask the providers on every
 # request whether anyone listens, reading the environment each time: a share of a woken
@@ -52,50 +51,8 @@ _NO_TELEMETRY: dict[str, Any] = (
 )
 
 
-def token_matches(header: bytes | None, tokens: Sequence[bytes]) -> bool:
-    """True when `header` is `Bearer <one of tokens>`. Every token is compared, each in
-    constant time, so the time taken says nothing about which token came close."""
-    if not header or not header.isascii():
-        return False
-    scheme, _, presented = header.strip().partition(b" ")
-    presented = presented.strip()
-    if scheme.lower() != b"bearer" or not presented:
-        return False
-    matched = False
-    for token in tokens:
-        matched |= hmac.compare_digest(token, presented)
-    return matched
-
-
 def _error_response(err: WorkspaceError, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(err.to_dict(), status_code=err.status, headers=headers)
-
-
-class BearerAuth:
-    """ASGI middleware: `/api/*` and `/mcp/*` need `Authorization: Bearer <token>`; a missing,
-    malformed or non-ASCII header, or a second one, is a 401 — never a 500."""
-
-    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
-        if not tokens:
-            raise ValueError("BearerAuth needs at least one token")
-        self.app = app
-        self.tokens = [t.encode("ascii") for t in tokens]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _protected(scope.get("path", "")):
-            values = [v for k, v in scope.get("headers", []) if k.lower() == b"authorization"]
-            if len(values) != 1 or not token_matches(values[0], self.tokens):
-                err = UnauthenticatedError(
-                    "missing or invalid bearer token: send 'Authorization: Bearer <token>'"
-                )
-                response = _error_response(err, {"WWW-Authenticate": "Bearer"})
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def _protected(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in PROTECTED_PREFIXES)
 
 
 def log_package_to_stderr() -> None:
@@ -220,6 +177,9 @@ def create_app(
         body = {"error": {"code": code, "message": str(exc.detail)}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
+    # The OAuth authorization server of the MCP resource, at the root where discovery looks.
+    oauth = oauth_provider(service.settings.data_root, service.settings.oauth_token_seconds)
+    app.router.routes.extend(oauth_routes(oauth, tokens))
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
@@ -233,8 +193,9 @@ def create_app(
     app.add_middleware(
         BodyLimit, raw_routes=raw_uploads, raw_max_bytes=service.settings.artifact_max_bytes
     )
+    app.add_middleware(BearerAuth, tokens=tokens, oauth=oauth)
+    # Outside the bearer check: a refusal points at the resource metadata under this base.
     app.add_middleware(LinkBase, public_url=service.settings.public_url, scheme=public_scheme)
-    app.add_middleware(BearerAuth, tokens=tokens)
     # Outermost: no part of the app sees a proxy header that no trusted proxy sent.
     app.add_middleware(TrustedProxyHeaders, trusted=service.settings.trusted_proxies)
     return app
@@ -254,11 +215,11 @@ class LinkBase:
             await self.app(scope, receive, send)
             return
         base = self.public_url or _server_url(scope, self.scheme)
-        token = artifact_transfer.LINK_BASE.set(base)
+        token = LINK_BASE.set(base)
         try:
             await self.app(scope, receive, send)
         finally:
-            artifact_transfer.LINK_BASE.reset(token)
+            LINK_BASE.reset(token)
 
 
 def _server_url(scope: Scope, public_scheme: str | None) -> str:

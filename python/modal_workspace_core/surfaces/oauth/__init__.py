@@ -1,0 +1,61 @@
+"""The gateway as the OAuth 2.1 authorization server of its own MCP resource, on the official
+MCP SDK's auth module: its authorization, token, registration and revocation handlers
+(`create_auth_routes`), with this package's provider (`provider.py`), store (`store.py`),
+consent page (`consent.py`) and discovery documents (`metadata.py`).
+
+The routes sit at the root of the app, where RFC 8414 and RFC 9728 discovery looks; the MCP
+endpoint itself only verifies tokens (`rest/bearer.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from mcp.server.auth.routes import create_auth_routes
+from mcp.server.auth.settings import RevocationOptions
+from pydantic import AnyHttpUrl
+from starlette.routing import BaseRoute, Route
+
+from .consent import CONSENT_PATH, ConsentPage
+from .metadata import (
+    RESOURCE_METADATA_PATH,
+    registration_options,
+    resource_metadata,
+    server_metadata,
+)
+from .provider import GatewayOAuthProvider
+from .store import SqliteOAuthStore
+
+__all__ = ["GatewayOAuthProvider", "oauth_provider", "oauth_routes"]
+
+_SERVER_METADATA_PATH = "/.well-known/oauth-authorization-server"
+# The SDK validates the issuer it is given, which only its metadata route uses; that route is
+# replaced by `metadata.server_metadata`, whose issuer is the base each request reached.
+_UNUSED_ISSUER = AnyHttpUrl("http://127.0.0.1")
+
+
+def oauth_provider(data_root: Path, token_seconds: int) -> GatewayOAuthProvider:
+    """The provider over the store in the data root, which every gateway process on that data
+    root shares."""
+    return GatewayOAuthProvider(
+        SqliteOAuthStore(data_root / "oauth.sqlite3"), token_seconds=token_seconds
+    )
+
+
+def oauth_routes(provider: GatewayOAuthProvider, keys: Sequence[str]) -> list[BaseRoute]:
+    sdk = create_auth_routes(
+        provider,
+        issuer_url=_UNUSED_ISSUER,
+        client_registration_options=registration_options(),
+        revocation_options=RevocationOptions(enabled=True),
+    )
+    kept = [r for r in sdk if not (isinstance(r, Route) and r.path == _SERVER_METADATA_PATH)]
+    return [
+        *kept,
+        Route(_SERVER_METADATA_PATH, server_metadata, methods=["GET"]),
+        Route(RESOURCE_METADATA_PATH, resource_metadata, methods=["GET"]),
+        # Clients that look for the resource's metadata at the root find the same document.
+        Route("/.well-known/oauth-protected-resource", resource_metadata, methods=["GET"]),
+        Route(CONSENT_PATH, ConsentPage(provider, keys).handle, methods=["GET", "POST"]),
+    ]

@@ -1,0 +1,327 @@
+"""The gateway as the OAuth 2.1 authorization server of its MCP resource, under uvicorn on
+127.0.0.1: discovery, dynamic registration, the operator's consent, PKCE, single-use codes,
+rotation, revocation, resource binding and scopes; the official SDK client
+(`OAuthClientProvider`) through the whole flow; two gateways on one store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
+from modal_workspace_core.config import load_settings
+from modal_workspace_core.operations import new_service
+from modal_workspace_core.surfaces.oauth.provider import GatewayOAuthProvider
+from modal_workspace_core.surfaces.oauth.store import SqliteOAuthStore
+from modal_workspace_core.surfaces.rest.app import create_app
+from pydantic import AnyUrl
+from service_support import TOKEN, RecordingDriver, serving
+from support.oauth_host import CALLBACK, OAuthHost, callback_query, pkce
+
+METADATA = "/.well-known/oauth-protected-resource/mcp"
+
+
+def gateway_app(data_root: Path) -> Any:
+    settings = load_settings({"MODAL_WORKSPACE_DATA_ROOT": str(data_root)})
+    return create_app(new_service(RecordingDriver(), settings), [TOKEN])
+
+
+@pytest.fixture
+async def base(tmp_path: Path) -> AsyncIterator[str]:
+    async with serving(gateway_app(tmp_path / "data")) as url:
+        yield url
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+async def host(http: httpx2.AsyncClient, base: str) -> OAuthHost:
+    registered = OAuthHost(http, base)
+    await registered.register()
+    return registered
+
+
+async def tokens_for(host: OAuthHost, **more: str) -> dict[str, Any]:
+    verifier, challenge = pkce()
+    code = await host.code(TOKEN, challenge, **more)
+    answer = await host.exchange(code, verifier)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def workspaces(http: httpx2.AsyncClient, base: str, token: str) -> httpx2.Response:
+    return await http.get(f"{base}/api/workspaces", headers={"Authorization": f"Bearer {token}"})
+
+
+async def test_discovery_documents_name_this_server_and_what_hosts_need(
+    http: httpx2.AsyncClient, base: str
+) -> None:
+    resource = (await http.get(f"{base}{METADATA}")).json()
+    assert resource["resource"] == f"{base}/mcp"
+    assert resource["authorization_servers"] == [base]
+    server = (await http.get(f"{base}/.well-known/oauth-authorization-server")).json()
+    assert server["issuer"] == base  # compared as a string: no trailing slash
+    assert server["authorization_endpoint"] == f"{base}/authorize"
+    assert server["code_challenge_methods_supported"] == ["S256"]
+    assert "none" in server["token_endpoint_auth_methods_supported"]
+    assert server["authorization_response_iss_parameter_supported"] is True
+    # Every 401 of /mcp/ and /api points an OAuth client at the resource's metadata.
+    for path in ("/mcp/", "/api/workspaces"):
+        refused = await http.post(f"{base}{path}", json={}, headers={"Authorization": "Bearer x"})
+        assert refused.status_code == 401
+        challenge = refused.headers["www-authenticate"]
+        assert f'resource_metadata="{base}{METADATA}"' in challenge, challenge
+        assert 'scope="workspace:read workspace:full"' in challenge
+
+
+async def test_a_token_needs_the_operators_consent(
+    http: httpx2.AsyncClient, base: str, host: OAuthHost
+) -> None:
+    _, challenge = pkce()
+    consent = await host.authorize(challenge)
+    assert "Test host" in consent.page
+    page = await http.get(f"{base}{consent.location}")
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    # A wrong key approves nothing, and the request still waits for the operator.
+    wrong = await host.decide(consent, "not-the-key")
+    assert wrong.status_code == 403 and "location" not in wrong.headers
+    # A forged form (no CSRF value of this page) decides nothing either.
+    forged = await http.post(
+        f"{base}/oauth/consent",
+        data={"request": consent.field("request"), "csrf": "x", "key": TOKEN},
+    )
+    assert forged.status_code == 403
+    refused = await host.decide(consent, "", decision="deny")
+    assert refused.status_code == 303
+    query = callback_query(refused.headers["location"])
+    assert query["error"] == "access_denied" and query["iss"] == base and "code" not in query
+    # Decided once: the same request can no longer be approved.
+    again = await host.decide(consent, TOKEN)
+    assert again.status_code == 404
+
+
+async def test_a_token_reaches_rest_and_mcp_until_revoked(
+    http: httpx2.AsyncClient, base: str, host: OAuthHost
+) -> None:
+    issued = await tokens_for(host)
+    assert issued["token_type"] == "Bearer" and issued["expires_in"] >= 3600
+    assert (await workspaces(http, base, issued["access_token"])).status_code == 200
+    # The refresh token rotates the grant: the old refresh and access tokens end.
+    refreshed = await host.token(grant_type="refresh_token", refresh_token=issued["refresh_token"])
+    assert refreshed.status_code == 200, refreshed.text
+    fresh = refreshed.json()
+    assert (await workspaces(http, base, issued["access_token"])).status_code == 401
+    assert (await workspaces(http, base, fresh["access_token"])).status_code == 200
+    reused = await host.token(grant_type="refresh_token", refresh_token=issued["refresh_token"])
+    assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant"
+    # Revocation holds at the next request.
+    revoked = await host.http.post(
+        f"{base}/revoke",
+        data={
+            "token": fresh["access_token"],
+            "client_id": host.client["client_id"],
+            "client_secret": host.client["client_secret"],
+        },
+    )
+    assert revoked.status_code == 200, revoked.text
+    assert (await workspaces(http, base, fresh["access_token"])).status_code == 401
+    again = await host.token(grant_type="refresh_token", refresh_token=fresh["refresh_token"])
+    assert again.status_code == 400
+
+
+async def test_pkce_single_use_codes_and_exact_redirects(
+    http: httpx2.AsyncClient, base: str, host: OAuthHost
+) -> None:
+    verifier, challenge = pkce()
+    code = await host.code(TOKEN, challenge)
+    wrong = await host.exchange(code, pkce()[0])
+    assert wrong.status_code == 400 and wrong.json()["error"] == "invalid_grant"
+    first = await host.exchange(code, verifier)
+    assert first.status_code == 200, first.text
+    # A code seen again is refused, and the tokens it gave end with it (it may be a replay).
+    second = await host.exchange(code, verifier)
+    assert second.status_code == 400 and second.json()["error"] == "invalid_grant"
+    assert (await workspaces(http, base, first.json()["access_token"])).status_code == 401
+    # A redirect the client did not register is refused at /authorize, before any consent.
+    params = {
+        "response_type": "code",
+        "client_id": host.client["client_id"],
+        "redirect_uri": "https://attacker.example/callback",
+        "state": "s",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    elsewhere = await http.get(f"{base}/authorize", params=params)
+    assert elsewhere.status_code == 400, elsewhere.text
+    assert "location" not in elsewhere.headers
+
+
+async def test_tokens_are_bound_to_this_servers_resource(
+    http: httpx2.AsyncClient, base: str, host: OAuthHost
+) -> None:
+    _, challenge = pkce()
+    params = {
+        "response_type": "code",
+        "client_id": host.client["client_id"],
+        "redirect_uri": CALLBACK,
+        "state": "s",
+        "code_challenge": challenge,
+        "resource": "https://another.example/mcp",
+    }
+    other = await http.get(f"{base}/authorize", params=params)
+    assert other.status_code == 302
+    assert callback_query(other.headers["location"])["error"] == "invalid_target"
+    issued = await tokens_for(host)
+    # The same server reached by another name is another resource: its tokens are not these.
+    port = base.rsplit(":", 1)[1]
+    elsewhere = await http.get(
+        f"{base}/api/workspaces",
+        headers={"Authorization": f"Bearer {issued['access_token']}", "Host": f"localhost:{port}"},
+    )
+    assert elsewhere.status_code == 401
+
+
+async def test_a_read_only_token_reads_and_is_refused_what_changes(
+    http: httpx2.AsyncClient, base: str, host: OAuthHost
+) -> None:
+    issued = await tokens_for(host, scope="workspace:read")
+    assert issued["scope"] == "workspace:read"
+    auth = {"Authorization": f"Bearer {issued['access_token']}"}
+    assert (await http.get(f"{base}/api/workspaces", headers=auth)).status_code == 200
+    created = await http.post(f"{base}/api/workspaces", json={}, headers=auth)
+    assert created.status_code == 403, created.text
+    error = created.json()["error"]
+    assert error["code"] == "insufficient_scope" and "workspace_create" in error["message"]
+    mcp = Client(
+        streamable_http_client(f"{base}/mcp/", http_client=httpx2.AsyncClient(headers=auth)),
+        mode="legacy",
+    )
+    async with mcp as client:
+        assert not (await client.call_tool("workspace_list", {})).is_error
+        refused = await client.call_tool("workspace_create", {})
+    assert refused.is_error
+    text = refused.content[0].text  # type: ignore[union-attr]
+    assert json.loads(text)["error"]["code"] == "insufficient_scope"
+
+
+class MemoryStorage:
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+async def test_the_sdk_client_registers_is_approved_and_uses_the_tools(
+    http: httpx2.AsyncClient, base: str
+) -> None:
+    """The flow as the official SDK's client runs it: discovery from the 401, dynamic
+    registration, the browser sent to /authorize (here: the operator approves at the consent
+    page), the callback's code and `iss` checked, the token exchange, then MCP."""
+    callback: dict[str, str] = {}
+
+    async def open_browser(url: str) -> None:
+        sent = await http.get(url)
+        assert sent.status_code == 302, sent.text
+        page = await http.get(f"{base}{sent.headers['location']}")
+        form = {
+            name: value
+            for name, value in (
+                (n, page.text.split(f"name={n} value='", 1)[1].split("'", 1)[0])
+                for n in ("request", "csrf")
+            )
+        }
+        decided = await http.post(
+            f"{base}/oauth/consent", data={**form, "key": TOKEN, "decision": "approve"}
+        )
+        assert decided.status_code == 303, decided.text
+        callback.update(callback_query(decided.headers["location"]))
+
+    async def read_callback() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(**callback)
+
+    storage = MemoryStorage()
+    auth = OAuthClientProvider(
+        server_url=f"{base}/mcp",
+        client_metadata=OAuthClientMetadata(
+            client_name="SDK host",
+            redirect_uris=[AnyUrl(CALLBACK)],
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+        ),
+        storage=storage,
+        redirect_handler=open_browser,
+        callback_handler=read_callback,
+    )
+    client_http = httpx2.AsyncClient(auth=auth, timeout=60)
+    async with Client(streamable_http_client(f"{base}/mcp", http_client=client_http)) as client:
+        tools = (await client.list_tools()).tools
+        assert any(t.name == "workspace_create" for t in tools)
+        assert not (await client.call_tool("workspace_list", {})).is_error
+    assert storage.tokens is not None and storage.client is not None
+    assert callback["iss"] == base
+
+
+async def test_two_gateways_on_one_store_share_tokens_and_revocations(
+    http: httpx2.AsyncClient, tmp_path: Path
+) -> None:
+    data = tmp_path / "shared"
+    async with serving(gateway_app(data)) as first, serving(gateway_app(data)) as second:
+        host = OAuthHost(http, first)
+        await host.register()
+        issued = await tokens_for(host)
+        # Two gateways behind one name (as a load balancer would spread them): a token the
+        # first minted is good at the second, and a revocation at the second holds at the first.
+        auth = {"Authorization": f"Bearer {issued['access_token']}"}
+        named = {**auth, "Host": first.removeprefix("http://")}
+        assert (await http.get(f"{second}/api/workspaces", headers=named)).status_code == 200
+        revoked = await http.post(
+            f"{second}/revoke",
+            data={
+                "token": issued["access_token"],
+                "client_id": host.client["client_id"],
+                "client_secret": host.client["client_secret"],
+            },
+        )
+        assert revoked.status_code == 200, revoked.text
+        assert (await workspaces(http, first, issued["access_token"])).status_code == 401
+
+
+async def test_an_access_token_ends_at_its_expiry(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    store = SqliteOAuthStore(tmp_path / "oauth.sqlite3", clock=lambda: now[0])
+    provider = GatewayOAuthProvider(store, token_seconds=3600, clock=lambda: now[0])
+    issued = await provider._issue("grant", "client", ["workspace:full"], "http://x/mcp")
+    assert await provider.load_access_token(issued.access_token) is not None
+    now[0] += 3601
+    assert await provider.load_access_token(issued.access_token) is None
+    assert issued.refresh_token is not None
+    client = OAuthClientInformationFull(client_id="client", redirect_uris=[AnyUrl(CALLBACK)])
+    assert await provider.load_refresh_token(client, issued.refresh_token) is not None
