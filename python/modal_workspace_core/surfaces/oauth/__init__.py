@@ -17,6 +17,7 @@ from mcp.server.auth.settings import RevocationOptions
 from pydantic import AnyHttpUrl
 from starlette.routing import BaseRoute, Route
 
+from .client_documents import ClientDocuments
 from .consent import CONSENT_PATH, ConsentPage
 from .metadata import (
     RESOURCE_METADATA_PATH,
@@ -27,7 +28,7 @@ from .metadata import (
 from .provider import GatewayOAuthProvider
 from .store import SqliteOAuthStore
 
-__all__ = ["GatewayOAuthProvider", "oauth_provider", "oauth_routes"]
+__all__ = ["ClientDocuments", "GatewayOAuthProvider", "oauth_provider", "oauth_routes"]
 
 _SERVER_METADATA_PATH = "/.well-known/oauth-authorization-server"
 # The SDK validates the issuer it is given, which only its metadata route uses; that route is
@@ -35,12 +36,13 @@ _SERVER_METADATA_PATH = "/.well-known/oauth-authorization-server"
 _UNUSED_ISSUER = AnyHttpUrl("http://127.0.0.1")
 
 
-def oauth_provider(data_root: Path, token_seconds: int) -> GatewayOAuthProvider:
+def oauth_provider(
+    data_root: Path, token_seconds: int, documents: ClientDocuments | None = None
+) -> GatewayOAuthProvider:
     """The provider over the store in the data root, which every gateway process on that data
-    root shares."""
-    return GatewayOAuthProvider(
-        SqliteOAuthStore(data_root / "oauth.sqlite3"), token_seconds=token_seconds
-    )
+    root shares; `documents` fetches the clients that describe themselves at a URL."""
+    store = SqliteOAuthStore(data_root / "oauth.sqlite3")
+    return GatewayOAuthProvider(store, token_seconds=token_seconds, documents=documents)
 
 
 def oauth_routes(provider: GatewayOAuthProvider, keys: Sequence[str]) -> list[BaseRoute]:

@@ -3,7 +3,9 @@ URL the request reached the gateway by (the settings' public URL when set): RFC 
 resource metadata for `/mcp`, and RFC 8414's authorization server metadata.
 
 The RFC 8414 document is the SDK's (`build_metadata`) with what hosts need and the SDK leaves
-out: `none` among the token endpoint's methods (public clients), and
+out: `none` among the token endpoint's methods (public clients),
+`client_id_metadata_document_supported` (Claude uses Client ID Metadata Documents only when it
+and `none` are both there: `client_documents.py`), and
 `authorization_response_iss_parameter_supported` (RFC 9207: ChatGPT's stable callback checks
 the `iss` of the authorization response, which the consent adds). The issuer is the base as it
 is, without a trailing slash: RFC 8414 compares issuers as strings.
@@ -105,5 +107,6 @@ async def server_metadata(_: Request) -> Response:
         token_endpoint_auth_methods_supported=_AUTH_METHODS,
         revocation_endpoint_auth_methods_supported=_AUTH_METHODS,
         authorization_response_iss_parameter_supported=True,
+        client_id_metadata_document_supported=True,
     )
     return JSONResponse(document, headers={"Cache-Control": "public, max-age=300"})

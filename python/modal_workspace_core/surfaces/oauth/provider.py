@@ -29,6 +29,7 @@ from mcp.server.auth.provider import (
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from ...runtime.call import FULL_SCOPE, LINK_BASE, READ_SCOPE
+from .client_documents import ClientDocuments, is_document_id
 from .store import IssuedToken, OAuthStore
 
 __all__ = [
@@ -75,17 +76,26 @@ class GatewayOAuthProvider:
         store: OAuthStore,
         *,
         token_seconds: int,
+        documents: ClientDocuments | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.token_seconds = token_seconds
+        self.documents = documents or ClientDocuments()
         self.clock = clock
 
     # --- clients ----------------------------------------------------------------------------
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
-        if not 0 < len(client_id) <= 256:
+        if not 0 < len(client_id) <= 2048:
             return None
+        if is_document_id(client_id):
+            # A client that describes itself at its id's URL (`client_documents.py`).
+            client = await self.documents.client(client_id)
+            redirects = client.redirect_uris or [] if client is not None else []
+            if client is None or not all(_acceptable_redirect(str(uri)) for uri in redirects):
+                return None
+            return client
         info = await self.store.get_client(client_id)
         return None if info is None else OAuthClientInformationFull.model_validate_json(info)
 

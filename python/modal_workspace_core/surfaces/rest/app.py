@@ -31,7 +31,7 @@ from ...runtime.call import LINK_BASE
 from ...runtime.service import Service
 from ..keys import token_matches
 from ..mcp import McpEndpoint
-from ..oauth import oauth_provider, oauth_routes
+from ..oauth import ClientDocuments, oauth_provider, oauth_routes
 from .bearer import BearerAuth
 from .body_limit import BodyLimit
 from .dispatch import OperationDispatch
@@ -76,11 +76,14 @@ def create_app(
     allowed_hosts: Sequence[str] = (),
     close_service: bool = True,
     public_scheme: str | None = None,
+    client_documents: ClientDocuments | None = None,
 ) -> FastAPI:
     """The whole HTTP application. `tokens` must not be empty: the caller decides where they
     come from (settings, or a token the CLI minted for a loopback-only server).
     `public_scheme` is the scheme clients use when the platform fixes it (Modal serves web
-    endpoints over HTTPS only); the settings' public URL, when set, wins over everything."""
+    endpoints over HTTPS only); the settings' public URL, when set, wins over everything.
+    `client_documents` fetches the OAuth clients whose ids are URLs (a test's stands in for the
+    network)."""
     if not tokens:
         raise ValueError("create_app needs at least one bearer token")
     mcp_app = McpEndpoint(service, host=host, allowed_hosts=allowed_hosts)
@@ -178,7 +181,9 @@ def create_app(
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     # The OAuth authorization server of the MCP resource, at the root where discovery looks.
-    oauth = oauth_provider(service.settings.data_root, service.settings.oauth_token_seconds)
+    oauth = oauth_provider(
+        service.settings.data_root, service.settings.oauth_token_seconds, client_documents
+    )
     app.router.routes.extend(oauth_routes(oauth, tokens))
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
