@@ -23,6 +23,7 @@ from mcp.shared.auth import (
 )
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
+from modal_workspace_core.surfaces.oauth import provider as provider_module
 from modal_workspace_core.surfaces.oauth.provider import GatewayOAuthProvider
 from modal_workspace_core.surfaces.oauth.store import SqliteOAuthStore
 from modal_workspace_core.surfaces.rest.app import create_app
@@ -325,3 +326,26 @@ async def test_an_access_token_ends_at_its_expiry(tmp_path: Path) -> None:
     assert issued.refresh_token is not None
     client = OAuthClientInformationFull(client_id="client", redirect_uris=[AnyUrl(CALLBACK)])
     assert await provider.load_refresh_token(client, issued.refresh_token) is not None
+
+
+async def test_registration_and_waiting_consents_are_bounded(
+    http: httpx2.AsyncClient, base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(provider_module, "REGISTRATIONS_PER_MINUTE", 2)
+    monkeypatch.setattr(provider_module, "MAX_PENDING", 1)
+    host = OAuthHost(http, base)
+    await host.register()
+    await OAuthHost(http, base).register()
+    third = await http.post(f"{base}/register", json={"redirect_uris": [CALLBACK]})
+    assert third.status_code == 400 and "too many" in third.text
+    _, challenge = pkce()
+    await host.authorize(challenge)
+    params = {
+        "response_type": "code",
+        "client_id": host.client["client_id"],
+        "redirect_uri": CALLBACK,
+        "state": "s",
+        "code_challenge": challenge,
+    }
+    waiting = await http.get(f"{base}/authorize", params=params)
+    assert callback_query(waiting.headers["location"])["error"] == "temporarily_unavailable"

@@ -49,6 +49,8 @@ REFRESH_SECONDS = 365 * 24 * 3600
 # Dynamic registration (RFC 7591) is open to anyone who reaches the server: at most this many
 # clients a minute.
 REGISTRATIONS_PER_MINUTE = 20
+# And so is asking for a consent: at most this many wait at once (each for CONSENT_SECONDS).
+MAX_PENDING = 500
 
 
 def mcp_resource(base: str) -> str:
@@ -125,6 +127,10 @@ class GatewayOAuthProvider:
         base = LINK_BASE.get() or ""
         if params.resource is not None and not same_resource(params.resource, base):
             raise AuthorizeError("invalid_target", "resource: this server's resource is its /mcp")
+        if await self.store.pending_count() >= MAX_PENDING:
+            raise AuthorizeError(
+                "temporarily_unavailable", "too many authorizations wait for consent: try later"
+            )
         request_id = secrets.token_urlsafe(24)
         record = {
             "client_id": client.client_id,

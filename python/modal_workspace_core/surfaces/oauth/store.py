@@ -62,6 +62,9 @@ class OAuthStore(Protocol):
 
     async def get_pending(self, request_id: str) -> dict[str, Any] | None: ...
 
+    async def pending_count(self) -> int:
+        """How many authorizations wait (unexpired)."""
+
     async def take_pending(self, request_id: str) -> dict[str, Any] | None:
         """The waiting authorization, removed: a consent is given once."""
 
@@ -200,6 +203,15 @@ class SqliteOAuthStore:
             db.execute("INSERT INTO pending VALUES (?, ?, ?)", (request_id, text, expires))
 
         await self._run(put)
+
+    async def pending_count(self) -> int:
+        now = self.clock()
+        row = await self._read(
+            lambda db: db.execute(
+                "SELECT COUNT(*) FROM pending WHERE expires >= ?", (now,)
+            ).fetchone()
+        )
+        return 0 if row is None else int(row[0])
 
     async def get_pending(self, request_id: str) -> dict[str, Any] | None:
         now = self.clock()
