@@ -14,7 +14,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 # Rebuilds the extension in place (the dependencies and the editable install come from a stamp).
 BUILD_CORE = $(MATURIN) develop --release --skip-install --quiet
 
-.PHONY: install build test test-rust test-python lint stubtest fmt bench serve fuzz mutants clean
+.PHONY: install build test test-rust test-python lint stubtest fmt bench serve demo fuzz mutants clean
 
 $(MATURIN):
 	@echo "creating $(VENV) with pip and maturin"
@@ -112,6 +112,11 @@ PORT ?= 8000
 serve: $(RUNTIME_STAMP)
 	@$(BUILD_CORE)
 	$(VENV)/bin/modal-workspace serve --driver local --host $(HOST) --port $(PORT)
+
+# The README's walkthroughs in one command: the stand-in GitHub and a server set up to use it.
+demo: $(RUNTIME_STAMP)
+	@$(BUILD_CORE)
+	$(PY) examples/demo.py --port $(DEMO_PORT)
 
 clean:
 	rm -rf $(VENV) target

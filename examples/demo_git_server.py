@@ -21,6 +21,7 @@ import secrets
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # The git server lives with the tests (they are its main user); this script reuses it as is.
@@ -45,14 +46,22 @@ HELLO = {
 }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", help="where to keep the repository and the secrets file")
-    parser.add_argument(
-        "--app", action="store_true", help="also serve GitHub's API with a GitHub App installed"
-    )
-    args = parser.parse_args()
-    work = Path(args.dir or tempfile.mkdtemp(prefix="demo-git-"))
+@dataclass
+class StandIn:
+    """The stand-in GitHub, running, and the gateway settings that make it the gateway's."""
+
+    server: GitServer
+    app: FakeGitHub | None
+    env: dict[str, str]
+
+    def stop(self) -> None:
+        if self.app is not None:
+            self.app.stop()
+        self.server.stop()
+
+
+def start_stand_in(work: Path, with_app: bool) -> StandIn:
+    """Serves `octocat/hello` from `work` (and GitHub's API with an App, `with_app`)."""
     token = "ghp_" + secrets.token_hex(16)
     server = GitServer(root=work / "repos", username="x-access-token", token=token).start()
     server.create_repo("octocat/hello", {"main": HELLO})
@@ -60,13 +69,13 @@ def main() -> int:
     secrets_file = work / "secrets.json"
     secrets_file.write_text(json.dumps({"github": {"GH_TOKEN": token}}))
     secrets_file.chmod(0o600)
-    print(f"git server:  {server.base_url} (octocat/hello)", flush=True)
-    print("before `make serve` or the README's Python example:")
-    print("  export MODAL_WORKSPACE_ALLOWED_SECRETS=github")
-    print(f"  export MODAL_WORKSPACE_LOCAL_SECRETS_FILE={secrets_file}")
-    env = dict(server.gateway_env)
+    env = {
+        "MODAL_WORKSPACE_ALLOWED_SECRETS": "github",
+        "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": str(secrets_file),
+        **server.gateway_env,
+    }
     app = None
-    if args.app:
+    if with_app:
         app = FakeGitHub(server)
         app.add_repo("octocat/hello")
         server.authorize = app.authorize_git
@@ -79,16 +88,29 @@ def main() -> int:
             "MODAL_WORKSPACE_GITHUB_APP_ID": str(app.app_id),
             "MODAL_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE": str(key),
         }
+    return StandIn(server, app, env)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", help="where to keep the repository and the secrets file")
+    parser.add_argument(
+        "--app", action="store_true", help="also serve GitHub's API with a GitHub App installed"
+    )
+    args = parser.parse_args()
+    stand_in = start_stand_in(Path(args.dir or tempfile.mkdtemp(prefix="demo-git-")), args.app)
+    print(f"git server:  {stand_in.server.base_url} (octocat/hello)", flush=True)
+    if stand_in.app is not None:
+        app = stand_in.app
         print(f"GitHub API:  {app.api_url} (App {app.app_id}, installed on octocat/hello)")
-    for name, value in env.items():
+    print("before `make serve` or the README's Python example:")
+    for name, value in stand_in.env.items():
         print(f"  export {name}={value}", flush=True)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        if app is not None:
-            app.stop()
-        server.stop()
+        stand_in.stop()
     return 0
 
 
