@@ -65,6 +65,14 @@ def _repository(text: str) -> str:
     return policy.github_repo(text).url
 
 
+def _command(text: str) -> str:
+    # The command reaches bash as one argument, and no argument can carry a NUL (it would end
+    # there): refused here rather than started and answered "failed".
+    if "\x00" in text:
+        raise ValueError("a command must hold no NUL byte")
+    return text
+
+
 def _env(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         policy.env_name(key)
@@ -139,6 +147,9 @@ GitRef = Annotated[
 # setting one could forge a workspace's identity, its root, or the record of what was cloned.
 Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
+Command = Annotated[
+    str, Field(min_length=1, max_length=MAX_COMMAND_CHARS), AfterValidator(_command)
+]
 IdempotencyKey = Annotated[str, AfterValidator(policy.idempotency_key)]
 Cursor = Annotated[
     int,
