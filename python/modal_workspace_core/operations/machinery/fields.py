@@ -25,6 +25,10 @@ from ...policy import WORKSPACE_ROOT
 from .fitting import Shrink, check_declared
 
 MAX_WAIT_SECONDS = 25
+# A long-poll's wait when the client names none: under the 5 s read timeout HTTP clients commonly
+# default to, with a margin, so that a client with default timeouts never times out on a quiet
+# stream (an empty page just means: call again).
+DEFAULT_WAIT_SECONDS = 4
 DEFAULT_PAGE_BYTES = 48_000  # one page stays well under GPT Actions' 100 000 characters
 MAX_PAGE_BYTES = 1_048_576
 MAX_COMMAND_CHARS = 65_536
