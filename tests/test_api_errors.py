@@ -177,6 +177,25 @@ async def test_bad_env_names_are_refused(
     assert driver.names() == []
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"command": "echo a\x00b"}, "command"),
+        ({"command": "true", "env": {"A": "x\x00y"}}, "env"),
+        ({"command": "true", "workdir": "src\x00"}, "workdir"),
+    ],
+)
+async def test_a_nul_in_what_reaches_a_process_is_400_naming_the_field(
+    client: httpx2.AsyncClient, driver: RecordingDriver, body: dict[str, Any], field: str
+) -> None:
+    # No argument, variable or path of a process can carry a NUL: refused before anything runs,
+    # never started and answered with a 200 whose state is "failed".
+    for path in ("exec", "realtime-execs"):
+        response = await client.post(f"/api/workspaces/{WS}/{path}", json=body)
+        assert assert_refused(response, 400, field)["code"] == "invalid_argument"
+    assert driver.names() == []
+
+
 async def test_secrets_outside_the_allowlist_are_forbidden_without_naming_the_allowed_ones(
     client: httpx2.AsyncClient, driver: RecordingDriver
 ) -> None:

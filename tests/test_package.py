@@ -2,6 +2,8 @@
 
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import modal_workspace_core as mwc
 
@@ -67,3 +69,14 @@ def test_the_error_family_is_importable_from_the_package_lazily() -> None:
     probe = "import sys, modal_workspace_core; print('pydantic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_license_is_apache_2_0_in_the_file_and_both_manifests() -> None:
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX" in text
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert (project["license"], project["license-files"]) == ("Apache-2.0", ["LICENSE"])
+    package = tomllib.loads((root / "Cargo.toml").read_text())["package"]
+    assert package["license"] == "Apache-2.0"

@@ -134,6 +134,13 @@ async def test_a_wrong_call_is_refused_naming_the_argument(wss: mwc.Workspaces) 
     assert own.value.field == "workspace_id"
 
 
+async def test_a_workspace_gives_its_id_as_workspace_id(wss: mwc.Workspaces) -> None:
+    ws = await wss.create()
+    assert ws.workspace_id == ws.info.workspace_id and ws.workspace_id.startswith("ws-")
+    assert ws.id == ws.workspace_id  # the older name, kept
+    assert (await wss.get(ws.workspace_id)).workspace_id == ws.workspace_id
+
+
 # --- clients that clean up ---------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "from_agent_error",
     "from_policy_error",
     "invalid_from_details",
+    "naming",
     "translate_error",
     "validation_error",
     "without_host_paths",
@@ -255,6 +256,18 @@ def core_refusal(
         if error is None:
             raise translated from None
         raise error(translated.message, field) from None
+
+
+@contextlib.contextmanager
+def naming(field: str, *kinds: type[WorkspaceError]) -> Iterator[None]:
+    """A failure of one of `kinds` raised inside that names no field leaves naming `field`:
+    the agent's file errors say which path they met, the operation knows which input gave it."""
+    try:
+        yield
+    except WorkspaceError as err:
+        if err.field is None and isinstance(err, kinds):
+            err.field = field
+        raise
 
 
 def invalid_from_details(errors: Sequence[Mapping[str, Any]]) -> InvalidArgumentError:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..errors import InvalidArgumentError
+from ..errors import ConflictError, InvalidArgumentError, NotFoundError, naming
 from ..policy import WORKSPACE_ROOT
 from . import artifact_transfer as transfer
 from .machinery.fields import (
@@ -128,7 +128,8 @@ async def _download_bytes(
 ) -> RawReply | None:
     if inp.listing or _wants_json(headers):
         return None  # the declared handler's listing
-    return await transfer.download(svc, inp.workspace_id, inp.path)
+    with naming("path", NotFoundError):
+        return await transfer.download(svc, inp.workspace_id, inp.path)
 
 
 async def _upload_bytes(
@@ -161,9 +162,10 @@ async def _upload_bytes(
     ),
 )
 async def artifact_download(svc: Service, inp: ArtifactDownload) -> ArtifactListing:
-    _, summary = await transfer.pack(
-        svc, inp.workspace_id, inp.path, dry_run=True, list_max=inp.max_entries
-    )
+    with naming("path", NotFoundError):
+        _, summary = await transfer.pack(
+            svc, inp.workspace_id, inp.path, dry_run=True, list_max=inp.max_entries
+        )
     link = transfer.mint_link(svc, inp.workspace_id, inp.path)
     listed, cut = _within(summary.get("listing") or [], LISTING_CHARS)
     return ArtifactListing(
@@ -220,7 +222,9 @@ async def upload(
         raise InvalidArgumentError(
             "path: name a path under the workspace root, not the root itself", field="path"
         )
-    outcome = await transfer.upload(
-        svc, inp.workspace_id, inp.path, body, fmt=fmt, overwrite=inp.overwrite
-    )
+    # Something already at path (and overwrite not given) is the conflict.
+    with naming("path", ConflictError):
+        outcome = await transfer.upload(
+            svc, inp.workspace_id, inp.path, body, fmt=fmt, overwrite=inp.overwrite
+        )
     return ArtifactUploadResult.model_validate({**outcome, "path": inp.path})

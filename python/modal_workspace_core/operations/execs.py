@@ -15,9 +15,9 @@ from .. import policy
 from .._core import FINAL_STATES
 from .exec_engine import exec_args, run_to_end
 from .machinery.fields import (
-    MAX_COMMAND_CHARS,
     MAX_FILE_BYTES,
     MAX_OUTPUT_BYTES,
+    Command,
     Env,
     ExecId,
     IdempotencyKey,
@@ -48,9 +48,7 @@ class _Command(Input):
     """What every command takes: the shell text, where it runs and its extra environment."""
 
     workspace_id: WorkspaceId
-    command: str = Field(
-        min_length=1, max_length=MAX_COMMAND_CHARS, description="Shell command run with bash -lc."
-    )
+    command: Command = Field(description="Shell command run with bash -lc.")
     workdir: WorkspacePath | None = Field(
         None, description="Directory to run in (default /workspace)."
     )

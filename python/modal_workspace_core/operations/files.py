@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ..errors import InvalidArgumentError
+from ..errors import ConflictError, InvalidArgumentError, NotFoundError, naming
 from ..policy import WORKSPACE_ROOT
 from .machinery.fields import (
     MAX_FILE_BYTES,
@@ -200,7 +200,8 @@ def decode_text(data: bytes, complete: bool) -> tuple[str, str, int]:
 )
 async def file_read(svc: Service, inp: FileRead) -> FileContent:
     args = {"path": inp.path, "offset": inp.offset, "max_len": inp.max_bytes}
-    meta, data = await svc.request(inp.workspace_id, "file.read", args)
+    with naming("path", NotFoundError, ConflictError):
+        meta, data = await svc.request(inp.workspace_id, "file.read", args)
     size = int(meta.get("total_size", meta.get("size", inp.offset + len(data))))
     eof = bool(meta.get("eof", inp.offset + len(data) >= size))
     content, encoding, used = decode_text(data, complete=eof)
@@ -226,7 +227,8 @@ async def file_write(svc: Service, inp: FileWrite) -> FileWriteResult:
         raise InvalidArgumentError("path: name a file, not the workspace root", field="path")
     payload = decode_input(inp.content, inp.encoding, "content")
     args = {"path": inp.path, "create_parents": inp.create_parents}
-    result, _ = await svc.request(inp.workspace_id, "file.write", args, payload)
+    with naming("path", NotFoundError, ConflictError):
+        result, _ = await svc.request(inp.workspace_id, "file.write", args, payload)
     return FileWriteResult.model_validate(
         {"size": len(payload), "created": False, "path": inp.path, **result}
     )
@@ -242,7 +244,9 @@ async def file_edit(svc: Service, inp: FileEdit) -> FileEditResult:
     args: dict[str, Any] = {"path": inp.path, "old": inp.old, "new": inp.new}
     if inp.expected_replacements is not None:
         args["expected"] = inp.expected_replacements
-    result, _ = await svc.request(inp.workspace_id, "file.edit", args)
+    # A conflict here is about old (how many times it was found), not the path.
+    with naming("path", NotFoundError):
+        result, _ = await svc.request(inp.workspace_id, "file.edit", args)
     return FileEditResult.model_validate({"replacements": 0, "path": inp.path, **result})
 
 
@@ -255,7 +259,8 @@ async def file_edit(svc: Service, inp: FileEdit) -> FileEditResult:
 async def file_list(svc: Service, inp: FileList) -> FileListResult:
     # The agent counts levels below the directory (0 = its own entries); clients count levels.
     args = {"path": inp.path, "depth": inp.depth - 1, "max_entries": inp.max_entries}
-    result, _ = await svc.request(inp.workspace_id, "file.list", args)
+    with naming("path", NotFoundError):
+        result, _ = await svc.request(inp.workspace_id, "file.list", args)
     entries = result.get("entries") or []
     return FileListResult.model_validate(
         {"path": inp.path, "entries": entries, "truncated": bool(result.get("truncated"))}
@@ -274,7 +279,8 @@ async def file_remove(svc: Service, inp: FileRemove) -> FileRemoveResult:
             "path: the workspace root itself cannot be removed", field="path"
         )
     args = {"path": inp.path, "recursive": inp.recursive}
-    result, _ = await svc.request(inp.workspace_id, "file.remove", args)
+    with naming("path", NotFoundError, ConflictError):
+        result, _ = await svc.request(inp.workspace_id, "file.remove", args)
     return FileRemoveResult(path=inp.path, removed=int(result.get("removed", 1)))
 
 
@@ -297,5 +303,6 @@ async def file_search(svc: Service, inp: FileSearch) -> FileSearchResult:
         args["case_insensitive"] = inp.case_insensitive
         if inp.glob is not None:
             args["glob"] = inp.glob
-    result, _ = await svc.request(inp.workspace_id, op, args)
+    with naming("path", NotFoundError):
+        result, _ = await svc.request(inp.workspace_id, op, args)
     return FileSearchResult.model_validate(result)

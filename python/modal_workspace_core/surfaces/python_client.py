@@ -182,12 +182,19 @@ class WorkspaceCreation:
 
 
 class Workspace:
-    """One workspace. `info` is what the service last said about it."""
+    """One workspace: `workspace_id` is its id (`id` the same), `info` what the service last
+    said about it."""
 
     def __init__(self, owner: Workspaces, info: WorkspaceInfo) -> None:
         self._owner = owner
         self.info = info
-        self.id = info.workspace_id
+        # Named as every operation and answer names it (`info.workspace_id`).
+        self.workspace_id = info.workspace_id
+
+    @property
+    def id(self) -> str:
+        """The same as `workspace_id`."""
+        return self.workspace_id
 
     def __repr__(self) -> str:
         return f"Workspace({self.id!r}, state={self.info.state!r})"

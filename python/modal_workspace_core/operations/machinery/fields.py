@@ -25,6 +25,10 @@ from ...policy import WORKSPACE_ROOT
 from .fitting import Shrink, check_declared
 
 MAX_WAIT_SECONDS = 25
+# A long-poll's wait when the client names none: under the 5 s read timeout HTTP clients commonly
+# default to, with a margin, so that a client with default timeouts never times out on a quiet
+# stream (an empty page just means: call again).
+DEFAULT_WAIT_SECONDS = 4
 DEFAULT_PAGE_BYTES = 48_000  # one page stays well under GPT Actions' 100 000 characters
 MAX_PAGE_BYTES = 1_048_576
 MAX_COMMAND_CHARS = 65_536
@@ -63,6 +67,14 @@ def _path(text: str, info: ValidationInfo) -> str:
 
 def _repository(text: str) -> str:
     return policy.github_repo(text).url
+
+
+def _command(text: str) -> str:
+    # The command reaches bash as one argument, and no argument can carry a NUL (it would end
+    # there): refused here rather than started and answered "failed".
+    if "\x00" in text:
+        raise ValueError("a command must hold no NUL byte")
+    return text
 
 
 def _env(env: dict[str, str]) -> dict[str, str]:
@@ -139,6 +151,9 @@ GitRef = Annotated[
 # setting one could forge a workspace's identity, its root, or the record of what was cloned.
 Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
+Command = Annotated[
+    str, Field(min_length=1, max_length=MAX_COMMAND_CHARS), AfterValidator(_command)
+]
 IdempotencyKey = Annotated[str, AfterValidator(policy.idempotency_key)]
 Cursor = Annotated[
     int,

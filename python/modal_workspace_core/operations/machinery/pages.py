@@ -16,6 +16,7 @@ from pydantic import Field
 from ..._core import Page
 from .fields import (
     DEFAULT_PAGE_BYTES,
+    DEFAULT_WAIT_SECONDS,
     Cursor,
     Input,
     MaxBytes,
@@ -80,7 +81,7 @@ class EventPage(Output):
 
 class EventsRead(Input):
     cursor: Cursor = 0
-    wait_seconds: WaitSeconds = 5
+    wait_seconds: WaitSeconds = DEFAULT_WAIT_SECONDS
     max_events: MaxEvents = 1000
     max_bytes: MaxBytes = DEFAULT_PAGE_BYTES
 

@@ -1,5 +1,6 @@
 """The HTTP face: FastAPI routes generated from the operation table, bearer auth, the error
-shape, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at `/mcp/`.
+shape, the page at `/`, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at
+`/mcp/`.
 
 `create_app` takes a ready `Service`; the CLI (or a test) owns the driver and the settings.
 """
@@ -36,6 +37,7 @@ from .bearer import BearerAuth
 from .body_limit import BodyLimit
 from .dispatch import OperationDispatch
 from .forwarded import TrustedProxyHeaders
+from .home import home_page
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
 
@@ -141,6 +143,12 @@ def create_app(
         except Exception as exc:
             raise service.caller_error(exc) from None
         return bytes_response(reply)
+
+    @app.get("/", include_in_schema=False)
+    async def home(request: Request) -> Response:
+        # Open, like /healthz: it names where things are, never a token or a workspace.
+        public = service.settings.public_url or _server_url(request.scope, public_scheme)
+        return home_page(public, service.driver.name, __version__)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
