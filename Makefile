@@ -109,6 +109,8 @@ mutants:
 # only the runtime dependencies: none of the dev extras.
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The walkthrough's server (`make demo`).
+DEMO_PORT ?= 8765
 serve: $(RUNTIME_STAMP)
 	@$(BUILD_CORE)
 	$(VENV)/bin/modal-workspace serve --driver local --host $(HOST) --port $(PORT)

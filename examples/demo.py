@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +42,11 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(args.dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    stand_in = start_stand_in(work, with_app=True)
+    # The stand-in starts as the walkthrough expects it, every run.
+    github = work / "github"
+    shutil.rmtree(github, ignore_errors=True)
+    github.mkdir()
+    stand_in = start_stand_in(github, with_app=True)
     token = demo_token(work)
     env = {
         **os.environ,
@@ -55,6 +60,9 @@ def main() -> int:
     print("in the terminal where you follow the README:")
     print(f"  export TOKEN={token} BASE=http://127.0.0.1:{args.port}", flush=True)
     server = subprocess.Popen(argv, env=env)
+    # Stopped by a signal other than Ctrl+C (a terminal closing, `kill`): the server too.
+    signal.signal(signal.SIGTERM, lambda *_: server.send_signal(signal.SIGINT))
+    signal.signal(signal.SIGHUP, lambda *_: server.send_signal(signal.SIGINT))
     try:
         return server.wait()
     except KeyboardInterrupt:
