@@ -115,8 +115,9 @@ serve: $(RUNTIME_STAMP)
 	@$(BUILD_CORE)
 	$(VENV)/bin/modal-workspace serve --driver local --host $(HOST) --port $(PORT)
 
-# The README's walkthroughs in one command: the stand-in GitHub and a server set up to use it.
-demo: $(RUNTIME_STAMP)
+# The README's walkthroughs in one command: the stand-in GitHub and a server set up to use it
+# (the stand-in is the test suite's, so this takes the dev extras too).
+demo: $(STAMP)
 	@$(BUILD_CORE)
 	$(PY) examples/demo.py --port $(DEMO_PORT)
 
