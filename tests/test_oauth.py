@@ -24,6 +24,7 @@ from mcp.shared.auth import (
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.oauth import provider as provider_module
+from modal_workspace_core.surfaces.oauth.consent import KEY_TRIES
 from modal_workspace_core.surfaces.oauth.provider import GatewayOAuthProvider
 from modal_workspace_core.surfaces.oauth.store import SqliteOAuthStore
 from modal_workspace_core.surfaces.rest.app import create_app
@@ -349,3 +350,14 @@ async def test_registration_and_waiting_consents_are_bounded(
     }
     waiting = await http.get(f"{base}/authorize", params=params)
     assert callback_query(waiting.headers["location"])["error"] == "temporarily_unavailable"
+
+
+async def test_a_request_ends_after_a_few_wrong_keys(host: OAuthHost) -> None:
+    _, challenge = pkce()
+    consent = await host.authorize(challenge)
+    for _ in range(KEY_TRIES - 1):
+        assert (await host.decide(consent, "guess")).status_code == 403
+    last = await host.decide(consent, "guess")
+    assert last.status_code == 403 and "too many times" in last.text
+    # The right key comes too late: guessing costs a new authorization every few tries.
+    assert (await host.decide(consent, TOKEN)).status_code == 404

@@ -47,6 +47,8 @@ _SCOPE_WORDS = {
 
 # The most a form field may hold: a key, a request id, a CSRF value.
 _FIELD_CHARS = 4096
+# Wrong keys a request takes before it ends.
+KEY_TRIES = 3
 
 
 class ConsentPage:
@@ -78,6 +80,10 @@ class ConsentPage:
             return _page(_EXPIRED, 403)
         approve = fields["decision"] == "approve"
         if approve and not key_matches(fields["key"].encode(), self.keys):
+            # A few tries for a typo; then the request ends, and guessing the key takes a new
+            # authorization for every few tries (of which only so many may wait at once).
+            if not await self.provider.store.fail_pending(fields["request"], KEY_TRIES):
+                return _page(_ENDED_BY_TRIES, 403)
             problem = "That is not one of this server's keys."
             return _page(_form(fields["request"], record, problem), 403)
         # Taken once: a second decision on the same request finds nothing.
@@ -140,6 +146,11 @@ def _form(request_id: str, record: dict[str, Any], problem: str) -> str:
 _EXPIRED = (
     "<h1>This request has ended</h1><p>It was decided already, or it expired. Start again "
     "from the application that asked.</p>"
+)
+
+_ENDED_BY_TRIES = (
+    "<h1>This request has ended</h1><p>The key was wrong too many times. Start again from the "
+    "application that asked.</p>"
 )
 
 _STYLE = (

@@ -68,6 +68,10 @@ class OAuthStore(Protocol):
     async def take_pending(self, request_id: str) -> dict[str, Any] | None:
         """The waiting authorization, removed: a consent is given once."""
 
+    async def fail_pending(self, request_id: str, most: int) -> bool:
+        """Counts a wrong key given for the authorization; past `most`, removes it. True while
+        it still waits."""
+
     async def put_code(
         self, code: str, grant: str, record: dict[str, Any], expires: float
     ) -> None: ...
@@ -97,7 +101,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clients (
     client_id TEXT PRIMARY KEY, info TEXT NOT NULL, registered REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS pending (
-    id TEXT PRIMARY KEY, record TEXT NOT NULL, expires REAL NOT NULL);
+    id TEXT PRIMARY KEY, record TEXT NOT NULL, expires REAL NOT NULL,
+    failures INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS codes (
     hash TEXT PRIMARY KEY, grant_id TEXT NOT NULL, record TEXT NOT NULL,
     expires REAL NOT NULL, used INTEGER NOT NULL DEFAULT 0);
@@ -200,7 +205,10 @@ class SqliteOAuthStore:
 
         def put(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM pending WHERE expires < ?", (now,))
-            db.execute("INSERT INTO pending VALUES (?, ?, ?)", (request_id, text, expires))
+            db.execute(
+                "INSERT INTO pending (id, record, expires) VALUES (?, ?, ?)",
+                (request_id, text, expires),
+            )
 
         await self._run(put)
 
@@ -234,6 +242,17 @@ class SqliteOAuthStore:
 
         row = await self._read(take, "IMMEDIATE")
         return None if row is None else dict(json.loads(row[0]))
+
+    async def fail_pending(self, request_id: str, most: int) -> bool:
+        def fail(db: sqlite3.Connection) -> bool:
+            db.execute("UPDATE pending SET failures = failures + 1 WHERE id = ?", (request_id,))
+            db.execute("DELETE FROM pending WHERE id = ? AND failures >= ?", (request_id, most))
+            return (
+                db.execute("SELECT 1 FROM pending WHERE id = ?", (request_id,)).fetchone()
+                is not None
+            )
+
+        return bool(await self._read(fail, "IMMEDIATE"))
 
     # --- codes ------------------------------------------------------------------------------
 
