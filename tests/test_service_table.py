@@ -17,6 +17,7 @@ from modal_workspace_core.operations import OPERATIONS, new_service, parse_input
 from modal_workspace_core.runtime.service import Service
 from modal_workspace_core.surfaces.mcp import build_server
 from modal_workspace_core.surfaces.rest.app import create_app
+from modal_workspace_core.surfaces.tool_schema import OutputSchemas, input_schema
 from service_support import TOKEN, RecordingDriver
 
 # The names and routes clients already rely on (issue 4's, which the predecessor's users knew,
@@ -154,8 +155,11 @@ def test_mcp_tools_are_generated_one_per_operation_with_all_four_hints(service: 
         assert hints.destructive_hint is op.hints.destructive
         assert hints.idempotent_hint is op.hints.idempotent
         assert hints.open_world_hint is op.hints.open_world
-        assert tool.output_schema == op.output.model_json_schema()
-        assert tool.input_schema == op.input_for("mcp").model_json_schema()
+        assert tool.input_schema == input_schema(op.input_for("mcp"))
+    # Each answer's shape, given whole by the first tool that answers it.
+    outputs = OutputSchemas()
+    for tool in tools:
+        assert tool.output_schema == outputs(by_name[tool.name].output, tool.name)
 
 
 def mwc_client(server: object) -> object:
