@@ -13,7 +13,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import OPERATIONS, new_service, offered
-from modal_workspace_core.surfaces.mcp import INSTRUCTIONS
+from modal_workspace_core.operations.machinery.table import first_clause
+from modal_workspace_core.surfaces.mcp import INSTRUCTIONS, tools
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver, serving
 
@@ -66,6 +67,39 @@ async def test_the_sdk_client_lists_one_tool_per_operation(base_url: str, mode: 
     assert push is not None and pull is not None
     assert (push.read_only_hint, push.destructive_hint, push.open_world_hint) == (False, True, True)
     assert (pull.read_only_hint, pull.open_world_hint, pull.idempotent_hint) == (False, True, True)
+
+
+def whole(title: str) -> bool:
+    """Not cut short: its parentheses close, and it ends on a word, not an ellipsis or a colon."""
+    depth = 0
+    for char in title:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0 and not title.endswith(("…", "...", ":", ";", ",", "-"))
+
+
+def test_every_tool_title_is_whole_and_at_most_60_characters() -> None:
+    for tool in tools():  # every operation's, the function ones included
+        title = tool.annotations.title if tool.annotations else None
+        assert title, tool.name
+        assert len(title) <= 60, (tool.name, title)
+        assert whole(title), (tool.name, title)
+
+
+def test_a_title_is_the_summarys_first_clause_outside_parentheses() -> None:
+    summary = "Resume a workspace from a snapshot (default: its latest): the same id."
+    assert first_clause(summary) == "Resume a workspace from a snapshot (default: its latest)"
+    assert first_clause("Send stdin to a realtime exec; eof closes it.") == (
+        "Send stdin to a realtime exec"
+    )
+    assert first_clause("Read a file (text, e.g. logs).") == "Read a file (text, e.g. logs)"
+
+
+def test_a_cut_title_is_seen() -> None:
+    assert not whole("Resume a workspace from a snapshot (default")
+    assert not whole("Snapshot the workspace's files…")
+    assert whole("Download a file or a directory (a tar)")
 
 
 async def test_the_server_teaches_the_cursor_loop(base_url: str) -> None:

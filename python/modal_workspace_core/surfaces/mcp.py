@@ -65,7 +65,7 @@ def _tool(op: Operation, outputs: OutputSchemas) -> types.Tool:
         input_schema=input_schema(op.input_for("mcp")),
         output_schema=outputs(op.output, op.name),
         annotations=types.ToolAnnotations(
-            title=op.summary.split(":")[0].rstrip("."),
+            title=op.title,
             read_only_hint=hints.read_only,
             destructive_hint=hints.destructive,
             idempotent_hint=hints.idempotent,
