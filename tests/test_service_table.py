@@ -16,6 +16,7 @@ from modal_workspace_core.errors import InvalidArgumentError
 from modal_workspace_core.operations import OPERATIONS, new_service, parse_input
 from modal_workspace_core.runtime.service import Service
 from modal_workspace_core.surfaces.mcp import build_server
+from modal_workspace_core.surfaces.mcp import tools as mcp_tools
 from modal_workspace_core.surfaces.rest.app import create_app
 from modal_workspace_core.surfaces.tool_schema import OutputSchemas, input_schema
 from service_support import TOKEN, RecordingDriver
@@ -223,3 +224,15 @@ def test_the_readmes_table_lists_exactly_the_operations_of_the_table() -> None:
         for name in names:
             listed.append(first.rsplit("_", 1)[0] + name if name.startswith("_") else name)
     assert sorted(listed) == sorted(declared())
+
+
+def test_the_readmes_tool_count_and_names_are_the_servers() -> None:
+    """The walkthrough's MCP client prints how many tools the server lists, and the first few
+    (`examples/mcp_walkthrough.py`): README shows that line as the server prints it today."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    ((count, names),) = re.findall(r"^(\d+) tools: (.+), …$", readme, flags=re.MULTILINE)
+    # The walkthrough's server: the README's `make serve`, no function allowlisted.
+    served = [tool.name for tool in mcp_tools(load_settings({}))]
+    assert int(count) == len(served)
+    first = names.split(", ")
+    assert first == served[: len(first)]
