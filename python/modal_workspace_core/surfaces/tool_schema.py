@@ -8,14 +8,14 @@ the description and pattern of an id the agent was handed (`SELF_EVIDENT`): the 
 and its refusal names the field.
 
 An output schema is the answer's shape, for the client that validates structured content:
-each field's type, nullability included, and enums. (It lists no required fields: pydantic's
-list is the fields without a default, while an answer carries every field; the few left out
-when null are said where they are.) Hosts show a model a tool's name, description
-and input schema, so what an agent must know of an answer is said in the tool's description
+each field's type, nullability included, and enums. It lists no required fields: pydantic's
+list is the fields without a default, while an answer carries every field (the few left out
+when null are said where they are). Hosts show a model a tool's name, description and input
+schema, so what an agent must know of an answer is said in the tool's description
 (`Operation.description`); the REST schema keeps every field's description. A model answered by
 several tools is given whole once and referred to after ("As in workspace_create."), and the
 field any answer may carry (`EVERY_ANSWER`) is said once, in the server's instructions. Every
-answer validates against its tool's schema as it did against the model's.
+answer that validated against the model's schema validates against its tool's.
 """
 
 from __future__ import annotations
@@ -64,15 +64,25 @@ class OutputSchemas:
     def __call__(self, model: type[BaseModel], tool: str) -> dict[str, Any]:
         schema = _schema(model, "output")
         _undescribe(schema)
+        first = self._given(model.__name__, schema, tool)
+        if first != tool:
+            return _pointer(first)
         definitions = schema.get("$defs", {})
-        for name, definition in [(model.__name__, schema), *definitions.items()]:
-            shape = {k: v for k, v in definition.items() if k != "$defs"}
-            first = self._first.setdefault(f"{name}:{json.dumps(shape, sort_keys=True)}", tool)
+        for name, definition in definitions.items():
+            first = self._given(name, definition, tool)
             if first != tool:
-                definition.clear()
-                definition.update({"type": "object", "description": f"As in {first}."})
+                definitions[name] = _pointer(first)
         _drop_unreferenced(schema)
         return schema
+
+    def _given(self, name: str, definition: dict[str, Any], tool: str) -> str:
+        """The tool that gives this model whole: `tool` the first time it is seen."""
+        shape = {k: v for k, v in definition.items() if k != "$defs"}
+        return self._first.setdefault(f"{name}:{json.dumps(shape, sort_keys=True)}", tool)
+
+
+def _pointer(tool: str) -> dict[str, Any]:
+    return {"type": "object", "description": f"As in {tool}."}
 
 
 def _schema(model: type[BaseModel], side: Side) -> dict[str, Any]:
