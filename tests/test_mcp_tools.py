@@ -13,7 +13,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import OPERATIONS, new_service, offered
-from modal_workspace_core.surfaces.mcp import INSTRUCTIONS
+from modal_workspace_core.operations.machinery.table import first_clause
+from modal_workspace_core.surfaces.mcp import INSTRUCTIONS, tools
 from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver, serving
 
@@ -41,10 +42,45 @@ async def base_url(driver: RecordingDriver) -> AsyncIterator[str]:
         yield url
 
 
-def mcp_client(base_url: str, mode: str, token: str | None = TOKEN) -> Client:
+def mcp_client(
+    base_url: str,
+    mode: str,
+    token: str | None = TOKEN,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> Client:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=60)
+    http = httpx2.AsyncClient(headers=headers, timeout=60, transport=transport)
     return Client(streamable_http_client(f"{base_url}/mcp/", http_client=http), mode=mode)
+
+
+class RecordingTransport(httpx2.AsyncBaseTransport):
+    """Real HTTP that keeps every answer's body as it arrived (an SSE stream or JSON)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.bodies: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        body = b"".join([chunk async for chunk in response.stream])
+        await response.aclose()
+        self.bodies.append(body)
+        return httpx2.Response(
+            response.status_code, headers=response.headers, content=body, request=request
+        )
+
+    def messages(self) -> list[bytes]:
+        """Each JSON-RPC message received, as its encoded bytes."""
+        found = []
+        for body in self.bodies:
+            if body.startswith(b"{"):
+                found.append(body)
+            found.extend(
+                line.removeprefix(b"data:").strip()
+                for line in body.splitlines()
+                if line.startswith(b"data:")
+            )
+        return found
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -66,6 +102,54 @@ async def test_the_sdk_client_lists_one_tool_per_operation(base_url: str, mode: 
     assert push is not None and pull is not None
     assert (push.read_only_hint, push.destructive_hint, push.open_world_hint) == (False, True, True)
     assert (pull.read_only_hint, pull.open_world_hint, pull.idempotent_hint) == (False, True, True)
+
+
+# What the tool list may cost a host, in bytes of its answer, for today's 38 tools. (It was
+# 114 600 bytes before the schemas were made as short as they can be while complete.)
+TOOL_LIST_BUDGET = 40_000
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_tool_list_costs_a_host_at_most_40000_bytes(base_url: str, mode: str) -> None:
+    recorder = RecordingTransport()
+    async with mcp_client(base_url, mode, transport=recorder) as client:
+        listed = (await client.list_tools()).tools
+    assert len(listed) == 38, "a new tool: see whether the budget still holds it"
+    (answer,) = [m for m in recorder.messages() if "tools" in json.loads(m).get("result", {})]
+    assert len(answer) <= TOOL_LIST_BUDGET, f"tools/list is {len(answer)} bytes"
+
+
+def whole(title: str) -> bool:
+    """Not cut short: its parentheses close, and it ends on a word, not an ellipsis or a colon."""
+    depth = 0
+    for char in title:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0 and not title.endswith(("…", "...", ":", ";", ",", "-"))
+
+
+def test_every_tool_title_is_whole_and_at_most_60_characters() -> None:
+    for tool in tools():  # every operation's, the function ones included
+        title = tool.annotations.title if tool.annotations else None
+        assert title, tool.name
+        assert len(title) <= 60, (tool.name, title)
+        assert whole(title), (tool.name, title)
+
+
+def test_a_title_is_the_summarys_first_clause_outside_parentheses() -> None:
+    summary = "Resume a workspace from a snapshot (default: its latest): the same id."
+    assert first_clause(summary) == "Resume a workspace from a snapshot (default: its latest)"
+    assert first_clause("Send stdin to a realtime exec; eof closes it.") == (
+        "Send stdin to a realtime exec"
+    )
+    assert first_clause("Read a file (text, e.g. logs).") == "Read a file (text, e.g. logs)"
+
+
+def test_a_cut_title_is_seen() -> None:
+    assert not whole("Resume a workspace from a snapshot (default")
+    assert not whole("Snapshot the workspace's files…")
+    assert whole("Download a file or a directory (a tar)")
 
 
 async def test_the_server_teaches_the_cursor_loop(base_url: str) -> None:

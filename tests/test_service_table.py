@@ -16,7 +16,9 @@ from modal_workspace_core.errors import InvalidArgumentError
 from modal_workspace_core.operations import OPERATIONS, new_service, parse_input
 from modal_workspace_core.runtime.service import Service
 from modal_workspace_core.surfaces.mcp import build_server
+from modal_workspace_core.surfaces.mcp import tools as mcp_tools
 from modal_workspace_core.surfaces.rest.app import create_app
+from modal_workspace_core.surfaces.tool_schema import OutputSchemas, input_schema
 from service_support import TOKEN, RecordingDriver
 
 # The names and routes clients already rely on (issue 4's, which the predecessor's users knew,
@@ -154,8 +156,11 @@ def test_mcp_tools_are_generated_one_per_operation_with_all_four_hints(service: 
         assert hints.destructive_hint is op.hints.destructive
         assert hints.idempotent_hint is op.hints.idempotent
         assert hints.open_world_hint is op.hints.open_world
-        assert tool.output_schema == op.output.model_json_schema()
-        assert tool.input_schema == op.input_for("mcp").model_json_schema()
+        assert tool.input_schema == input_schema(op.input_for("mcp"))
+    # Each answer's shape, given whole by the first tool that answers it.
+    outputs = OutputSchemas()
+    for tool in tools:
+        assert tool.output_schema == outputs(by_name[tool.name].output, tool.name)
 
 
 def mwc_client(server: object) -> object:
@@ -219,3 +224,15 @@ def test_the_readmes_table_lists_exactly_the_operations_of_the_table() -> None:
         for name in names:
             listed.append(first.rsplit("_", 1)[0] + name if name.startswith("_") else name)
     assert sorted(listed) == sorted(declared())
+
+
+def test_the_readmes_tool_count_and_names_are_the_servers() -> None:
+    """The walkthrough's MCP client prints how many tools the server lists, and the first few
+    (`examples/mcp_walkthrough.py`): README shows that line as the server prints it today."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    ((count, names),) = re.findall(r"^(\d+) tools: (.+), …$", readme, flags=re.MULTILINE)
+    # The walkthrough's server: the README's `make serve`, no function allowlisted.
+    served = [tool.name for tool in mcp_tools(load_settings({}))]
+    assert int(count) == len(served)
+    first = names.split(", ")
+    assert first == served[: len(first)]

@@ -51,12 +51,9 @@ class ArtifactDownload(Input):
     path: WorkspacePath = WORKSPACE_ROOT
     listing: bool = Field(
         default=False,
-        description="REST: answer a JSON listing with sizes and a short-lived download_url "
-        "instead of the bytes (GPT Actions: always true). MCP and Python always get the listing.",
+        description="REST: the listing, not the bytes (MCP always).",
     )
-    max_entries: int = Field(
-        200, ge=1, le=10_000, description="Most entries the listing names (the totals count all)."
-    )
+    max_entries: int = Field(200, ge=1, le=10_000, description="Listed; the totals count all.")
 
 
 class ArtifactUpload(Input):
@@ -64,16 +61,13 @@ class ArtifactUpload(Input):
     path: WorkspacePath
     format: Literal["tar", "file"] | None = Field(
         default=None,
-        description="tar: the body is a tar of a directory's tree; file: one file's bytes. "
-        "Default: tar when the body's Content-Type is application/x-tar, else file.",
+        description="tar: unpacked into path; file: one file. Default: by Content-Type, else file.",
     )
-    overwrite: bool = Field(
-        default=False, description="Replace what is at path (a file or a whole directory)."
-    )
+    overwrite: bool = Field(default=False, description="Replace what is at path.")
     content: str = Field(
         default="",
         max_length=2 * MAX_FILE_BYTES,
-        description="MCP and Python: the bytes, base64 (REST sends them as the raw body).",
+        description="The bytes, base64 (REST: the raw body).",
     )
 
 
@@ -151,9 +145,9 @@ async def _upload_bytes(
     method="GET",
     path=WS + "/artifacts",
     hints=READ,
-    summary="Download a file or a directory (as a tar): a listing with sizes and a short-lived "
-    "download_url; REST without listing=true streams the bytes.",
-    limits="The link expires (expires_at); a download holds at most the gateway's artifact bound.",
+    summary="Download a file or a directory (a tar): a listing and a short-lived download_url.",
+    limits="GET download_url, no token needed, before expires_at; at most the gateway's artifact "
+    "bound. REST without listing=true streams the bytes.",
     bounds={"actions": {"max_entries": Bound(1000)}},
     raw=RawRest(
         serve=_download_bytes,
@@ -185,9 +179,8 @@ async def artifact_download(svc: Service, inp: ArtifactDownload) -> ArtifactList
     method="PUT",
     path=WS + "/artifacts",
     hints=REWRITE,
-    summary="Upload a tar (unpacked into path) or one file, atomically: all of it lands or "
-    "nothing; an existing path is replaced only with overwrite.",
-    limits="REST: the raw body, up to the gateway's artifact bound; MCP/Python: base64 content.",
+    summary="Upload a tar or one file, atomically: all of it lands or nothing.",
+    limits="At most the gateway's artifact bound.",
     in_actions=False,
     raw=RawRest(
         serve=_upload_bytes,

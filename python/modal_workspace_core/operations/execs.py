@@ -48,35 +48,32 @@ class _Command(Input):
     """What every command takes: the shell text, where it runs and its extra environment."""
 
     workspace_id: WorkspaceId
-    command: Command = Field(description="Shell command run with bash -lc.")
-    workdir: WorkspacePath | None = Field(
-        None, description="Directory to run in (default /workspace)."
-    )
-    env: Env = Field(default_factory=dict, description="Extra environment for this command.")
+    command: Command = Field(description="Run with bash -lc.")
+    workdir: WorkspacePath | None = Field(None, description="Default /workspace.")
+    env: Env = Field(default_factory=dict, description="Added to the workspace's.")
 
 
 class ExecRun(_Command):
-    stdin: str | None = Field(None, max_length=MAX_FILE_BYTES, description="Text sent to stdin.")
-    timeout_seconds: float = Field(60, gt=0, le=3600, description="Kill the command after this.")
+    stdin: str | None = Field(None, max_length=MAX_FILE_BYTES, description="Text to send.")
+    timeout_seconds: float = Field(60, gt=0, le=3600, description="Killed after this long.")
     wait_seconds: float | None = Field(
         None,
         gt=0,
         le=3600,
-        description="How long to wait for the command to end. A command still running then is "
-        "answered with state running and its exec_id (it keeps running until timeout_seconds): "
-        "follow it with workspace_realtime_exec_events. Default: until it ends.",
+        description="Then answer state running: it goes on (until timeout_seconds); follow "
+        "exec_id. Null: until it ends.",
     )
     max_output_bytes: int = Field(
-        32_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap per stream; head and tail kept."
+        32_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Per stream; head and tail kept."
     )
 
 
 class RealtimeExecStart(_Command):
-    timeout_seconds: float | None = Field(None, gt=0, le=86_400, description="Kill after this.")
-    pty: bool = Field(False, description="Run in a pseudo-terminal (stdout and stderr merged).")
-    idempotency_key: IdempotencyKey | None = Field(
-        None, description="The same key returns the exec it started instead of a second one."
+    timeout_seconds: float | None = Field(
+        None, gt=0, le=86_400, description="Killed after this long."
     )
+    pty: bool = Field(False, description="In a terminal: stdout and stderr merged.")
+    idempotency_key: IdempotencyKey | None = Field(None, description="The same key, the same exec.")
 
 
 class ExecRef(Input):
@@ -94,9 +91,9 @@ class ExecInput(Input):
     exec_id: ExecId
     data: str = Field("", max_length=MAX_FILE_BYTES, description="Bytes for stdin (see encoding).")
     encoding: Literal["utf-8", "base64"] = Field(
-        default="utf-8", description="How data is written: utf-8 text or base64 bytes."
+        default="utf-8", description="How data is encoded."
     )
-    eof: bool = Field(False, description="Close stdin after this data.")
+    eof: bool = Field(False, description="Close stdin after data.")
 
 
 class ExecCancel(Input):
@@ -198,10 +195,10 @@ def status_out(exec_id: str, result: dict[str, Any]) -> ExecStatus:
     method="POST",
     path=WS + "/exec",
     hints=RUN,
-    summary="Run a shell command to completion and return its exit code and output.",
-    limits="Waits at most wait_seconds (30 s here), then answers state running with exec_id: "
-    "the command goes on, follow its events. Output capped (head and tail, flagged); "
-    "error says why a command did not start.",
+    summary="Run a shell command: its returncode, stdout and stderr.",
+    limits="Output capped (head and tail kept, *_truncated); error says why one did not start. "
+    "Still running after wait_seconds: state running, and it goes on; follow exec_id with "
+    "workspace_realtime_exec_events.",
     bounds={
         "actions": {"wait_seconds": Bound(30, 30), "max_output_bytes": Bound(40_000)},
         "mcp": {"wait_seconds": Bound(45, 45)},
@@ -241,9 +238,8 @@ async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
     method="POST",
     path=WS + "/realtime-execs",
     hints=RUN,
-    summary="Start a command in the background; follow its output with "
-    "workspace_realtime_exec_events.",
-    limits="The same idempotency_key returns the exec it started.",
+    summary="Start a command in the background.",
+    limits="Follow exec_id with workspace_realtime_exec_events.",
 )
 async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) -> ExecStatus:
     record = await svc.live_record(inp.workspace_id)
@@ -270,7 +266,7 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
     method="GET",
     path=EX + "/events",
     hints=READ,
-    summary="Read a realtime exec's output events after a cursor (long-poll).",
+    summary="Read a realtime exec's output after a cursor (long-poll).",
     limits=PAGE_LOOP,
     bounds=PAGE_BOUNDS,
     # GPT Actions takes 30 operations: there, stream_events reads every stream.
@@ -280,7 +276,13 @@ async def workspace_realtime_exec_events(svc: Service, inp: ExecEvents) -> PageR
     return await stream_page(svc, inp.workspace_id, inp, inp.exec_id)
 
 
-@declare(method="GET", path=EX, hints=READ, summary="Get a realtime exec's state and exit code.")
+@declare(
+    method="GET",
+    path=EX,
+    hints=READ,
+    summary="Get a realtime exec's state: starting, running, then finished, cancelled, failed, "
+    "timed_out or lost.",
+)
 async def workspace_realtime_exec_status(svc: Service, inp: ExecRef) -> ExecStatus:
     result, _ = await svc.request(inp.workspace_id, "exec.status", {"exec_id": inp.exec_id})
     return status_out(inp.exec_id, result)
@@ -304,8 +306,7 @@ async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputRe
     path=EX + "/cancel",
     hints=REWRITE,
     summary="Cancel a realtime exec: SIGTERM to its process group, SIGKILL after grace_seconds.",
-    limits="Answers once the exec has ended (state cancelled), waiting at most grace_seconds "
-    "(up to 20) plus 2 s; after that its exit event tells how it ended.",
+    limits="Answers once it ended, or after grace_seconds (up to 20) plus 2 s.",
 )
 async def workspace_realtime_exec_cancel(svc: Service, inp: ExecCancel) -> ExecStatus:
     args = {"exec_id": inp.exec_id, "grace_seconds": inp.grace_seconds}

@@ -40,50 +40,46 @@ declare = Declarations()
 class FileRead(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath
-    offset: int = Field(0, ge=0, description="Where to start reading, in bytes.")
+    offset: int = Field(0, ge=0, description="Where to start, in bytes.")
     max_bytes: int = Field(
         48_000,
         ge=1,
         le=MAX_FILE_BYTES,
-        description="Most bytes to read (fewer may come back, to fit: go on from next_offset).",
+        description="Most to read; fewer may come back.",
     )
 
 
 class FileWrite(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath
-    content: str = Field(
-        max_length=2 * MAX_FILE_BYTES, description="The whole file's new content (see encoding)."
-    )
+    content: str = Field(max_length=2 * MAX_FILE_BYTES, description="The whole file.")
     encoding: Literal["utf-8", "base64"] = Field(
-        default="utf-8", description="How content is written: utf-8 text or base64 bytes."
+        default="utf-8", description="How content is encoded."
     )
-    create_parents: bool = Field(default=True, description="Create missing parent directories.")
+    create_parents: bool = Field(default=True, description="Create missing directories.")
 
 
 class FileEdit(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath
-    old: str = Field(min_length=1, max_length=MAX_FILE_BYTES, description="Exact text to replace.")
-    new: str = Field(max_length=MAX_FILE_BYTES, description="Replacement text.")
+    old: str = Field(min_length=1, max_length=MAX_FILE_BYTES, description="Exact text.")
+    new: str = Field(max_length=MAX_FILE_BYTES, description="Its replacement.")
     expected_replacements: int | None = Field(
-        None, ge=1, description="Fail unless exactly this many matches (default: exactly one)."
+        None, ge=1, description="Fail unless this many match (default 1)."
     )
 
 
 class FileList(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath = "."
-    depth: int = Field(1, ge=1, le=32, description="Levels to list: 1 = the directory's entries.")
-    max_entries: int = Field(1000, ge=1, le=10_000, description="Most entries to return.")
+    depth: int = Field(1, ge=1, le=32, description="Levels; 1: the entries.")
+    max_entries: int = Field(1000, ge=1, le=10_000, description="To return.")
 
 
 class FileRemove(Input):
     workspace_id: WorkspaceId
     path: WorkspacePath
-    recursive: bool = Field(
-        default=False, description="Remove a directory and everything under it."
-    )
+    recursive: bool = Field(default=False, description="Remove a directory and all under it.")
 
 
 class FileSearch(Input):
@@ -91,15 +87,13 @@ class FileSearch(Input):
     pattern: str = Field(
         min_length=1,
         max_length=1024,
-        description="A regular expression (content) or a glob (name).",
+        description="A regex (content) or a glob (name).",
     )
-    mode: Literal["content", "name"] = Field(
-        "content", description="content: regex over file text; name: glob over paths."
-    )
+    mode: Literal["content", "name"] = Field("content", description="Search file text, or paths.")
     path: WorkspacePath = "."
-    glob: str | None = Field(None, max_length=1024, description="Only files matching this glob.")
-    case_insensitive: bool = Field(default=False, description="Match regardless of case.")
-    max_results: int = Field(200, ge=1, le=10_000, description="Most matches to return.")
+    glob: str | None = Field(None, max_length=1024, description="Only files matching it.")
+    case_insensitive: bool = Field(default=False, description="Ignore case.")
+    max_results: int = Field(200, ge=1, le=10_000, description="To return.")
 
 
 # --- outputs -------------------------------------------------------------------------------------
@@ -194,8 +188,8 @@ def decode_text(data: bytes, complete: bool) -> tuple[str, str, int]:
     method="GET",
     path=WS + "/files/content",
     hints=READ,
-    summary="Read a file (UTF-8 text, or base64 for binary) from an offset.",
-    limits="At most max_bytes per call; continue from next_offset until eof.",
+    summary="Read a file (text, or base64 if binary) from an offset.",
+    limits="Go on from next_offset until eof.",
     bounds={"actions": {"max_bytes": Bound(90_000)}},
 )
 async def file_read(svc: Service, inp: FileRead) -> FileContent:
@@ -220,7 +214,7 @@ async def file_read(svc: Service, inp: FileRead) -> FileContent:
     method="PUT",
     path=WS + "/files/content",
     hints=REWRITE,
-    summary="Write a whole file atomically, creating parent directories.",
+    summary="Write a whole file atomically.",
 )
 async def file_write(svc: Service, inp: FileWrite) -> FileWriteResult:
     if inp.path == WORKSPACE_ROOT:
@@ -238,7 +232,7 @@ async def file_write(svc: Service, inp: FileWrite) -> FileWriteResult:
     method="POST",
     path=WS + "/files/edit",
     hints=WRITE,
-    summary="Replace exact text in a file (one match unless expected_replacements says otherwise).",
+    summary="Replace exact text in a file.",
 )
 async def file_edit(svc: Service, inp: FileEdit) -> FileEditResult:
     args: dict[str, Any] = {"path": inp.path, "old": inp.old, "new": inp.new}
@@ -254,7 +248,7 @@ async def file_edit(svc: Service, inp: FileEdit) -> FileEditResult:
     method="GET",
     path=WS + "/files",
     hints=READ,
-    summary="List a directory's entries, optionally several levels deep.",
+    summary="List a directory's entries.",
 )
 async def file_list(svc: Service, inp: FileList) -> FileListResult:
     # The agent counts levels below the directory (0 = its own entries); clients count levels.
@@ -271,7 +265,7 @@ async def file_list(svc: Service, inp: FileList) -> FileListResult:
     method="DELETE",
     path=WS + "/files",
     hints=DESTROY,
-    summary="Remove a file, a symlink (not its target), or a directory with recursive.",
+    summary="Remove a file, a symlink (not its target) or a directory.",
 )
 async def file_remove(svc: Service, inp: FileRemove) -> FileRemoveResult:
     if inp.path == WORKSPACE_ROOT:
@@ -288,7 +282,7 @@ async def file_remove(svc: Service, inp: FileRemove) -> FileRemoveResult:
     method="GET",
     path=WS + "/files/search",
     hints=READ,
-    summary="Search file contents by regex, or file names by glob; honours .gitignore.",
+    summary="Search file contents or names; honours .gitignore.",
 )
 async def file_search(svc: Service, inp: FileSearch) -> FileSearchResult:
     args: dict[str, Any] = {

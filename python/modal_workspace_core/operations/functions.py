@@ -66,21 +66,20 @@ AppName = Annotated[
 FunctionName = Annotated[
     str,
     AfterValidator(policy.modal_function_name),
-    Field(description="The function's name in that app (APP/FUNCTION must be allowlisted)."),
+    Field(description="Its name in the app; APP/FUNCTION must be allowlisted."),
 ]
 FunctionCallId = Annotated[
     str,
     AfterValidator(policy.function_call_id),
     core_pattern(policy.function_call_id_pattern()),
-    Field(description="A function call's id ('fc-…'), as function_spawn returns it."),
+    Field(description="As function_spawn returns it."),
 ]
 WaitSeconds = Annotated[
     float,
     Field(
         ge=0,
         le=MAX_FUNCTION_WAIT,
-        description="How long to wait for the result; a call still running then answers state "
-        "running with its function_call_id (follow it with function_call_get).",
+        description="For the result; then a call still running answers state running.",
     ),
 ]
 MaxResultChars = Annotated[
@@ -88,8 +87,7 @@ MaxResultChars = Annotated[
     Field(
         ge=1024,
         le=MAX_RESULT_CHARS,
-        description="Most characters of the result's JSON; a larger result is refused (the "
-        "call's result stays at Modal: get it again with a larger bound, or from the Python API).",
+        description="Of the result's JSON; a larger one is refused (get it again with more).",
     ),
 ]
 CallState = Literal["running", "succeeded", "failed", "timed_out", "expired"]
@@ -267,9 +265,9 @@ async def _result(
     method="POST",
     path="/modal/function-calls",
     hints=CALL,
-    summary="Call an allowlisted deployed Modal Function (APP/FUNCTION) with JSON arguments and "
-    "wait up to wait_seconds for its JSON result.",
-    limits="A call still running then answers state running: follow it with function_call_get.",
+    summary="Call an allowlisted deployed Modal Function: JSON arguments in, its JSON result out.",
+    limits="A call still running after wait_seconds answers state running: follow its "
+    "function_call_id with function_call_get.",
     in_actions=False,
     bounds=_RESULT_BOUNDS,
 )
@@ -283,8 +281,8 @@ async def function_call(svc: Service, inp: FunctionCallInput) -> FunctionCallRes
     method="POST",
     path="/modal/function-spawns",
     hints=CALL,
-    summary="Start a call of an allowlisted deployed Modal Function with JSON arguments, without "
-    "waiting; returns its function_call_id.",
+    summary="Start a call of an allowlisted deployed Modal Function: its function_call_id, "
+    "without waiting.",
     in_actions=False,
 )
 async def function_spawn(svc: Service, inp: FunctionArgs) -> FunctionSpawned:
@@ -297,8 +295,8 @@ async def function_spawn(svc: Service, inp: FunctionArgs) -> FunctionSpawned:
     method="GET",
     path="/modal/function-calls/{function_call_id}",
     hints=READ_MODAL,
-    summary="Wait up to wait_seconds for a function call's JSON result (state running if not "
-    "yet done).",
+    summary="Get a function call's JSON result: waits up to wait_seconds, then state running if "
+    "not yet done.",
     in_actions=False,
     bounds=_RESULT_BOUNDS,
 )
@@ -336,7 +334,7 @@ def _app_info(app: AppSummary, allowed: list[str]) -> AppInfo:
     method="GET",
     path="/modal/apps/{app_name}",
     hints=READ_MODAL,
-    summary="Describe a deployed Modal app that holds allowlisted functions.",
+    summary="Describe a deployed Modal app: its functions, and those allowlisted.",
     in_actions=False,
 )
 async def app_get(svc: Service, inp: AppRef) -> AppInfo:

@@ -82,14 +82,10 @@ class SnapshotCreate(Input):
         None,
         ge=60,
         le=MAX_TTL_SECONDS,
-        description="Delete it after this many seconds; default: kept until deleted.",
+        description="Then delete it (default: keep).",
     )
     wait_seconds: float = Field(
-        MAX_SNAPSHOT_WAIT,
-        ge=0,
-        le=MAX_SNAPSHOT_WAIT,
-        description="Answer after at most this long: a snapshot not taken by then answers "
-        "state 'taking' and goes on; follow progress_stream_id with stream_events.",
+        MAX_SNAPSHOT_WAIT, ge=0, le=MAX_SNAPSHOT_WAIT, description="Then answer state taking."
     )
 
 
@@ -104,19 +100,13 @@ class SnapshotRef(Input):
 
 class ResumeInput(Input):
     workspace_id: WorkspaceId
-    snapshot_id: SnapshotId | None = Field(
-        None, description="The snapshot to resume from; default: the latest."
-    )
+    snapshot_id: SnapshotId | None = Field(None, description="Default: the latest.")
 
 
 class ForkInput(Input):
     workspace_id: WorkspaceId
-    snapshot_id: SnapshotId | None = Field(
-        None, description="The snapshot to fork; default: one taken now."
-    )
-    idempotency_key: IdempotencyKey | None = Field(
-        None, description="The same key returns the same fork instead of a second one."
-    )
+    snapshot_id: SnapshotId | None = Field(None, description="Default: one taken now.")
+    idempotency_key: IdempotencyKey | None = Field(None, description="The same key, the same fork.")
 
 
 # --- outputs -------------------------------------------------------------------------------------
@@ -172,9 +162,9 @@ def snapshot_out(record: SnapshotRecord, stream_id: str | None = None) -> Snapsh
     method="POST",
     path=SN,
     hints=WRITE,
-    summary="Snapshot the workspace's files (and each repository's HEAD); kept until deleted "
-    "unless ttl_seconds is given. Answers once the snapshot can be resumed or forked, or after "
-    "wait_seconds with state 'taking' and the stream of its progress.",
+    summary="Snapshot the workspace's files and repositories' HEADs.",
+    limits="Answers state ready, or taking after wait_seconds: follow progress_stream_id with "
+    "stream_events; its exit event holds the snapshot.",
     bounds=_SNAPSHOT_BOUNDS,
 )
 async def workspace_snapshot(svc: Service, inp: SnapshotCreate) -> Snapshot:
@@ -267,7 +257,7 @@ async def workspace_snapshot_list(svc: Service, inp: SnapshotListInput) -> Snaps
     method="DELETE",
     path=SN + "/{snapshot_id}",
     hints=DESTROY,
-    summary="Delete one snapshot of a workspace.",
+    summary="Delete a snapshot.",
 )
 async def workspace_snapshot_delete(svc: Service, inp: SnapshotRef) -> SnapshotDeleted:
     await svc.driver.delete_snapshot(inp.workspace_id, inp.snapshot_id)
@@ -278,8 +268,8 @@ async def workspace_snapshot_delete(svc: Service, inp: SnapshotRef) -> SnapshotD
     method="POST",
     path=WS + "/resume",
     hints=WRITE,
-    summary="Resume a workspace from a snapshot (default: its latest): the same id, its files, "
-    "tags and repositories as they were; commands that were running are reported lost.",
+    summary="Resume a workspace from a snapshot: the same id, files, tags and repositories.",
+    limits="Commands that were running are reported lost.",
 )
 async def workspace_resume(svc: Service, inp: ResumeInput) -> Workspace:
     record, snapshot = await resume_workspace(svc, inp.workspace_id, inp.snapshot_id)
@@ -290,8 +280,7 @@ async def workspace_resume(svc: Service, inp: ResumeInput) -> Workspace:
     method="POST",
     path=WS + "/fork",
     hints=WRITE,
-    summary="Fork a workspace: a new workspace from one of its snapshots (default: one taken "
-    "now), with its lineage. Forks of one snapshot are independent.",
+    summary="Fork a workspace: a new one from one of its snapshots, with its lineage.",
 )
 async def workspace_fork(svc: Service, inp: ForkInput) -> Workspace:
     parent = await svc.driver.get(inp.workspace_id)

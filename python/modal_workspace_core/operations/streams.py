@@ -25,7 +25,7 @@ class StreamEvents(EventsRead):
     method="GET",
     path=WS + "/streams/{stream_id}/events",
     hints=READ,
-    summary="Any stream's events (exec, watch, snapshot progress) after a cursor.",
+    summary="Read any stream after a cursor (long-poll).",
     limits=PAGE_LOOP,
     bounds=PAGE_BOUNDS,
 )

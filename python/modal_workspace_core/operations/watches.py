@@ -26,11 +26,9 @@ class WatchStart(Input):
     path: WorkspacePath = "."
     kinds: list[Literal["create", "modify", "remove", "rename"]] | None = Field(
         default=None,
-        description="The changes to report (default all): create, modify, remove, rename.",
+        description="Default all: create, modify, remove, rename.",
     )
-    timeout_seconds: float | None = Field(
-        None, gt=0, le=86_400, description="End the watch after this."
-    )
+    timeout_seconds: float | None = Field(None, gt=0, le=86_400, description="Then it ends.")
 
 
 class WatchRef(Input):
@@ -79,7 +77,7 @@ def _watch_out(watch_id: str, status: dict[str, Any]) -> WatchStatus:
     method="POST",
     path=WS + "/file-watches",
     hints=WRITE,
-    summary="Watch a directory tree for created, modified, removed and renamed files.",
+    summary="Watch a directory tree for file changes.",
     limits="Read its events with workspace_file_watch_events.",
     # GPT Actions takes 30 operations, and a chat follows no live stream of changes: it sees
     # them with repo_status and file_list. The family stays in MCP and the Python API.
@@ -111,7 +109,13 @@ async def workspace_file_watch_events(svc: Service, inp: WatchEvents) -> PageRes
 
 
 # Not for GPT Actions (30 operations at most): the watch list and every page say the state.
-@declare(method="GET", path=FW, hints=READ, summary="Get a file watch's state.", in_actions=False)
+@declare(
+    method="GET",
+    path=FW,
+    hints=READ,
+    summary="Get a file watch's state: watching, then cancelled, timed_out or failed.",
+    in_actions=False,
+)
 async def workspace_file_watch_status(svc: Service, inp: WatchRef) -> WatchStatus:
     result, _ = await svc.request(inp.workspace_id, "watch.status", {"watch_id": inp.watch_id})
     return _watch_out(inp.watch_id, result)

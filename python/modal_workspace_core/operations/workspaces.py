@@ -47,13 +47,13 @@ class Resources(Input):
         None,
         ge=policy.MIN_CPU_CORES,
         le=policy.MAX_CPU_CORES,
-        description="CPU cores requested (reserved).",
+        description="Cores reserved.",
     )
     memory_mb: int | None = Field(
         None,
         ge=policy.MIN_MEMORY_MIB,
         le=policy.MAX_MEMORY_MIB,
-        description="Memory in MiB requested (reserved).",
+        description="MiB reserved.",
     )
     gpu: str | None = Field(
         None, pattern=r"^[A-Za-z0-9:._-]{1,32}$", description="GPU type (Modal)."
@@ -65,31 +65,29 @@ class Resources(Input):
         None,
         ge=policy.MIN_CPU_CORES,
         le=policy.MAX_CPU_CORES,
-        description="Hard CPU limit in cores, at least cpu: above it the workspace is throttled.",
+        description="Throttled above this many cores (≥ cpu).",
     )
     memory_limit_mb: int | None = Field(
         None,
         ge=policy.MIN_MEMORY_MIB,
         le=policy.MAX_MEMORY_MIB,
-        description="Hard memory limit in MiB, at least memory_mb: above it processes are "
-        "killed (on the local driver: each command's address space).",
+        description="Killed above this many MiB (≥ memory_mb; locally, per command).",
     )
     region: list[Region] | None = Field(
         None,
         min_length=1,
         max_length=policy.MAX_REGIONS,
-        description="Regions to run in, in Modal's forms: us, us-east, us-east-1 (Modal).",
+        description="Modal regions: us, us-east, us-east-1, …",
     )
     outbound_cidr_allowlist: list[OutboundCidr] | None = Field(
         None,
         max_length=policy.MAX_ALLOWLIST_ENTRIES,
-        description="The only public networks commands may reach, as CIDRs; private, "
-        "loopback and link-local ranges are refused (Modal).",
+        description="The only public CIDRs commands may reach (Modal).",
     )
     outbound_domain_allowlist: list[OutboundDomain] | None = Field(
         None,
         max_length=policy.MAX_ALLOWLIST_ENTRIES,
-        description="The only domains commands may reach (example.com, *.example.com) (Modal).",
+        description="The only domains commands may reach, *.example.com allowed (Modal).",
     )
 
     @field_validator("cpu")
@@ -130,42 +128,40 @@ class Resources(Input):
 
     run_as_root: bool | None = Field(
         None,
-        description="Run commands as root (Modal): apt-get and system changes work, but no "
-        "GitHub token ever enters the workspace (a clone or fetch with use_github_token, a "
-        "push are refused): a root command could read it. Default: an unprivileged user "
-        "(uid 1000, HOME /home/workspace); add system packages with apt_packages instead.",
+        description="Run commands as root (Modal): then no GitHub token enters the workspace "
+        "(no use_github_token, no push). Default: uid 1000; prefer apt_packages.",
     )
     # -- the image (Modal): which one, and packages layered on top of it ---------------------
     image_name: ImageName | None = Field(
-        None, description="A published Modal image to start from (NAME or NAME:TAG)."
+        None, description="Published Modal image to start from: NAME[:TAG]."
     )
-    image_id: ImageId | None = Field(None, description="A Modal image id (im-…) to start from.")
+    image_id: ImageId | None = Field(None, description="Modal image id (im-…) to start from.")
     apt_packages: AptPackages | None = Field(
         None,
-        description="Debian packages to add (NAME or NAME=VERSION), built as a cached layer.",
+        description="Debian packages: NAME[=VERSION].",
     )
     pip_packages: PipPackages | None = Field(
         None,
-        description="Python packages to add (NAME or NAME==VERSION), built as a cached layer.",
+        description="Python packages: NAME[==VERSION].",
     )
 
 
 class WorkspaceCreate(Input):
     resources: Resources = Field(
         default_factory=lambda: Resources.model_validate({}),
-        description="What the workspace may use; values the driver cannot enforce are refused.",
+        description="What it may use; what the driver cannot enforce is refused.",
     )
-    env: Env = Field(default_factory=dict, description="Environment for every command.")
+    env: Env = Field(default_factory=dict, description="For every command.")
     secret_names: list[str] = Field(
-        default_factory=list, max_length=16, description="Allowlisted secrets to expose as env."
+        default_factory=list, max_length=16, description="Allowlisted secrets, as env."
     )
     volumes: dict[str, str] = Field(
-        default_factory=dict, description="Mount path -> allowlisted volume name (Modal)."
+        default_factory=dict, description="Mount path -> allowlisted volume (Modal)."
     )
-    tags: Tags = Field(default_factory=dict, description="Your labels; managed tags are refused.")
-    block_network: bool = Field(False, description="Run with no network access.")
+    tags: Tags = Field(default_factory=dict, description="Your labels.")
+    block_network: bool = Field(False, description="No network access.")
     idempotency_key: IdempotencyKey | None = Field(
-        None, description="The same key returns the same workspace instead of a second one."
+        None, description="Makes retries safe: the same key, the same workspace."
     )
 
     @field_validator("block_network")
@@ -192,10 +188,9 @@ class WorkspaceTerminate(Input):
     workspace_id: WorkspaceId
     keep_snapshot: bool | None = Field(
         None,
-        description="Snapshot it first and keep its snapshots, so it can be resumed; default: "
-        "yes on Modal, no on the local driver.",
+        description="Snapshot it first so it can be resumed (default on Modal).",
     )
-    purge: bool = Field(False, description="Delete everything, its snapshots included.")
+    purge: bool = Field(False, description="Delete its snapshots too.")
 
 
 # --- outputs -------------------------------------------------------------------------------------
@@ -225,10 +220,8 @@ class TerminateResult(Output):
     method="POST",
     path="/workspaces",
     hints=WRITE,
-    summary="Create a workspace: a durable machine with its root at /workspace. The same "
-    "idempotency_key returns the same workspace.",
-    limits="Managed tags (managed-by, workspace-id, workspace-root, repo-*) cannot be set; secrets"
-    " and volumes must be allowlisted.",
+    summary="Create a workspace: a durable machine with its root at /workspace.",
+    limits="Tags managed-by, workspace-id, workspace-root, repo-* are refused.",
 )
 async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     # Everything that can refuse the request is checked before the driver is called.
@@ -278,7 +271,8 @@ async def workspace_list(svc: Service, inp: WorkspaceList) -> WorkspaceListResul
     method="GET",
     path=WS,
     hints=READ,
-    summary="Get one workspace: its state, root, tags and resources.",
+    summary="Get a workspace.",
+    limits="A stopped or suspended one starts again on its next use.",
 )
 async def workspace_get(svc: Service, inp: WorkspaceRef) -> Workspace:
     return workspace_out(await svc.record(inp.workspace_id))
@@ -288,8 +282,8 @@ async def workspace_get(svc: Service, inp: WorkspaceRef) -> Workspace:
     method="DELETE",
     path=WS,
     hints=DESTROY,
-    summary="Terminate a workspace and everything running in it; keep_snapshot keeps it "
-    "resumable, purge deletes its snapshots too.",
+    summary="Terminate a workspace and all it runs.",
+    limits="Answers the snapshot_id it kept, if any, to resume from.",
 )
 async def workspace_terminate(svc: Service, inp: WorkspaceTerminate) -> TerminateResult:
     ws = inp.workspace_id

@@ -25,6 +25,7 @@ from ..errors import WorkspaceError
 from ..operations import OPERATIONS, Operation, call, offered, operation, parse_request
 from ..runtime.call import PROGRESS, Reporter
 from ..runtime.service import Service
+from .tool_schema import OutputSchemas, input_schema
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 
@@ -49,21 +50,22 @@ Remote workspaces: each is a machine whose files live under /workspace.
    repo_pull_request (a draft; asking again for the same branch answers the same one).
    workspace_terminate when finished.
 File watches follow the same cursor loop with workspace_file_watch_events.
+Any answer may carry resumed_from: the snapshot the call first resumed its suspended workspace from.
 """
 
 _LOOPBACK_HOSTS = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
 _LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
 
-def _tool(op: Operation) -> types.Tool:
+def _tool(op: Operation, outputs: OutputSchemas) -> types.Tool:
     hints = op.hints
     return types.Tool(
         name=op.name,
         description=op.description,
-        input_schema=op.input_for("mcp").model_json_schema(),
-        output_schema=op.output.model_json_schema(),
+        input_schema=input_schema(op.input_for("mcp")),
+        output_schema=outputs(op.output, op.name),
         annotations=types.ToolAnnotations(
-            title=op.summary.split(":")[0].rstrip("."),
+            title=op.title,
             read_only_hint=hints.read_only,
             destructive_hint=hints.destructive,
             idempotent_hint=hints.idempotent,
@@ -74,7 +76,8 @@ def _tool(op: Operation) -> types.Tool:
 
 def tools(settings: Settings | None = None) -> list[types.Tool]:
     """Every operation's tool, or those a gateway with `settings` offers."""
-    return [_tool(op) for op in (OPERATIONS if settings is None else offered(settings))]
+    outputs = OutputSchemas()
+    return [_tool(op, outputs) for op in (OPERATIONS if settings is None else offered(settings))]
 
 
 def _error_result(err: WorkspaceError) -> types.CallToolResult:

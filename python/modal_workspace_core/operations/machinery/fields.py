@@ -124,23 +124,17 @@ StreamId = Annotated[
     str,
     AfterValidator(_stream_id),
     core_pattern(StreamKind.id_pattern()),
-    Field(
-        description="A stream's id: an exec's ('ex-…'), a file watch's ('fw-…') or a task's "
-        "('tk-…', a long operation's progress)."
-    ),
+    Field(description="An exec_id, a watch_id or a progress_stream_id."),
 ]
 WorkspacePath = Annotated[
     str,
     AfterValidator(_path),
-    Field(
-        description="A path inside the workspace: relative to its root (/workspace), or absolute "
-        "under it."
-    ),
+    Field(description="Relative to /workspace, or absolute under it."),
 ]
 Repository = Annotated[
     str,
     AfterValidator(_repository),
-    Field(description="GitHub repository: OWNER/REPO or https://github.com/OWNER/REPO."),
+    Field(description="OWNER/REPO or https://github.com/OWNER/REPO."),
 ]
 GitRef = Annotated[
     str,
@@ -159,7 +153,7 @@ Cursor = Annotated[
     int,
     Field(
         ge=0,
-        description="The last seq you have seen (next_cursor of the previous page); 0 = start.",
+        description="The previous page's next_cursor; 0 at first.",
     ),
 ]
 WaitSeconds = Annotated[
@@ -167,16 +161,16 @@ WaitSeconds = Annotated[
     Field(
         ge=0,
         le=MAX_WAIT_SECONDS,
-        description="Long-poll: wait up to this long (0-25 s) for events.",
+        description="Long-poll: wait up to this long for an event.",
     ),
 ]
-MaxEvents = Annotated[int, Field(ge=1, le=10_000, description="Most events in one page.")]
+MaxEvents = Annotated[int, Field(ge=1, le=10_000, description="Most per page.")]
 MaxBytes = Annotated[
     int,
     Field(
         ge=1024,
         le=MAX_PAGE_BYTES,
-        description="Budget of the page's JSON in bytes (48 000 default).",
+        description="Most bytes of the page's JSON.",
     ),
 ]
 

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from ...runtime.service import Service
 
 PAGE_LOOP = (
-    "Loop: cursor=0, then each page's next_cursor, until done is true. Use wait_seconds=25 (it "
-    "waits for new events): an empty page means nothing new yet, call again; has_more: call "
-    "again now; cursor_expired: older events were dropped."
+    "Loop from cursor=0 with each page's next_cursor until done. Use wait_seconds=25: an empty "
+    "page means nothing new yet; has_more: call again now; cursor_expired: older events were "
+    "dropped. Events hold data (text) or data_b64."
 )
 # GPT Actions' budget for a page: its JSON (the events as encoded) stays well under the limit.
 PAGE_BOUNDS: Bounds = {"actions": {"max_bytes": Bound(64_000)}}

@@ -116,6 +116,8 @@ class Operation:
     hints: Hints
     handler: Handler
     limits: str = ""  # appended to the description: the bounds a caller must know
+    # What a person sees in a tool list (MCP's title): the summary's first clause by default.
+    title: str = ""
     in_actions: bool = True
     # Per surface, the most (and the default) a numeric field takes there (see `surfaces`).
     bounds: Bounds = field(default_factory=dict)
@@ -159,6 +161,7 @@ class Declarations:
         hints: Hints,
         summary: str,
         limits: str = "",
+        title: str = "",
         in_actions: bool = True,
         bounds: Bounds | None = None,
         raw: RawRest | None = None,
@@ -176,6 +179,7 @@ class Declarations:
                     hints=hints,
                     handler=handler,
                     limits=limits,
+                    title=title or first_clause(summary),
                     in_actions=in_actions,
                     bounds=bounds or {},
                     raw=raw,
@@ -184,6 +188,18 @@ class Declarations:
             return handler
 
         return declare
+
+
+def first_clause(summary: str) -> str:
+    """The summary up to its first colon, semicolon or full stop outside parentheses: "Create a
+    workspace: a durable machine…" is titled "Create a workspace"."""
+    depth = 0
+    for i, char in enumerate(summary):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        ends = char in ":;" or (char == "." and summary[i + 1 : i + 2] in ("", " "))
+        if depth == 0 and ends:
+            return summary[:i].rstrip()
+    return summary.rstrip()
 
 
 def _models_of(handler: Callable[..., Any]) -> tuple[type[Input], type[BaseModel]]:

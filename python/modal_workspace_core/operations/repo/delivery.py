@@ -68,36 +68,30 @@ AuthorEmail = Annotated[str, AfterValidator(policy.author_email)]
 class RepoCommitInput(Input):
     workspace_id: WorkspaceId
     destination: WorkspacePath | None = Field(None, description=DESTINATION)
-    message: CommitMessage = Field(description="The commit message.")
+    message: CommitMessage = Field(description="Its message.")
     paths: list[WorkspacePath] | None = Field(
         None,
         max_length=MAX_COMMIT_PATHS,
-        description="Commit only these files or directories (new, changed or deleted), inside "
-        "the repository; default: every change in the working tree.",
+        description="Only these, in the repository (default: every change).",
     )
-    author_name: AuthorName | None = Field(
-        None, description="Author and committer name (default: the gateway's setting)."
-    )
-    author_email: AuthorEmail | None = Field(
-        None, description="Author and committer email (default: the gateway's setting)."
-    )
+    author_name: AuthorName | None = Field(None, description="Default: the gateway's.")
+    author_email: AuthorEmail | None = Field(None, description="Default: the gateway's.")
 
 
 class RepoPushInput(Input):
     workspace_id: WorkspaceId
     destination: WorkspacePath | None = Field(None, description=DESTINATION)
-    branch: GitRef | None = Field(None, description="The local branch (default: the current one).")
+    branch: GitRef | None = Field(None, description="Local; default: the current one.")
     remote_branch: GitRef | None = Field(
         None,
-        description="The branch on GitHub (default: agent/<workspace_id>/<branch>, a new one).",
+        description="Default: agent/<workspace_id>/<branch>.",
     )
     force: bool = Field(
         False,
-        description="Replace the remote branch (--force-with-lease): only a branch this "
-        "workspace created by an earlier push.",
+        description="--force-with-lease, only onto a branch this workspace created.",
     )
     wait_seconds: float = Field(
-        600, ge=0, le=3600, description="How long to wait for the push before answering."
+        600, ge=0, le=3600, description="Then answer state running: follow exec_id."
     )
 
 
@@ -171,8 +165,8 @@ def _repo_relative(dest: str, path: str) -> str:
     method="POST",
     path=WS + "/repo/commit",
     hints=WRITE,
-    summary="Commit the repository's changes (all, or the listed paths) with a message.",
-    limits="Refuses when there is nothing to commit (409).",
+    summary="Commit the repository's changes.",
+    limits="Nothing to commit: 409.",
 )
 async def repo_commit(svc: Service, inp: RepoCommitInput) -> RepoCommitResult:
     record = await svc.record(inp.workspace_id)
@@ -240,10 +234,8 @@ async def _current_branch(svc: Service, record: WorkspaceRecord, dest: str) -> s
     method="POST",
     path=WS + "/repo/push",
     hints=PUBLISH,
-    summary="Push a branch to GitHub (by default a new branch agent/<workspace>/<branch>) and "
-    "say which commits and files it pushed.",
-    limits="Never forces onto a branch this workspace did not create. Waits up to "
-    "wait_seconds, then answers state running: follow exec_id.",
+    summary="Push a branch to GitHub, a new one by default.",
+    limits="Answers the commits and files it pushed: show them to the user; or error.",
     bounds={
         "actions": {"wait_seconds": Bound(30, 30)},
         "mcp": {"wait_seconds": Bound(45, 45)},

@@ -29,15 +29,11 @@ Body = Annotated[str, AfterValidator(policy.pull_request_body)]
 class RepoPullRequestInput(Input):
     workspace_id: WorkspaceId
     destination: WorkspacePath | None = Field(None, description=DESTINATION)
-    head: GitRef | None = Field(
-        None, description="The pushed branch (default: the one this workspace pushed last)."
-    )
-    base: GitRef | None = Field(
-        None, description="The branch to merge into (default: the repository's default branch)."
-    )
-    title: Title = Field(description="The pull request's title.")
-    body: Body = Field("", description="The pull request's description (Markdown).")
-    draft: bool = Field(True, description="Open it as a draft.")
+    head: GitRef | None = Field(None, description="Default: the last one pushed.")
+    base: GitRef | None = Field(None, description="Default: the repository's default.")
+    title: Title = Field(description="Its title.")
+    body: Body = Field("", description="Markdown.")
+    draft: bool = Field(True, description="As a draft.")
 
 
 class RepoPullRequestResult(Output):
@@ -55,8 +51,8 @@ class RepoPullRequestResult(Output):
     method="POST",
     path=WS + "/repo/pull-request",
     hints=PUBLISH_ONCE,
-    summary="Open a pull request (a draft by default) from a pushed branch; the same branch "
-    "answers its open pull request instead of a second one.",
+    summary="Open a pull request from a pushed branch.",
+    limits="Asked again for the same branch, answers the one open.",
 )
 async def repo_pull_request(svc: Service, inp: RepoPullRequestInput) -> RepoPullRequestResult:
     record = await svc.record(inp.workspace_id)

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # What a repo operation's `destination` field says.
-DESTINATION = "The repository's directory (default: the one cloned, its repo-path tag)."
+DESTINATION = "The repository (default: the one cloned)."
 # The managed tag naming the branch this workspace pushed last: a pull request's default head.
 LAST_PUSH_TAG = "repo-pushed-branch"
 

@@ -33,9 +33,9 @@ class RepoStatusInput(Input):
 class RepoDiffInput(Input):
     workspace_id: WorkspaceId
     destination: WorkspacePath | None = Field(None, description=DESTINATION)
-    cached: bool = Field(False, description="Staged changes instead of the working tree.")
-    stat: bool = Field(False, description="A diffstat instead of the patch.")
-    max_bytes: int = Field(48_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap on the output.")
+    cached: bool = Field(False, description="Staged, not the working tree.")
+    stat: bool = Field(False, description="A diffstat, not the patch.")
+    max_bytes: int = Field(48_000, ge=1024, le=MAX_OUTPUT_BYTES, description="Cap.")
 
 
 # --- outputs -------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
     method="GET",
     path=WS + "/repo/status",
     hints=READ,
-    summary="Show a repository's branch, upstream, ahead/behind and changed files.",
+    summary="Show a repository's branch, upstream and changed files.",
 )
 async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
     record = await svc.record(inp.workspace_id)
@@ -112,10 +112,7 @@ async def repo_status(svc: Service, inp: RepoStatusInput) -> RepoStatus:
     method="GET",
     path=WS + "/repo/diff",
     hints=READ,
-    summary=(
-        "Show a repository's diff: working tree (untracked files as new) or staged with cached."
-    ),
-    limits="Output capped by max_bytes (truncated flag).",
+    summary=("Show a repository's diff: working tree (untracked as new) or staged."),
     bounds={"actions": {"max_bytes": Bound(90_000)}},
 )
 async def repo_diff(svc: Service, inp: RepoDiffInput) -> RepoDiff:

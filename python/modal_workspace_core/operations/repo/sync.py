@@ -35,31 +35,25 @@ declare = Declarations()
 class RepoClone(Input):
     workspace_id: WorkspaceId
     repository: Repository
-    ref: GitRef | None = Field(
-        None, description="A branch, tag or commit (default: the remote's default branch)."
-    )
-    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow clone depth.")
-    destination: WorkspacePath | None = Field(None, description="Where to clone (default: REPO).")
-    use_github_token: bool = Field(False, description="Authenticate with the configured token.")
+    ref: GitRef | None = Field(None, description="Default: the remote's default branch.")
+    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow.")
+    destination: WorkspacePath | None = Field(None, description="Default: REPO.")
+    use_github_token: bool = Field(False, description="Use the gateway's GitHub token.")
 
 
 class RepoFetch(Input):
     workspace_id: WorkspaceId
     destination: WorkspacePath | None = Field(None, description=DESTINATION)
-    ref: GitRef | None = Field(
-        None, description="A branch, tag or commit (default: the remote's default branch)."
-    )
-    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow fetch depth.")
-    use_github_token: bool = Field(
-        default=False, description="Authenticate with the configured token."
-    )
+    ref: GitRef | None = Field(None, description="Default: the remote's default branch.")
+    depth: int | None = Field(None, ge=1, le=1_000_000, description="Shallow.")
+    use_github_token: bool = Field(default=False, description="Use the gateway's GitHub token.")
 
 
 class RepoCheckout(Input):
     workspace_id: WorkspaceId
     destination: WorkspacePath | None = Field(None, description=DESTINATION)
     ref: GitRef
-    create_branch: bool = Field(False, description="Create ref as a new branch at HEAD.")
+    create_branch: bool = Field(False, description="ref is a new branch at HEAD.")
 
 
 # --- outputs -------------------------------------------------------------------------------------
@@ -154,10 +148,8 @@ def _operation(exec_id: str, operation: str, dest: str, **extra: Any) -> RepoOpe
     method="POST",
     path=WS + "/repo/clone",
     hints=NETWORK,
-    summary="Clone a GitHub repository into the workspace as a realtime exec (git progress in its "
-    "events).",
-    limits="Follow exec_id with workspace_realtime_exec_events; repo tags are recorded after "
-    "success.",
+    summary="Clone a GitHub repository as a realtime exec.",
+    limits="Follow exec_id with workspace_realtime_exec_events.",
 )
 async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
     repo = policy.github_repo(inp.repository)
@@ -194,7 +186,7 @@ async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
     method="POST",
     path=WS + "/repo/fetch",
     hints=NETWORK,
-    summary="Fetch from origin in a cloned repository as a realtime exec.",
+    summary="Fetch from origin as a realtime exec: follow exec_id.",
 )
 async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
@@ -223,7 +215,7 @@ async def repo_fetch(svc: Service, inp: RepoFetch) -> RepoOperation:
     method="POST",
     path=WS + "/repo/checkout",
     hints=REWRITE,
-    summary="Check out a branch, tag or commit in a cloned repository as a realtime exec.",
+    summary="Check out a ref as a realtime exec: follow exec_id.",
 )
 async def repo_checkout(svc: Service, inp: RepoCheckout) -> RepoOperation:
     record = await svc.record(inp.workspace_id)
