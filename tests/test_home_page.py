@@ -16,7 +16,14 @@ from modal_workspace_core.surfaces.rest.app import create_app
 from service_support import TOKEN, RecordingDriver
 from support.asgi_request import request
 
-ENDPOINTS = ("/mcp/", "/api", "/openapi.json", "/action-openapi.json", "/healthz")
+ENDPOINTS = (
+    "/mcp/",
+    "/api",
+    "/openapi.json",
+    "/action-openapi.json",
+    "/healthz",
+    "/.well-known/oauth-authorization-server",
+)
 
 
 def app_with(env: dict[str, str] | None = None) -> FastAPI:
@@ -59,7 +66,12 @@ async def test_the_page_says_what_the_server_is_and_where_everything_is_without_
         assert f"http://gw.test:8765{path}" in text, path
     assert "README.md" in text
     # The pages a browser can open without the token are links; the token's are not.
-    assert set(parsed(body).links) == {"/openapi.json", "/action-openapi.json", "/healthz"}
+    assert set(parsed(body).links) == {
+        "/openapi.json",
+        "/action-openapi.json",
+        "/healthz",
+        "/.well-known/oauth-authorization-server",
+    }
 
 
 async def test_the_page_is_plain_html_that_nothing_can_frame_or_script(app: FastAPI) -> None:

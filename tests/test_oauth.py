@@ -1,7 +1,8 @@
 """The gateway as the OAuth 2.1 authorization server of its MCP resource, under uvicorn on
 127.0.0.1: discovery, dynamic registration, the operator's consent, PKCE, single-use codes,
 rotation, revocation, resource binding and scopes; the official SDK client
-(`OAuthClientProvider`) through the whole flow; two gateways on one store."""
+(`OAuthClientProvider`) through the whole flow. Against real server processes (the cursor loop,
+two gateways on one store): `test_oauth_e2e.py`."""
 
 from __future__ import annotations
 
@@ -16,10 +17,8 @@ from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import (
-    AuthorizationCodeResult,
     OAuthClientInformationFull,
     OAuthClientMetadata,
-    OAuthToken,
 )
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
@@ -30,7 +29,14 @@ from modal_workspace_core.surfaces.oauth.store import SqliteOAuthStore
 from modal_workspace_core.surfaces.rest.app import create_app
 from pydantic import AnyUrl
 from service_support import TOKEN, RecordingDriver, serving
-from support.oauth_host import CALLBACK, OAuthHost, callback_query, pkce
+from support.oauth_host import (
+    CALLBACK,
+    ApprovingBrowser,
+    MemoryStorage,
+    OAuthHost,
+    callback_query,
+    pkce,
+)
 
 METADATA = "/.well-known/oauth-protected-resource/mcp"
 
@@ -223,52 +229,13 @@ async def test_a_read_only_token_reads_and_is_refused_what_changes(
     assert json.loads(text)["error"]["code"] == "insufficient_scope"
 
 
-class MemoryStorage:
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 async def test_the_sdk_client_registers_is_approved_and_uses_the_tools(
     http: httpx2.AsyncClient, base: str
 ) -> None:
     """The flow as the official SDK's client runs it: discovery from the 401, dynamic
     registration, the browser sent to /authorize (here: the operator approves at the consent
     page), the callback's code and `iss` checked, the token exchange, then MCP."""
-    callback: dict[str, str] = {}
-
-    async def open_browser(url: str) -> None:
-        sent = await http.get(url)
-        assert sent.status_code == 302, sent.text
-        page = await http.get(f"{base}{sent.headers['location']}")
-        form = {
-            name: value
-            for name, value in (
-                (n, page.text.split(f"name={n} value='", 1)[1].split("'", 1)[0])
-                for n in ("request", "csrf")
-            )
-        }
-        decided = await http.post(
-            f"{base}/oauth/consent", data={**form, "key": TOKEN, "decision": "approve"}
-        )
-        assert decided.status_code == 303, decided.text
-        callback.update(callback_query(decided.headers["location"]))
-
-    async def read_callback() -> AuthorizationCodeResult:
-        return AuthorizationCodeResult(**callback)
-
+    browser = ApprovingBrowser(http, base, TOKEN)
     storage = MemoryStorage()
     auth = OAuthClientProvider(
         server_url=f"{base}/mcp",
@@ -279,8 +246,8 @@ async def test_the_sdk_client_registers_is_approved_and_uses_the_tools(
             response_types=["code"],
         ),
         storage=storage,
-        redirect_handler=open_browser,
-        callback_handler=read_callback,
+        redirect_handler=browser.open,
+        callback_handler=browser.callback,
     )
     client_http = httpx2.AsyncClient(auth=auth, timeout=60)
     async with Client(streamable_http_client(f"{base}/mcp", http_client=client_http)) as client:
@@ -288,32 +255,7 @@ async def test_the_sdk_client_registers_is_approved_and_uses_the_tools(
         assert any(t.name == "workspace_create" for t in tools)
         assert not (await client.call_tool("workspace_list", {})).is_error
     assert storage.tokens is not None and storage.client is not None
-    assert callback["iss"] == base
-
-
-async def test_two_gateways_on_one_store_share_tokens_and_revocations(
-    http: httpx2.AsyncClient, tmp_path: Path
-) -> None:
-    data = tmp_path / "shared"
-    async with serving(gateway_app(data)) as first, serving(gateway_app(data)) as second:
-        host = OAuthHost(http, first)
-        await host.register()
-        issued = await tokens_for(host)
-        # Two gateways behind one name (as a load balancer would spread them): a token the
-        # first minted is good at the second, and a revocation at the second holds at the first.
-        auth = {"Authorization": f"Bearer {issued['access_token']}"}
-        named = {**auth, "Host": first.removeprefix("http://")}
-        assert (await http.get(f"{second}/api/workspaces", headers=named)).status_code == 200
-        revoked = await http.post(
-            f"{second}/revoke",
-            data={
-                "token": issued["access_token"],
-                "client_id": host.client["client_id"],
-                "client_secret": host.client["client_secret"],
-            },
-        )
-        assert revoked.status_code == 200, revoked.text
-        assert (await workspaces(http, first, issued["access_token"])).status_code == 401
+    assert browser.received["iss"] == base
 
 
 async def test_an_access_token_ends_at_its_expiry(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+from mcp.shared.auth import OAuthClientMetadata
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.oauth.client_documents import (
@@ -29,7 +29,7 @@ from modal_workspace_core.surfaces.oauth.client_documents import (
 from modal_workspace_core.surfaces.rest.app import create_app
 from pydantic import AnyUrl
 from service_support import TOKEN, RecordingDriver, serving
-from support.oauth_host import CALLBACK, callback_query
+from support.oauth_host import CALLBACK, ApprovingBrowser, MemoryStorage
 
 URL = "https://client.example/oauth/client.json"
 PUBLIC = "93.184.216.34"
@@ -176,49 +176,11 @@ async def base(tmp_path: Path) -> AsyncIterator[str]:
         yield url
 
 
-class MemoryStorage:
-    def __init__(self) -> None:
-        self.tokens: Any = None
-        self.client: Any = None
-
-    async def get_tokens(self) -> Any:
-        return self.tokens
-
-    async def set_tokens(self, tokens: Any) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> Any:
-        return self.client
-
-    async def set_client_info(self, client_info: Any) -> None:
-        self.client = client_info
-
-
 async def test_the_sdk_client_connects_with_a_client_id_metadata_document(base: str) -> None:
     async with httpx2.AsyncClient(timeout=30) as http:
         server = (await http.get(f"{base}/.well-known/oauth-authorization-server")).json()
         assert server["client_id_metadata_document_supported"] is True
-        callback: dict[str, str] = {}
-
-        async def open_browser(url: str) -> None:
-            sent = await http.get(url)
-            assert sent.status_code == 302, sent.text
-            assert sent.headers["location"].startswith("/oauth/consent"), sent.headers
-            page = (await http.get(f"{base}{sent.headers['location']}")).text
-            assert "Document host" in page
-            form = {
-                n: page.split(f"name={n} value='", 1)[1].split("'", 1)[0]
-                for n in ("request", "csrf")
-            }
-            decided = await http.post(
-                f"{base}/oauth/consent", data={**form, "key": TOKEN, "decision": "approve"}
-            )
-            assert decided.status_code == 303, decided.text
-            callback.update(callback_query(decided.headers["location"]))
-
-        async def read_callback() -> AuthorizationCodeResult:
-            return AuthorizationCodeResult(**callback)
-
+        browser = ApprovingBrowser(http, base, TOKEN)
         storage = MemoryStorage()
         auth = OAuthClientProvider(
             server_url=f"{base}/mcp",
@@ -230,12 +192,13 @@ async def test_the_sdk_client_connects_with_a_client_id_metadata_document(base: 
                 token_endpoint_auth_method="none",
             ),
             storage=storage,
-            redirect_handler=open_browser,
-            callback_handler=read_callback,
+            redirect_handler=browser.open,
+            callback_handler=browser.callback,
             client_metadata_url=URL,
         )
         client_http = httpx2.AsyncClient(auth=auth, timeout=60)
         async with Client(streamable_http_client(f"{base}/mcp", http_client=client_http)) as c:
             assert not (await c.call_tool("workspace_list", {})).is_error
-        # No registration: the client's id is its document's URL.
-        assert storage.client.client_id == URL
+        # No registration: the client's id is its document's URL, and the page names it.
+        assert storage.client is not None and storage.client.client_id == URL
+        assert "Document host" in browser.page

@@ -12,6 +12,7 @@ if _typing.TYPE_CHECKING:
     from .errors import (
         AgentError,
         ConflictError,
+        InsufficientScopeError,
         InvalidArgumentError,
         LimitError,
         NotFoundError,
@@ -34,6 +35,7 @@ _LAZY = {
     "Workspaces": ".surfaces.python_client",
     "AgentError": ".errors",
     "ConflictError": ".errors",
+    "InsufficientScopeError": ".errors",
     "InvalidArgumentError": ".errors",
     "LimitError": ".errors",
     "NotFoundError": ".errors",
@@ -65,6 +67,7 @@ __all__ = [
     "AgentError",
     "ConflictError",
     "EventRing",
+    "InsufficientScopeError",
     "InvalidArgumentError",
     "LimitError",
     "NotFoundError",

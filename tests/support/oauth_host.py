@@ -9,11 +9,12 @@ import hashlib
 import html
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
 CALLBACK = "http://localhost:3030/callback"
 
@@ -117,3 +118,53 @@ def callback_query(location: str) -> dict[str, str]:
     url = urlsplit(location)
     assert f"{url.scheme}://{url.netloc}{url.path}" == CALLBACK, location
     return {name: values[0] for name, values in parse_qs(url.query).items()}
+
+
+class MemoryStorage:
+    """The SDK client's `TokenStorage`, in memory."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+@dataclass
+class ApprovingBrowser:
+    """The SDK client's redirect and callback handlers, for a host whose operator approves at
+    the consent page at once: `open` follows /authorize to the page and posts the approval,
+    `callback` answers what the host's callback received."""
+
+    http: httpx2.AsyncClient
+    base: str
+    key: str
+    received: dict[str, str] = field(default_factory=dict)
+    page: str = ""
+
+    async def open(self, url: str) -> None:
+        sent = await self.http.get(url)
+        assert sent.status_code == 302, sent.text
+        location = sent.headers["location"]
+        assert location.startswith("/oauth/consent"), location
+        consent = Consent(location, (await self.http.get(f"{self.base}{location}")).text)
+        self.page = consent.page
+        form = {"request": consent.field("request"), "csrf": consent.field("csrf")}
+        decided = await self.http.post(
+            f"{self.base}/oauth/consent", data={**form, "key": self.key, "decision": "approve"}
+        )
+        assert decided.status_code == 303, decided.text
+        self.received.update(callback_query(decided.headers["location"]))
+
+    async def callback(self) -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(**self.received)

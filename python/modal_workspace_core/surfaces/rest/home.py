@@ -26,7 +26,14 @@ _ENDPOINTS = (
         "/mcp/",
         False,
         "MCP (Streamable HTTP): add it to an MCP client with the header "
-        "<code>Authorization: Bearer &lt;token&gt;</code>.",
+        "<code>Authorization: Bearer &lt;token&gt;</code>, or as a custom connector in "
+        "claude.ai, Claude Desktop or a ChatGPT app, which sign in with OAuth (the operator "
+        "approves each).",
+    ),
+    (
+        "/.well-known/oauth-authorization-server",
+        True,
+        "OAuth 2.1 discovery: this server is the authorization server of its MCP endpoint.",
     ),
     (
         "/api",

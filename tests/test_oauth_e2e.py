@@ -1,0 +1,108 @@
+"""OAuth against the real server (`modal-workspace serve` on the local driver, a process of its
+own): the official SDK client registers, is approved at the consent page and runs the cursor
+loop of a live command; two server processes on one data root share one store, so a token one
+issued works at the other and a revocation at either holds at both."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from e2e_support import local_backend, serve
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
+from pydantic import AnyUrl
+from service_support import TOKEN
+from support.oauth_host import CALLBACK, ApprovingBrowser, MemoryStorage, OAuthHost, pkce
+
+
+async def test_the_sdk_client_runs_the_cursor_loop_over_oauth(tmp_path: Path) -> None:
+    with (
+        local_backend(tmp_path, "ghp_never", isolation="none") as backend,
+        serve(tmp_path, "ghp_never", backend) as served,
+    ):
+        base = served.base_url
+        async with httpx2.AsyncClient(timeout=30) as http:
+            browser = ApprovingBrowser(http, base, TOKEN)
+            auth = OAuthClientProvider(
+                server_url=f"{base}/mcp",
+                client_metadata=OAuthClientMetadata(
+                    client_name="SDK host",
+                    redirect_uris=[AnyUrl(CALLBACK)],
+                    grant_types=["authorization_code", "refresh_token"],
+                    response_types=["code"],
+                ),
+                storage=MemoryStorage(),
+                redirect_handler=browser.open,
+                callback_handler=browser.callback,
+            )
+            client_http = httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30, read=60))
+            transport = streamable_http_client(f"{base}/mcp/", http_client=client_http)
+            async with Client(transport) as client:
+
+                async def tool(name: str, **args: Any) -> dict[str, Any]:
+                    result = await client.call_tool(name, args)
+                    assert not result.is_error, result.content
+                    assert result.structured_content is not None
+                    return result.structured_content
+
+                ws = (await tool("workspace_create"))["workspace_id"]
+                try:
+                    started = await tool(
+                        "workspace_realtime_exec_start",
+                        workspace_id=ws,
+                        command="echo first; sleep 1; echo second",
+                    )
+                    cursor, out = 0, ""
+                    while True:
+                        page = await tool(
+                            "workspace_realtime_exec_events",
+                            workspace_id=ws,
+                            exec_id=started["exec_id"],
+                            cursor=cursor,
+                            wait_seconds=10,
+                        )
+                        out += "".join(
+                            e.get("data", "") for e in page["events"] if e["type"] == "stdout"
+                        )
+                        cursor = page["next_cursor"]
+                        if page["done"]:
+                            break
+                    assert out.split() == ["first", "second"]
+                finally:
+                    await tool("workspace_terminate", workspace_id=ws)
+
+
+async def test_two_server_processes_on_one_data_root_share_tokens_and_revocations(
+    tmp_path: Path,
+) -> None:
+    with contextlib.ExitStack() as stack:
+        backend = stack.enter_context(local_backend(tmp_path, "ghp_never", isolation="none"))
+        first = stack.enter_context(serve(tmp_path, "ghp_never", backend)).base_url
+        second = stack.enter_context(serve(tmp_path, "ghp_never", backend)).base_url
+        async with httpx2.AsyncClient(timeout=30) as http:
+            host = OAuthHost(http, first)
+            await host.register()
+            verifier, challenge = pkce()
+            issued = await host.exchange(await host.code(TOKEN, challenge), verifier)
+            assert issued.status_code == 200, issued.text
+            access = issued.json()["access_token"]
+            auth = {"Authorization": f"Bearer {access}"}
+            # Behind one name (as a load balancer spreads them), the second takes what the first
+            # issued.
+            named = {**auth, "Host": first.removeprefix("http://")}
+            assert (await http.get(f"{second}/api/workspaces", headers=named)).status_code == 200
+            revoked = await http.post(
+                f"{second}/revoke",
+                data={
+                    "token": access,
+                    "client_id": host.client["client_id"],
+                    "client_secret": host.client["client_secret"],
+                },
+            )
+            assert revoked.status_code == 200, revoked.text
+            assert (await http.get(f"{first}/api/workspaces", headers=auth)).status_code == 401
