@@ -25,7 +25,7 @@ from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.oauth import provider as provider_module
 from modal_workspace_core.surfaces.oauth.consent import KEY_TRIES
 from modal_workspace_core.surfaces.oauth.provider import GatewayOAuthProvider
-from modal_workspace_core.surfaces.oauth.store import SqliteOAuthStore
+from modal_workspace_core.surfaces.oauth.store import UNUSED_CLIENT_SECONDS, SqliteOAuthStore
 from modal_workspace_core.surfaces.rest.app import create_app
 from pydantic import AnyUrl
 from service_support import TOKEN, RecordingDriver, serving
@@ -303,3 +303,16 @@ async def test_a_request_ends_after_a_few_wrong_keys(host: OAuthHost) -> None:
     assert last.status_code == 403 and "too many times" in last.text
     # The right key comes too late: guessing costs a new authorization every few tries.
     assert (await host.decide(consent, TOKEN)).status_code == 404
+
+
+async def test_clients_that_never_hold_a_token_are_forgotten(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    store = SqliteOAuthStore(tmp_path / "oauth.sqlite3", clock=lambda: now[0])
+    provider = GatewayOAuthProvider(store, token_seconds=3600, clock=lambda: now[0])
+    await store.put_client("idle", "{}")
+    await store.put_client("used", "{}")
+    await provider._issue("grant", "used", ["workspace:full"], "http://x/mcp")
+    now[0] += UNUSED_CLIENT_SECONDS + 1
+    await store.put_client("new", "{}")
+    assert await store.get_client("idle") is None
+    assert await store.get_client("used") == "{}" and await store.get_client("new") == "{}"

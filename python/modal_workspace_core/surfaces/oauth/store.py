@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 __all__ = [
+    "UNUSED_CLIENT_SECONDS",
     "IssuedToken",
     "OAuthStore",
     "SqliteOAuthStore",
@@ -29,6 +30,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# A registered client that has held no token for this long is forgotten at a later
+# registration: one that comes back registers again (hosts do, on `invalid_client`).
+UNUSED_CLIENT_SECONDS = 7 * 24 * 3600
 
 
 def digest(value: str) -> str:
@@ -51,7 +56,9 @@ class IssuedToken:
 class OAuthStore(Protocol):
     """The authorization server's state. Every method is atomic on its own."""
 
-    async def put_client(self, client_id: str, info: str) -> None: ...
+    async def put_client(self, client_id: str, info: str) -> None:
+        """Registers a client; clients registered `UNUSED_CLIENT_SECONDS` ago that hold no
+        token are forgotten meanwhile (registration is open to anyone)."""
 
     async def get_client(self, client_id: str) -> str | None: ...
 
@@ -176,11 +183,16 @@ class SqliteOAuthStore:
 
     async def put_client(self, client_id: str, info: str) -> None:
         now = self.clock()
-        await self._run(
-            lambda db: db.execute(
-                "INSERT INTO clients VALUES (?, ?, ?)", (client_id, info, now)
-            ).close()
-        )
+
+        def put(db: sqlite3.Connection) -> None:
+            db.execute(
+                "DELETE FROM clients WHERE registered < ? AND client_id NOT IN "
+                "(SELECT client_id FROM tokens)",
+                (now - UNUSED_CLIENT_SECONDS,),
+            )
+            db.execute("INSERT INTO clients VALUES (?, ?, ?)", (client_id, info, now))
+
+        await self._run(put)
 
     async def get_client(self, client_id: str) -> str | None:
         row = await self._read(
