@@ -53,7 +53,9 @@ def sh(api: httpx2.Client, ws: str, command: str) -> str:
     return str(done["stdout"])
 
 
-def remote_sha(git: GitServer, branch: str) -> str:
+def remote_sha(git: GitServer, branch: str) -> str | None:
+    """The commit the test server's branch points at; None when it has no such branch."""
     bare = git.root / f"{HELLO_REPO}.git"
-    argv = ["git", "--git-dir", str(bare), "rev-parse", "--verify", f"refs/heads/{branch}"]
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    argv = ["git", "--git-dir", str(bare), "rev-parse", "--verify", "--quiet"]
+    done = subprocess.run([*argv, f"refs/heads/{branch}"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
