@@ -213,6 +213,17 @@ async def test_a_read_only_token_reads_and_is_refused_what_changes(
     assert issued["scope"] == "workspace:read"
     auth = {"Authorization": f"Bearer {issued['access_token']}"}
     assert (await http.get(f"{base}/api/workspaces", headers=auth)).status_code == 200
+    # REST's byte routes run the operation without `run`: the scope holds there too, before
+    # anything of the upload is read.
+    ws = "ws-" + "0" * 32
+    upload = await http.put(
+        f"{base}/api/workspaces/{ws}/artifacts",
+        params={"path": "/workspace/x"},
+        content=b"bytes",
+        headers={**auth, "Content-Type": "application/octet-stream"},
+    )
+    assert upload.status_code == 403, upload.text
+    assert upload.json()["error"]["code"] == "insufficient_scope"
     created = await http.post(f"{base}/api/workspaces", json={}, headers=auth)
     assert created.status_code == 403, created.text
     error = created.json()["error"]

@@ -74,16 +74,20 @@ async def call(service: Service, op: Operation, inp: Input) -> BaseModel:
     return result.model() if isinstance(result, PageResult) else result
 
 
-async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageResult:
-    """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
+def check_grant(op: Operation) -> None:
+    """Refuses an operation that changes something to a caller whose OAuth token may only read.
+    Every way an operation runs passes here (`run`, and REST's byte routes)."""
     granted = GRANT.get()
     if granted is not None and FULL_SCOPE not in granted and not op.hints.read_only:
-        # Every surface runs its operations through here: a read-only token reads, whichever
-        # surface it came through.
         raise InsufficientScopeError(
             f"{op.name} changes the workspace: it needs a token with the scope {FULL_SCOPE} "
             f"(this one has {' '.join(sorted(granted)) or 'none'})"
         )
+
+
+async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageResult:
+    """`call`, leaving a page as the handler made it (REST sends its JSON as it is)."""
+    check_grant(op)
     workspace_id = getattr(inp, "workspace_id", None)
     current = Call()
     result = await in_call(service, op.handler(service, inp), current)

@@ -27,7 +27,7 @@ from ...operations.machinery.fields import Input
 from ...operations.machinery.fitting import fit_json
 from ...operations.machinery.limits import ACTIONS_MAX_CHARS, ACTIONS_SECONDS
 from ...operations.machinery.pages import PageResult
-from ...operations.machinery.run import in_call
+from ...operations.machinery.run import check_grant, in_call
 from ...operations.machinery.table import RawReply
 from ...path_view import shown
 from ...runtime.call import ANSWER_BY
@@ -105,6 +105,7 @@ class OperationServer:
         """The byte form of an operation with `raw`: its server's bytes, or JSON."""
         raw = self.op.raw
         assert raw is not None
+        check_grant(self.op)
         inp = await self.parse(query, path_params)
         result = await in_call(self.service, raw.serve(self.service, inp, body, headers))
         if result is None:
