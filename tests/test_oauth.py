@@ -14,11 +14,9 @@ from typing import Any
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import (
     OAuthClientInformationFull,
-    OAuthClientMetadata,
 )
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
@@ -36,6 +34,7 @@ from support.oauth_host import (
     OAuthHost,
     callback_query,
     pkce,
+    sdk_client,
 )
 
 METADATA = "/.well-known/oauth-protected-resource/mcp"
@@ -168,14 +167,7 @@ async def test_pkce_single_use_codes_and_exact_redirects(
     assert second.status_code == 400 and second.json()["error"] == "invalid_grant"
     assert (await workspaces(http, base, first.json()["access_token"])).status_code == 401
     # A redirect the client did not register is refused at /authorize, before any consent.
-    params = {
-        "response_type": "code",
-        "client_id": host.client["client_id"],
-        "redirect_uri": "https://attacker.example/callback",
-        "state": "s",
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-    }
+    params = host.authorization(challenge, redirect_uri="https://attacker.example/callback")
     elsewhere = await http.get(f"{base}/authorize", params=params)
     assert elsewhere.status_code == 400, elsewhere.text
     assert "location" not in elsewhere.headers
@@ -185,14 +177,7 @@ async def test_tokens_are_bound_to_this_servers_resource(
     http: httpx2.AsyncClient, base: str, host: OAuthHost
 ) -> None:
     _, challenge = pkce()
-    params = {
-        "response_type": "code",
-        "client_id": host.client["client_id"],
-        "redirect_uri": CALLBACK,
-        "state": "s",
-        "code_challenge": challenge,
-        "resource": "https://another.example/mcp",
-    }
+    params = host.authorization(challenge, resource="https://another.example/mcp")
     other = await http.get(f"{base}/authorize", params=params)
     assert other.status_code == 302
     assert callback_query(other.headers["location"])["error"] == "invalid_target"
@@ -248,20 +233,7 @@ async def test_the_sdk_client_registers_is_approved_and_uses_the_tools(
     page), the callback's code and `iss` checked, the token exchange, then MCP."""
     browser = ApprovingBrowser(http, base, TOKEN)
     storage = MemoryStorage()
-    auth = OAuthClientProvider(
-        server_url=f"{base}/mcp",
-        client_metadata=OAuthClientMetadata(
-            client_name="SDK host",
-            redirect_uris=[AnyUrl(CALLBACK)],
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-        ),
-        storage=storage,
-        redirect_handler=browser.open,
-        callback_handler=browser.callback,
-    )
-    client_http = httpx2.AsyncClient(auth=auth, timeout=60)
-    async with Client(streamable_http_client(f"{base}/mcp", http_client=client_http)) as client:
+    async with sdk_client(browser, storage, "SDK host") as client:
         tools = (await client.list_tools()).tools
         assert any(t.name == "workspace_create" for t in tools)
         assert not (await client.call_tool("workspace_list", {})).is_error
@@ -294,14 +266,7 @@ async def test_registration_and_waiting_consents_are_bounded(
     assert third.status_code == 400 and "too many" in third.text
     _, challenge = pkce()
     await host.authorize(challenge)
-    params = {
-        "response_type": "code",
-        "client_id": host.client["client_id"],
-        "redirect_uri": CALLBACK,
-        "state": "s",
-        "code_challenge": challenge,
-    }
-    waiting = await http.get(f"{base}/authorize", params=params)
+    waiting = await http.get(f"{base}/authorize", params=host.authorization(challenge))
     assert callback_query(waiting.headers["location"])["error"] == "temporarily_unavailable"
 
 

@@ -13,10 +13,6 @@ from typing import Any
 import httpcore2
 import httpx2
 import pytest
-from mcp import Client
-from mcp.client.auth import OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientMetadata
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
 from modal_workspace_core.surfaces.oauth.client_documents import (
@@ -27,9 +23,8 @@ from modal_workspace_core.surfaces.oauth.client_documents import (
     is_public,
 )
 from modal_workspace_core.surfaces.rest.app import create_app
-from pydantic import AnyUrl
 from service_support import TOKEN, RecordingDriver, serving
-from support.oauth_host import CALLBACK, ApprovingBrowser, MemoryStorage
+from support.oauth_host import CALLBACK, ApprovingBrowser, MemoryStorage, sdk_client
 
 URL = "https://client.example/oauth/client.json"
 PUBLIC = "93.184.216.34"
@@ -182,22 +177,7 @@ async def test_the_sdk_client_connects_with_a_client_id_metadata_document(base: 
         assert server["client_id_metadata_document_supported"] is True
         browser = ApprovingBrowser(http, base, TOKEN)
         storage = MemoryStorage()
-        auth = OAuthClientProvider(
-            server_url=f"{base}/mcp",
-            client_metadata=OAuthClientMetadata(
-                client_name="Document host",
-                redirect_uris=[AnyUrl(CALLBACK)],
-                grant_types=["authorization_code", "refresh_token"],
-                response_types=["code"],
-                token_endpoint_auth_method="none",
-            ),
-            storage=storage,
-            redirect_handler=browser.open,
-            callback_handler=browser.callback,
-            client_metadata_url=URL,
-        )
-        client_http = httpx2.AsyncClient(auth=auth, timeout=60)
-        async with Client(streamable_http_client(f"{base}/mcp", http_client=client_http)) as c:
+        async with sdk_client(browser, storage, "Document host", client_metadata_url=URL) as c:
             assert not (await c.call_tool("workspace_list", {})).is_error
         # No registration: the client's id is its document's URL, and the page names it.
         assert storage.client is not None and storage.client.client_id == URL

@@ -11,13 +11,8 @@ from typing import Any
 
 import httpx2
 from e2e_support import local_backend, serve
-from mcp import Client
-from mcp.client.auth import OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientMetadata
-from pydantic import AnyUrl
 from service_support import TOKEN
-from support.oauth_host import CALLBACK, ApprovingBrowser, MemoryStorage, OAuthHost, pkce
+from support.oauth_host import ApprovingBrowser, MemoryStorage, OAuthHost, pkce, sdk_client
 
 
 async def test_the_sdk_client_runs_the_cursor_loop_over_oauth(tmp_path: Path) -> None:
@@ -28,21 +23,7 @@ async def test_the_sdk_client_runs_the_cursor_loop_over_oauth(tmp_path: Path) ->
         base = served.base_url
         async with httpx2.AsyncClient(timeout=30) as http:
             browser = ApprovingBrowser(http, base, TOKEN)
-            auth = OAuthClientProvider(
-                server_url=f"{base}/mcp",
-                client_metadata=OAuthClientMetadata(
-                    client_name="SDK host",
-                    redirect_uris=[AnyUrl(CALLBACK)],
-                    grant_types=["authorization_code", "refresh_token"],
-                    response_types=["code"],
-                ),
-                storage=MemoryStorage(),
-                redirect_handler=browser.open,
-                callback_handler=browser.callback,
-            )
-            client_http = httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30, read=60))
-            transport = streamable_http_client(f"{base}/mcp/", http_client=client_http)
-            async with Client(transport) as client:
+            async with sdk_client(browser, MemoryStorage(), "SDK host") as client:
 
                 async def tool(name: str, **args: Any) -> dict[str, Any]:
                     result = await client.call_tool(name, args)

@@ -8,22 +8,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-def block(name: str, language: str) -> str:
-    marked = re.findall(
-        rf"^<!-- readme-test: {re.escape(name)} -->\n```{language}\n(.*?)^```$",
-        README.read_text(),
-        flags=re.MULTILINE | re.DOTALL,
-    )
-    assert len(marked) == 1, f"the README has {len(marked)} blocks marked {name!r}"
-    return str(marked[0])
+from support.readme import readme_block
 
 
 def assert_endpoint(server: dict[str, Any], secret: str) -> None:
@@ -32,7 +20,7 @@ def assert_endpoint(server: dict[str, Any], secret: str) -> None:
 
 
 def test_vscode_reads_servers_with_a_prompted_token() -> None:
-    config = json.loads(block("config-vscode", "json"))
+    config = json.loads(readme_block("config-vscode", "json"))
     (prompt,) = config["inputs"]
     assert prompt["type"] == "promptString" and prompt["password"] is True
     server = config["servers"]["workspaces"]
@@ -41,19 +29,19 @@ def test_vscode_reads_servers_with_a_prompted_token() -> None:
 
 
 def test_cursor_reads_mcp_servers_with_the_token_from_the_environment() -> None:
-    server = json.loads(block("config-cursor", "json"))["mcpServers"]["workspaces"]
+    server = json.loads(readme_block("config-cursor", "json"))["mcpServers"]["workspaces"]
     assert_endpoint(server, "${env:MODAL_WORKSPACE_MCP_TOKEN}")
 
 
 def test_copilot_reads_an_http_server_with_a_copilot_secret() -> None:
-    server = json.loads(block("config-copilot", "json"))["mcpServers"]["workspaces"]
+    server = json.loads(readme_block("config-copilot", "json"))["mcpServers"]["workspaces"]
     assert server["type"] == "http" and server["tools"] == ["*"]
     # The coding agent passes only secrets named COPILOT_MCP_* to MCP servers.
     assert_endpoint(server, "$COPILOT_MCP_WORKSPACE_TOKEN")
 
 
 def test_claude_code_adds_an_http_server_with_a_header() -> None:
-    argv = shlex.split(block("config-claude-code", "sh"))
+    argv = shlex.split(readme_block("config-claude-code", "sh"))
     assert argv[:4] == ["claude", "mcp", "add", "--transport"], argv
     assert argv[4] == "http" and argv[5] == "workspaces"
     assert re.fullmatch(r"https?://[^/]+/mcp/", argv[6]), argv
@@ -62,4 +50,6 @@ def test_claude_code_adds_an_http_server_with_a_header() -> None:
 
 @pytest.mark.parametrize("name", ["config-vscode", "config-cursor", "config-copilot"])
 def test_no_quickstart_holds_a_token(name: str) -> None:
-    assert "test-token" not in block(name, "json") and "ghp_" not in block(name, "json")
+    assert "test-token" not in readme_block(name, "json") and "ghp_" not in readme_block(
+        name, "json"
+    )

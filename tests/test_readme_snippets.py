@@ -24,22 +24,12 @@ from e2e_support import local_backend, serve
 from service_support import TOKEN
 from support.fake_github import FakeGitHub
 from support.git_server import GitServer
+from support.readme import readme_block
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 pytest.importorskip("modal_workspace_core.drivers.local.driver")
-
-
-def readme_block(name: str, language: str = "python") -> str:
-    """The code of the fenced block right after `<!-- readme-test: NAME -->` in the README."""
-    marked = re.findall(
-        rf"^<!-- readme-test: {re.escape(name)} -->\n```{language}\n(.*?)^```$",
-        README.read_text(),
-        flags=re.MULTILINE | re.DOTALL,
-    )
-    assert len(marked) == 1, f"the README has {len(marked)} blocks marked {name!r}"
-    return str(marked[0])
 
 
 def run_snippet(tmp: Path, name: str, env: dict[str, str]) -> str:

@@ -14,7 +14,16 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
+from pydantic import AnyUrl
 
 CALLBACK = "http://localhost:3030/callback"
 
@@ -60,8 +69,9 @@ class OAuthHost:
         self.client = response.json()
         return self.client
 
-    async def authorize(self, challenge: str, **more: str) -> Consent:
-        params = {
+    def authorization(self, challenge: str, **more: str) -> dict[str, str]:
+        """The parameters of an authorization request of this client's."""
+        return {
             "response_type": "code",
             "client_id": self.client["client_id"],
             "redirect_uri": CALLBACK,
@@ -71,6 +81,9 @@ class OAuthHost:
             "resource": f"{self.base}/mcp",
             **more,
         }
+
+    async def authorize(self, challenge: str, **more: str) -> Consent:
+        params = self.authorization(challenge, **more)
         response = await self.http.get(f"{self.base}/authorize?{urlencode(params)}")
         assert response.status_code == 302, response.text
         location = response.headers["location"]
@@ -168,3 +181,27 @@ class ApprovingBrowser:
 
     async def callback(self) -> AuthorizationCodeResult:
         return AuthorizationCodeResult(**self.received)
+
+
+def sdk_client(
+    browser: ApprovingBrowser, storage: MemoryStorage, name: str, **oauth: Any
+) -> Client:
+    """The official SDK's MCP client on `browser`'s server, signing in with OAuth as a host
+    named `name` (`oauth`: more of `OAuthClientProvider`'s arguments)."""
+    metadata = OAuthClientMetadata(
+        client_name=name,
+        redirect_uris=[AnyUrl(CALLBACK)],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        **({"token_endpoint_auth_method": "none"} if "client_metadata_url" in oauth else {}),
+    )
+    auth = OAuthClientProvider(
+        server_url=f"{browser.base}/mcp",
+        client_metadata=metadata,
+        storage=storage,
+        redirect_handler=browser.open,
+        callback_handler=browser.callback,
+        **oauth,
+    )
+    http = httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30, read=60))
+    return Client(streamable_http_client(f"{browser.base}/mcp/", http_client=http))
