@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from modal_workspace_core.drivers.base import WorkspaceRecord, WorkspaceSpec
 from modal_workspace_core.errors import NotFoundError
+from modal_workspace_core.shared_store import SqliteStore
 
 TOKEN = "test-token-0123456789abcdef"
 OTHER_TOKEN = "second-token-fedcba9876543210"
@@ -29,8 +32,9 @@ class RecordingDriver:
     name = "recording"
     hidden_paths: tuple[str, ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, shared_store: Path | None = None) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.shared_store = SqliteStore(shared_store or Path(tempfile.mkdtemp()) / "shared.sqlite3")
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord:
         self.calls.append(("create", (workspace_id, spec)))

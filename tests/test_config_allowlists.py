@@ -75,3 +75,19 @@ def test_local_secret_values_must_hold_the_variables_listed_for_them(tmp_path: P
     message = str(refused.value)
     assert "OPENAI_ORG_ID" in message and SECRETS in message
     assert "sk-local" not in message
+
+
+def test_the_state_volume_on_the_volume_allowlist_stops_the_start() -> None:
+    with pytest.raises(ConfigError, match="MODAL_WORKSPACE_STATE_VOLUME"):
+        load_settings({VOLUMES: "cache,modal-workspace-state"}, driver="modal")
+    named = {VOLUMES: "cache,mine", "MODAL_WORKSPACE_STATE_VOLUME": "mine"}
+    with pytest.raises(ConfigError, match="must not be in"):
+        load_settings(named, driver="modal")
+    modal = load_settings({VOLUMES: "cache"}, driver="modal").modal
+    assert modal is not None and modal.state_volume == "modal-workspace-state"
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "soon"])
+def test_a_channel_idle_time_that_is_not_a_positive_number_stops_the_start(value: str) -> None:
+    with pytest.raises(ConfigError, match="positive number of seconds"):
+        load_settings({"MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS": value}, driver="modal")

@@ -511,3 +511,21 @@ async def test_without_a_wheel_or_a_named_image_create_says_what_to_do(
 
     assert modal_control_plane.sandboxes() == []
     await driver.close()
+
+
+async def test_the_gateways_state_volume_is_never_mounted_in_a_workspace(
+    modal_control_plane: ControlPlane,
+) -> None:
+    """Even when an allowlist built in code names it: a workspace that could write the OAuth
+    server's records could grant itself tokens."""
+    modal_control_plane.publish_image(IMAGE, "im-workspacetestimage00")
+    driver = ModalDriver(
+        _settings(allowed_volumes=("cache", "gateway-state"), state_volume="gateway-state")
+    )
+    before = modal_control_plane.calls()
+    with pytest.raises(PermissionDeniedError) as refused:
+        spec = WorkspaceSpec(resources={"volumes": {"/state": "gateway-state"}})
+        await driver.create(new_id("ws"), spec)
+    assert refused.value.field == "volumes[0]"
+    assert modal_control_plane.calls() == before
+    await driver.close()

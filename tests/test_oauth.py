@@ -6,7 +6,9 @@ two gateways on one store): `test_oauth_e2e.py`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,15 @@ from mcp.shared.auth import (
 )
 from modal_workspace_core.config import load_settings
 from modal_workspace_core.operations import new_service
+from modal_workspace_core.shared_store import SqliteStore
 from modal_workspace_core.surfaces.oauth import provider as provider_module
 from modal_workspace_core.surfaces.oauth.consent import KEY_TRIES
 from modal_workspace_core.surfaces.oauth.provider import GatewayOAuthProvider
-from modal_workspace_core.surfaces.oauth.store import UNUSED_CLIENT_SECONDS, SqliteOAuthStore
+from modal_workspace_core.surfaces.oauth.store import (
+    UNUSED_CLIENT_SECONDS,
+    SharedOAuthStore,
+    digest,
+)
 from modal_workspace_core.surfaces.rest.app import create_app
 from pydantic import AnyUrl
 from service_support import TOKEN, RecordingDriver, serving
@@ -243,7 +250,7 @@ async def test_the_sdk_client_registers_is_approved_and_uses_the_tools(
 
 async def test_an_access_token_ends_at_its_expiry(tmp_path: Path) -> None:
     now = [1_000_000.0]
-    store = SqliteOAuthStore(tmp_path / "oauth.sqlite3", clock=lambda: now[0])
+    store = SharedOAuthStore(SqliteStore(tmp_path / "shared.sqlite3"), clock=lambda: now[0])
     provider = GatewayOAuthProvider(store, token_seconds=3600, clock=lambda: now[0])
     issued = await provider._issue("grant", "client", ["workspace:full"], "http://x/mcp")
     assert await provider.load_access_token(issued.access_token) is not None
@@ -283,7 +290,7 @@ async def test_a_request_ends_after_a_few_wrong_keys(host: OAuthHost) -> None:
 
 async def test_clients_that_never_hold_a_token_are_forgotten(tmp_path: Path) -> None:
     now = [1_000_000.0]
-    store = SqliteOAuthStore(tmp_path / "oauth.sqlite3", clock=lambda: now[0])
+    store = SharedOAuthStore(SqliteStore(tmp_path / "shared.sqlite3"), clock=lambda: now[0])
     provider = GatewayOAuthProvider(store, token_seconds=3600, clock=lambda: now[0])
     await store.put_client("idle", "{}")
     await store.put_client("used", "{}")
@@ -292,3 +299,31 @@ async def test_clients_that_never_hold_a_token_are_forgotten(tmp_path: Path) -> 
     await store.put_client("new", "{}")
     assert await store.get_client("idle") is None
     assert await store.get_client("used") == "{}" and await store.get_client("new") == "{}"
+
+
+async def test_expired_codes_and_tokens_leave_the_store(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    shared = SqliteStore(tmp_path / "shared.sqlite3")
+    store = SharedOAuthStore(shared, clock=lambda: now[0])
+    provider = GatewayOAuthProvider(store, token_seconds=3600, clock=lambda: now[0])
+    await store.put_code("code", "grant", {"x": 1}, now[0] + 300)
+    issued = await provider._issue("grant", "client", ["workspace:full"], "http://x/mcp")
+    assert len(await shared.names("oauth/tokens")) == 2
+    # Past the refresh token's year, the next write clears both tokens and the code.
+    now[0] += 366 * 24 * 3600
+    await provider._issue("later", "client", ["workspace:full"], "http://x/mcp")
+    assert await provider.load_access_token(issued.access_token) is None
+    assert len(await shared.names("oauth/tokens")) == 2  # the later grant's two
+    assert await shared.names("oauth/codes") == []
+    assert await shared.names("oauth/grants") == [digest("later")]
+
+
+async def test_a_consent_and_a_code_are_used_once_by_racing_callers(tmp_path: Path) -> None:
+    store = SharedOAuthStore(SqliteStore(tmp_path / "shared.sqlite3"))
+    await store.put_pending("request", {"r": 1}, time.time() + 60)
+    taken = await asyncio.gather(*(store.take_pending("request") for _ in range(8)))
+    assert taken.count({"r": 1}) == 1 and taken.count(None) == 7
+    await store.put_code("code", "grant", {"c": 1}, time.time() + 60)
+    used = await asyncio.gather(*(store.use_code("code") for _ in range(8)))
+    # One exchange gets the grant; the others are replays, which end it.
+    assert used.count("grant") == 1 and used.count(None) == 7

@@ -7,6 +7,8 @@ the driver, and nothing here loads the Modal SDK, so a gateway on another driver
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ __all__ = [
     "CHANNEL_IDLE_ENV",
     "DEFAULT_IMAGE_NAME_ENV",
     "SANDBOX_APP_ENV",
+    "STATE_VOLUME_ENV",
     "WHEEL_ENV",
     "ModalSettings",
     "read_modal",
@@ -27,10 +30,14 @@ SANDBOX_APP_ENV = "MODAL_WORKSPACE_SANDBOX_APP"
 # A published image (`modal-workspace image publish`) used instead of building the default.
 DEFAULT_IMAGE_NAME_ENV = "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME"
 CHANNEL_IDLE_ENV = "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS"
+# The Volume that holds what every gateway container shares (`drivers/modal/volume_store.py`).
+STATE_VOLUME_ENV = "MODAL_WORKSPACE_STATE_VOLUME"
 # A wheel of this project (or a directory holding this version's), put into the default image
 # instead of one built from the checkout's source: the gateway's image sets it to the wheel it
 # installed (`modal_app.py`).
 WHEEL_ENV = "MODAL_WORKSPACE_WHEEL"
+
+_VOLUME_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,8 @@ class ModalSettings:
     """The Modal driver's configuration (`Settings.modal`, read when that driver is chosen)."""
 
     app_name: str = "modal-workspace-sandboxes"
+    # The Volume of the shared store (OAuth clients and tokens), made at first use if missing.
+    state_volume: str = "modal-workspace-state"
     # The allowlists of `Settings` (read once there), which the driver checks again itself
     # before any call to Modal.
     allowed_secrets: tuple[str, ...] = ()
@@ -63,8 +72,15 @@ class ModalSettings:
 
 def read_modal(env: Environ, allowlists: AllowlistSettings) -> ModalSettings:
     wheel = env.get(WHEEL_ENV)
+    state_volume = _volume_name(env.get(STATE_VOLUME_ENV))
+    if state_volume in allowlists.allowed_volumes:
+        # Mounted in a workspace, the gateways' state (OAuth tokens) could be forged there.
+        raise ConfigError(
+            f"{STATE_VOLUME_ENV} ({state_volume}) must not be in MODAL_WORKSPACE_ALLOWED_VOLUMES"
+        )
     return ModalSettings(
         app_name=env.get(SANDBOX_APP_ENV) or ModalSettings.app_name,
+        state_volume=state_volume,
         allowed_secrets=allowlists.allowed_secrets,
         secret_keys=dict(allowlists.secret_keys),
         allowed_volumes=allowlists.allowed_volumes,
@@ -78,6 +94,21 @@ def _idle_seconds(value: str | None) -> float:
     if not value:
         return ModalSettings.channel_idle_seconds
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        raise ConfigError(f"{CHANNEL_IDLE_ENV} must be a number of seconds") from None
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{CHANNEL_IDLE_ENV} must be a positive number of seconds")
+    return seconds
+
+
+def _volume_name(value: str | None) -> str:
+    if not value:
+        return ModalSettings.state_volume
+    # Modal's rule for object names, checked here so that a bad one stops the start.
+    if not _VOLUME_NAME.fullmatch(value):
+        raise ConfigError(
+            f"{STATE_VOLUME_ENV} must be a Modal Volume name: letters, digits, '-', '_', '.',"
+            " at most 64"
+        )
+    return value

@@ -18,6 +18,7 @@ from ..errors import PermissionDeniedError
 if TYPE_CHECKING:
     from ..channel.client import AgentClient
     from ..config import Settings
+    from ..shared_store import SharedStore
 
 __all__ = [
     "LIFECYCLE_SNAPSHOTS_KEPT",
@@ -267,6 +268,9 @@ class Driver(Protocol):
     # Host paths no answer may name (the local data root, where workspaces are isolated): the
     # service replaces them in every error's message, after each driver's own care.
     hidden_paths: tuple[str, ...]
+    # What every gateway process of this deployment shares (the OAuth server's state): a SQLite
+    # file in the local data root, a Volume on Modal.
+    shared_store: SharedStore
 
     async def create(self, workspace_id: str, spec: WorkspaceSpec) -> WorkspaceRecord: ...
     async def get(self, workspace_id: str) -> WorkspaceRecord: ...  # raises NotFoundError

@@ -54,6 +54,8 @@ class Service:
         self.settings = settings
         self.hooks = hooks
         self.records = Records(driver)
+        # What every gateway process of the deployment shares (the OAuth server's state).
+        self.shared_store = driver.shared_store
         self.usage = Usage()
         self.tasks = Tasks()
         self.allowlists = Allowlists(driver, settings)

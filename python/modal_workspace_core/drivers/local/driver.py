@@ -33,6 +33,7 @@ from ...errors import (
     core_refusal,
 )
 from ...policy import WORKSPACE_ROOT
+from ...shared_store import SharedStore, SqliteStore
 from ..base import (
     Lineage,
     WorkspaceRecord,
@@ -118,6 +119,7 @@ class LocalDriver(LocalLifecycle):
         self.network_problem = (
             "" if self.isolation.pasta else "pasta is not installed (apt-get install passt)"
         )
+        self.shared_store: SharedStore = SqliteStore(self.data_root / "shared.sqlite3")
         # An unisolated workspace's root is its host directory, which its answers name.
         self.hidden_paths: tuple[str, ...] = (
             tuple({str(self.data_root), str(given.absolute())}) if self.isolation.enabled else ()

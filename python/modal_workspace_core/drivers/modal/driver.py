@@ -35,6 +35,7 @@ from ...errors import (
     core_refusal,
 )
 from ...policy import WORKSPACE_ROOT, WORKSPACE_TAGS, stored_tag
+from ...shared_store import SharedStore
 from ..base import (
     Lineage,
     Suspension,
@@ -59,6 +60,7 @@ from .sandbox_options import SandboxOptions, check_env, sandbox_options
 from .secret_env import delete_secret_env, make_secret_env
 from .secrets import ModalSecrets
 from .snapshots import delete_image
+from .volume_store import VolumeStore
 
 if TYPE_CHECKING:
     from ...config import Settings
@@ -106,6 +108,7 @@ class ModalDriver(ModalLifecycle):
         keepalive_seconds: int = CHANNEL_KEEPALIVE_SECONDS,
     ) -> None:
         self.settings = settings or ModalSettings()
+        self.shared_store: SharedStore = VolumeStore(self.settings.state_volume)
         # How often a channel's Hello promises the agent a frame (`Settings`).
         self.keepalive_seconds = keepalive_seconds
         # Resolved at first use, so that building a driver makes no Modal lookups.

@@ -239,6 +239,9 @@ def sandbox_options(
         raise InvalidArgumentError("invalid_argument", "volumes must map paths to names", "volumes")
     for i, (mount, name) in enumerate(volumes.items()):
         checked = _allowed(str(name), settings.allowed_volumes, ALLOWED_VOLUMES_ENV, i, "volume")
+        if checked == settings.state_volume:
+            # The gateways' own state (OAuth tokens): a workspace that wrote it could grant.
+            raise denied("the gateway's state Volume is never mounted", f"volumes[{i}]")
         options.volumes[volume_mount(mount, "volumes")] = checked
     return options
 

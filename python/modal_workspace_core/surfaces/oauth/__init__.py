@@ -10,13 +10,13 @@ endpoint itself only verifies tokens (`rest/bearer.py`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from mcp.server.auth.routes import create_auth_routes
 from mcp.server.auth.settings import RevocationOptions
 from pydantic import AnyHttpUrl
 from starlette.routing import BaseRoute, Route
 
+from ...shared_store import SharedStore
 from .client_documents import ClientDocuments
 from .consent import CONSENT_PATH, ConsentPage
 from .metadata import (
@@ -26,7 +26,7 @@ from .metadata import (
     server_metadata,
 )
 from .provider import GatewayOAuthProvider
-from .store import SqliteOAuthStore
+from .store import SharedOAuthStore
 
 __all__ = ["ClientDocuments", "GatewayOAuthProvider", "oauth_provider", "oauth_routes"]
 
@@ -37,11 +37,11 @@ _UNUSED_ISSUER = AnyHttpUrl("http://127.0.0.1")
 
 
 def oauth_provider(
-    data_root: Path, token_seconds: int, documents: ClientDocuments | None = None
+    shared: SharedStore, token_seconds: int, documents: ClientDocuments | None = None
 ) -> GatewayOAuthProvider:
-    """The provider over the store in the data root, which every gateway process on that data
-    root shares; `documents` fetches the clients that describe themselves at a URL."""
-    store = SqliteOAuthStore(data_root / "oauth.sqlite3")
+    """The provider over the deployment's shared store, which every gateway process reads;
+    `documents` fetches the clients that describe themselves at a URL."""
+    store = SharedOAuthStore(shared)
     return GatewayOAuthProvider(store, token_seconds=token_seconds, documents=documents)
 
 

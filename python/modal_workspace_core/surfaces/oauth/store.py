@@ -4,32 +4,30 @@ codes it handed out and the tokens it issued.
 
 Codes and tokens are kept by the SHA-256 of their value, never the value: a copy of the store
 grants nothing. A token belongs to a grant (one consent), which revocation and code reuse end
-whole. `SqliteOAuthStore` keeps them in one SQLite file (WAL, so that several gateway processes
-on one data root see each other's writes at their next read).
+whole. `SharedOAuthStore` keeps them as records of the deployment's shared store
+(`shared_store`), which every gateway process reads: a token one mints, another accepts; a
+revocation one makes, another sees at its next lookup.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
-import sqlite3
+import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from ...shared_store import SharedStore
 
 __all__ = [
     "UNUSED_CLIENT_SECONDS",
     "IssuedToken",
     "OAuthStore",
-    "SqliteOAuthStore",
+    "SharedOAuthStore",
     "digest",
 ]
-
-T = TypeVar("T")
 
 # A registered client that has held no token for this long is forgotten at a later
 # registration: one that comes back registers again (hosts do, on `invalid_client`).
@@ -104,284 +102,265 @@ class OAuthStore(Protocol):
     async def grant_of(self, value: str) -> str | None: ...
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS clients (
-    client_id TEXT PRIMARY KEY, info TEXT NOT NULL, registered REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS pending (
-    id TEXT PRIMARY KEY, record TEXT NOT NULL, expires REAL NOT NULL,
-    failures INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS codes (
-    hash TEXT PRIMARY KEY, grant_id TEXT NOT NULL, record TEXT NOT NULL,
-    expires REAL NOT NULL, used INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS tokens (
-    hash TEXT PRIMARY KEY, kind TEXT NOT NULL, grant_id TEXT NOT NULL, client_id TEXT NOT NULL,
-    scopes TEXT NOT NULL, resource TEXT, expires INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS tokens_by_grant ON tokens (grant_id);
-"""
+# Where each kind of record lives in the shared store. Every name below a folder is a digest
+# or a number this module made: nothing a client sent is ever part of a key.
+_ROOT = "oauth"
+_CLIENTS = f"{_ROOT}/clients"  # /<client digest>: {info, registered, used}
+_REGISTERED = f"{_ROOT}/registered"  # /<hour>/<milliseconds>.<client digest>
+_PENDING = f"{_ROOT}/pending"  # /<request digest>: {record, expires}
+_PENDING_BY_EXPIRY = f"{_ROOT}/pending-by-expiry"  # /<expires>.<request digest>
+_PENDING_TAKEN = f"{_ROOT}/pending-taken"  # /<request digest>: the one consent
+_PENDING_FAILED = f"{_ROOT}/pending-failed"  # /<request digest>/<n>: the nth wrong key
+_CODES = f"{_ROOT}/codes"  # /<code digest>: {grant, record, expires}
+_CODES_USED = f"{_ROOT}/codes-used"  # /<code digest>: the one exchange
+_TOKENS = f"{_ROOT}/tokens"  # /<token digest>: IssuedToken
+_TOKENS_TAKEN = f"{_ROOT}/tokens-taken"  # /<token digest>: the one refresh
+_GRANTS = f"{_ROOT}/grants"  # /<grant digest>/(code|token).<digest>: what revocation ends
+_EXPIRY = f"{_ROOT}/expiry"  # /<hour>/(code|token).<digest>.<grant digest>
+_HOUR = 3600
+# How often one process looks for codes and tokens past their expiry, and how many hours of
+# them it clears at once (a write waits for it).
+_EXPIRY_SWEEP_SECONDS = 600
+_EXPIRY_HOURS_PER_SWEEP = 4
+_MARK = b"1"
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
-class SqliteOAuthStore:
-    """`OAuthStore` in one SQLite file. Each call opens its own connection in a worker thread:
-    the event loop never waits on the disk, and processes never share a connection."""
+def _json(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
-        self.path = path
+
+def _loaded(raw: bytes | None) -> dict[str, Any] | None:
+    return None if raw is None else dict(json.loads(raw))
+
+
+class SharedOAuthStore:
+    """`OAuthStore` as records of a `SharedStore`.
+
+    What must happen once across every gateway process (a consent given, a code exchanged, a
+    refresh token used, the nth wrong key counted) is the one `create` of a marker that only one
+    of them wins; everything else is a record written whole."""
+
+    def __init__(self, shared: SharedStore, clock: Callable[[], float] = time.time) -> None:
+        self.shared = shared
         self.clock = clock
-        self._created = False
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        db.execute("PRAGMA busy_timeout = 10000")
-        return db
-
-    def _create(self) -> None:
-        """The file and its tables, at the first write: a server that no client ever asks
-        for a token (and every request with a wrong static key) leaves no file behind."""
-        if self._created:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Only the gateway's user reads the tokens' digests and the clients' secrets.
-        self.path.touch(mode=0o600, exist_ok=True)
-        with contextlib.closing(self._connect()) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
-        self._created = True
-
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """`work` in one transaction that may write, creating the store if need be."""
-        return await asyncio.to_thread(self._transaction, work, "IMMEDIATE")
-
-    async def _read(
-        self, work: Callable[[sqlite3.Connection], T], mode: str = "DEFERRED"
-    ) -> T | None:
-        """`work` in one transaction; None, without creating it, from a store never written
-        (where nothing is found). `mode` IMMEDIATE when the work may write."""
-
-        def in_thread() -> T | None:
-            if not self._created and not self.path.exists():
-                return None
-            return self._transaction(work, mode)
-
-        return await asyncio.to_thread(in_thread)
-
-    def _transaction(self, work: Callable[[sqlite3.Connection], T], mode: str) -> T:
-        self._create()
-        db = self._connect()
-        try:
-            db.execute(f"BEGIN {mode}")
-            try:
-                result = work(db)
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-            return result
-        finally:
-            db.close()
+        self._next_expiry_sweep = 0.0
 
     # --- clients ----------------------------------------------------------------------------
 
     async def put_client(self, client_id: str, info: str) -> None:
         now = self.clock()
+        await self._forget_unused_clients(now)
+        key = digest(client_id)
+        record = {"info": info, "registered": now, "used": False}
+        await self.shared.write(f"{_CLIENTS}/{key}", _json(record))
+        await self.shared.write(f"{_REGISTERED}/{int(now // _HOUR)}/{int(now * 1000)}.{key}", _MARK)
 
-        def put(db: sqlite3.Connection) -> None:
-            db.execute(
-                "DELETE FROM clients WHERE registered < ? AND client_id NOT IN "
-                "(SELECT client_id FROM tokens)",
-                (now - UNUSED_CLIENT_SECONDS,),
-            )
-            db.execute("INSERT INTO clients VALUES (?, ?, ?)", (client_id, info, now))
-
-        await self._run(put)
+    async def _forget_unused_clients(self, now: float) -> None:
+        """Clients registered `UNUSED_CLIENT_SECONDS` ago that never got a token are removed
+        (anyone may register; hosts that come back register again)."""
+        before = now - UNUSED_CLIENT_SECONDS
+        for hour in await self.shared.names(_REGISTERED):
+            if not hour.isdigit() or int(hour) * _HOUR > before:
+                continue
+            entries = await self.shared.names(f"{_REGISTERED}/{hour}")
+            kept = 0
+            for entry in entries:
+                when, _, key = entry.partition(".")
+                if not when.isdigit() or not _DIGEST.fullmatch(key) or int(when) / 1000 > before:
+                    kept += 1
+                    continue
+                client = _loaded(await self.shared.read(f"{_CLIENTS}/{key}"))
+                if client is not None and not client.get("used"):
+                    await self.shared.remove(f"{_CLIENTS}/{key}")
+                await self.shared.remove(f"{_REGISTERED}/{hour}/{entry}")
+            if not kept:
+                await self.shared.remove(f"{_REGISTERED}/{hour}")
 
     async def get_client(self, client_id: str) -> str | None:
-        row = await self._read(
-            lambda db: db.execute(
-                "SELECT info FROM clients WHERE client_id = ?", (client_id,)
-            ).fetchone()
-        )
-        return None if row is None else str(row[0])
+        client = _loaded(await self.shared.read(f"{_CLIENTS}/{digest(client_id)}"))
+        return None if client is None else str(client["info"])
 
     async def clients_registered_since(self, since: float) -> int:
-        row = await self._read(
-            lambda db: db.execute(
-                "SELECT COUNT(*) FROM clients WHERE registered >= ?", (since,)
-            ).fetchone()
-        )
-        return 0 if row is None else int(row[0])
+        count = 0
+        for hour in range(int(since // _HOUR), int(self.clock() // _HOUR) + 1):
+            for entry in await self.shared.names(f"{_REGISTERED}/{hour}"):
+                when = entry.partition(".")[0]
+                count += when.isdigit() and int(when) / 1000 >= since
+        return count
+
+    async def _mark_client_used(self, client_id: str) -> None:
+        key = f"{_CLIENTS}/{digest(client_id)}"
+        client = _loaded(await self.shared.read(key))
+        if client is not None and not client.get("used"):
+            await self.shared.write(key, _json({**client, "used": True}))
 
     # --- authorizations waiting for consent -------------------------------------------------
 
     async def put_pending(self, request_id: str, record: dict[str, Any], expires: float) -> None:
-        now, text = self.clock(), json.dumps(record)
+        await self._clear_expired_pending(self.clock())
+        key = digest(request_id)
+        await self.shared.write(f"{_PENDING}/{key}", _json({"record": record, "expires": expires}))
+        await self.shared.write(f"{_PENDING_BY_EXPIRY}/{int(expires)}.{key}", _MARK)
 
-        def put(db: sqlite3.Connection) -> None:
-            db.execute("DELETE FROM pending WHERE expires < ?", (now,))
-            db.execute(
-                "INSERT INTO pending (id, record, expires) VALUES (?, ?, ?)",
-                (request_id, text, expires),
-            )
+    async def _clear_expired_pending(self, now: float) -> None:
+        for entry in await self.shared.names(_PENDING_BY_EXPIRY):
+            expires, _, key = entry.partition(".")
+            if expires.isdigit() and _DIGEST.fullmatch(key) and int(expires) < now:
+                await self._forget_pending(key, entry)
 
-        await self._run(put)
+    async def _forget_pending(self, key: str, entry: str) -> None:
+        await self.shared.remove(f"{_PENDING}/{key}")
+        await self.shared.remove(f"{_PENDING_FAILED}/{key}")
+        await self.shared.remove(f"{_PENDING_BY_EXPIRY}/{entry}")
 
     async def pending_count(self) -> int:
         now = self.clock()
-        row = await self._read(
-            lambda db: db.execute(
-                "SELECT COUNT(*) FROM pending WHERE expires >= ?", (now,)
-            ).fetchone()
-        )
-        return 0 if row is None else int(row[0])
+        entries = await self.shared.names(_PENDING_BY_EXPIRY)
+        expiries = [entry.partition(".")[0] for entry in entries]
+        return sum(1 for e in expiries if e.isdigit() and int(e) >= now)
+
+    async def _pending(self, key: str) -> dict[str, Any] | None:
+        held = _loaded(await self.shared.read(f"{_PENDING}/{key}"))
+        if held is None or held["expires"] < self.clock():
+            return None
+        return held
 
     async def get_pending(self, request_id: str) -> dict[str, Any] | None:
-        now = self.clock()
-        row = await self._read(
-            lambda db: db.execute(
-                "SELECT record FROM pending WHERE id = ? AND expires >= ?", (request_id, now)
-            ).fetchone()
-        )
-        return None if row is None else dict(json.loads(row[0]))
+        held = await self._pending(digest(request_id))
+        return None if held is None else dict(held["record"])
 
     async def take_pending(self, request_id: str) -> dict[str, Any] | None:
-        now = self.clock()
-
-        def take(db: sqlite3.Connection) -> Any:
-            row = db.execute(
-                "SELECT record FROM pending WHERE id = ? AND expires >= ?", (request_id, now)
-            ).fetchone()
-            db.execute("DELETE FROM pending WHERE id = ?", (request_id,))
-            return row
-
-        row = await self._read(take, "IMMEDIATE")
-        return None if row is None else dict(json.loads(row[0]))
+        key = digest(request_id)
+        held = await self._pending(key)
+        if held is None or not await self.shared.create(f"{_PENDING_TAKEN}/{key}", _MARK):
+            return None
+        await self._forget_pending(key, f"{int(held['expires'])}.{key}")
+        return dict(held["record"])
 
     async def fail_pending(self, request_id: str, most: int) -> bool:
-        def fail(db: sqlite3.Connection) -> bool:
-            db.execute("UPDATE pending SET failures = failures + 1 WHERE id = ?", (request_id,))
-            db.execute("DELETE FROM pending WHERE id = ? AND failures >= ?", (request_id, most))
-            return (
-                db.execute("SELECT 1 FROM pending WHERE id = ?", (request_id,)).fetchone()
-                is not None
-            )
-
-        return bool(await self._read(fail, "IMMEDIATE"))
+        key = digest(request_id)
+        held = await self._pending(key)
+        if held is None:
+            return False
+        # The nth wrong key is the marker n that this call made: concurrent guesses each count.
+        for n in range(1, most + 1):
+            if await self.shared.create(f"{_PENDING_FAILED}/{key}/{n}", _MARK):
+                if n < most:
+                    return True
+                break
+        await self._forget_pending(key, f"{int(held['expires'])}.{key}")
+        return False
 
     # --- codes ------------------------------------------------------------------------------
 
     async def put_code(self, code: str, grant: str, record: dict[str, Any], expires: float) -> None:
-        now, text = self.clock(), json.dumps(record)
+        await self._clear_expired()
+        key, grant_key = digest(code), digest(grant)
+        value = {"grant": grant, "record": record, "expires": expires}
+        # Indexed first: whatever is found later can be found by its grant and its expiry.
+        await self.shared.write(f"{_GRANTS}/{grant_key}/code.{key}", _MARK)
+        await self.shared.write(f"{_EXPIRY}/{int(expires // _HOUR)}/code.{key}.{grant_key}", _MARK)
+        await self.shared.write(f"{_CODES}/{key}", _json(value))
 
-        def put(db: sqlite3.Connection) -> None:
-            # A used code is kept until it expires, so that its replay is recognised.
-            db.execute("DELETE FROM codes WHERE expires < ?", (now,))
-            db.execute(
-                "INSERT INTO codes VALUES (?, ?, ?, ?, 0)", (digest(code), grant, text, expires)
-            )
-
-        await self._run(put)
+    async def _code(self, code: str) -> tuple[str, dict[str, Any]] | None:
+        held = _loaded(await self.shared.read(f"{_CODES}/{digest(code)}"))
+        if held is None or held["expires"] < self.clock():
+            return None
+        return str(held["grant"]), dict(held["record"])
 
     async def get_code(self, code: str) -> dict[str, Any] | None:
-        now, key = self.clock(), digest(code)
-
-        def get(db: sqlite3.Connection) -> Any:
-            row = db.execute(
-                "SELECT record, grant_id, used FROM codes WHERE hash = ? AND expires >= ?",
-                (key, now),
-            ).fetchone()
-            if row is not None and row[2]:
-                _end_grant(db, row[1])
-                return None
-            return row
-
-        row = await self._read(get, "IMMEDIATE")
-        return None if row is None else dict(json.loads(row[0]))
+        held = await self._code(code)
+        if held is None:
+            return None
+        grant, record = held
+        if await self.shared.read(f"{_CODES_USED}/{digest(code)}") is not None:
+            # A used code seen again: whoever holds it may be replaying it.
+            await self.end_grant(grant)
+            return None
+        return record
 
     async def use_code(self, code: str) -> str | None:
-        now, key = self.clock(), digest(code)
-
-        def use(db: sqlite3.Connection) -> str | None:
-            row = db.execute(
-                "SELECT grant_id, used FROM codes WHERE hash = ? AND expires >= ?", (key, now)
-            ).fetchone()
-            if row is None:
-                return None
-            if row[1]:
-                _end_grant(db, row[0])
-                return None
-            db.execute("UPDATE codes SET used = 1 WHERE hash = ?", (key,))
-            return str(row[0])
-
-        return await self._read(use, "IMMEDIATE")
+        held = await self._code(code)
+        if held is None:
+            return None
+        grant = held[0]
+        if not await self.shared.create(f"{_CODES_USED}/{digest(code)}", _MARK):
+            await self.end_grant(grant)
+            return None
+        return grant
 
     # --- tokens -----------------------------------------------------------------------------
 
     async def put_token(self, value: str, token: IssuedToken) -> None:
-        now = self.clock()
-        row = (
-            digest(value),
-            token.kind,
-            token.grant,
-            token.client_id,
-            " ".join(token.scopes),
-            token.resource,
-            token.expires_at,
-        )
+        await self._clear_expired()
+        key, grant_key = digest(value), digest(token.grant)
+        hour = int(token.expires_at // _HOUR)
+        await self.shared.write(f"{_GRANTS}/{grant_key}/token.{key}", _MARK)
+        await self.shared.write(f"{_EXPIRY}/{hour}/token.{key}.{grant_key}", _MARK)
+        await self.shared.write(f"{_TOKENS}/{key}", _json(asdict(token)))
+        await self._mark_client_used(token.client_id)
 
-        def put(db: sqlite3.Connection) -> None:
-            db.execute("DELETE FROM tokens WHERE expires < ?", (now,))
-            db.execute("INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?)", row)
-
-        await self._run(put)
+    async def _token(self, key: str, kind: str) -> IssuedToken | None:
+        held = _loaded(await self.shared.read(f"{_TOKENS}/{key}"))
+        if held is None:
+            return None
+        token = IssuedToken(**held)
+        if token.kind != kind or token.expires_at < self.clock():
+            return None
+        return token
 
     async def get_token(self, value: str, kind: str) -> IssuedToken | None:
-        now, key = self.clock(), digest(value)
-        row = await self._read(
-            lambda db: db.execute(
-                "SELECT kind, grant_id, client_id, scopes, resource, expires FROM tokens "
-                "WHERE hash = ? AND kind = ? AND expires >= ?",
-                (key, kind, now),
-            ).fetchone()
-        )
-        return None if row is None else _token(row)
+        return await self._token(digest(value), kind)
 
     async def take_token(self, value: str, kind: str) -> IssuedToken | None:
-        now, key = self.clock(), digest(value)
-
-        def take(db: sqlite3.Connection) -> Any:
-            row = db.execute(
-                "SELECT kind, grant_id, client_id, scopes, resource, expires FROM tokens "
-                "WHERE hash = ? AND kind = ? AND expires >= ?",
-                (key, kind, now),
-            ).fetchone()
-            db.execute("DELETE FROM tokens WHERE hash = ?", (key,))
-            return row
-
-        row = await self._read(take, "IMMEDIATE")
-        return None if row is None else _token(row)
+        key = digest(value)
+        token = await self._token(key, kind)
+        if token is None or not await self.shared.create(f"{_TOKENS_TAKEN}/{key}", _MARK):
+            return None
+        await self.shared.remove(f"{_TOKENS}/{key}")
+        return token
 
     async def end_grant(self, grant: str) -> None:
-        await self._read(lambda db: _end_grant(db, grant), "IMMEDIATE")
+        grant_key = digest(grant)
+        for entry in await self.shared.names(f"{_GRANTS}/{grant_key}"):
+            kind, _, key = entry.partition(".")
+            if not _DIGEST.fullmatch(key):
+                continue
+            if kind == "token":
+                await self.shared.remove(f"{_TOKENS}/{key}")
+            elif kind == "code":
+                await self.shared.create(f"{_CODES_USED}/{key}", _MARK)
 
     async def grant_of(self, value: str) -> str | None:
-        key = digest(value)
-        row = await self._read(
-            lambda db: db.execute("SELECT grant_id FROM tokens WHERE hash = ?", (key,)).fetchone()
-        )
-        return None if row is None else str(row[0])
+        held = _loaded(await self.shared.read(f"{_TOKENS}/{digest(value)}"))
+        return None if held is None else str(held["grant"])
 
+    # --- expiry -----------------------------------------------------------------------------
 
-def _end_grant(db: sqlite3.Connection, grant: str) -> None:
-    db.execute("DELETE FROM tokens WHERE grant_id = ?", (grant,))
-    db.execute("UPDATE codes SET used = 1 WHERE grant_id = ?", (grant,))
-
-
-def _token(row: Any) -> IssuedToken:
-    kind, grant, client_id, scopes, resource, expires = row
-    return IssuedToken(
-        kind=kind,
-        grant=grant,
-        client_id=client_id,
-        scopes=scopes.split(),
-        resource=resource,
-        expires_at=int(expires),
-    )
+    async def _clear_expired(self) -> None:
+        """Removes codes and tokens whose hour of expiry has passed: at most every
+        `_EXPIRY_SWEEP_SECONDS` in a process, a few hours at a time."""
+        now = self.clock()
+        if now < self._next_expiry_sweep:
+            return
+        self._next_expiry_sweep = now + _EXPIRY_SWEEP_SECONDS
+        past = [
+            h
+            for h in await self.shared.names(_EXPIRY)
+            if h.isdigit() and (int(h) + 1) * _HOUR <= now
+        ]
+        for hour in past[:_EXPIRY_HOURS_PER_SWEEP]:
+            for entry in await self.shared.names(f"{_EXPIRY}/{hour}"):
+                parts = entry.split(".")
+                if len(parts) != 3 or not all(_DIGEST.fullmatch(p) for p in parts[1:]):
+                    continue
+                kind, key, grant_key = parts
+                if kind == "token":
+                    await self.shared.remove(f"{_TOKENS}/{key}")
+                    await self.shared.remove(f"{_TOKENS_TAKEN}/{key}")
+                elif kind == "code":
+                    await self.shared.remove(f"{_CODES}/{key}")
+                    await self.shared.remove(f"{_CODES_USED}/{key}")
+                await self.shared.remove(f"{_GRANTS}/{grant_key}/{kind}.{key}")
+            await self.shared.remove(f"{_EXPIRY}/{hour}")

@@ -190,7 +190,7 @@ def create_app(
 
     # The OAuth authorization server of the MCP resource, at the root where discovery looks.
     oauth = oauth_provider(
-        service.settings.data_root, service.settings.oauth_token_seconds, client_documents
+        service.shared_store, service.settings.oauth_token_seconds, client_documents
     )
     app.router.routes.extend(oauth_routes(oauth, tokens))
     app.mount("/mcp", mcp_app)

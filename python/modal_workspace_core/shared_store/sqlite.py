@@ -1,0 +1,131 @@
+"""`SharedStore` in one SQLite file, for the local driver: every gateway process on one data
+root shares it (WAL, so that each sees the others' writes at its next read).
+
+Each call opens its own connection in a worker thread: the event loop never waits on the disk,
+and processes never share a connection. The file is made at the first write, readable by the
+gateway's user alone; a server nobody writes to (every request with a wrong key) leaves none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from .interface import check_folder, check_key
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+_CREATE_TRIES = 100
+_SCHEMA = "CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
+
+
+class SqliteStore:
+    """`SharedStore` over the SQLite file at `path`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._created = False
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        db.execute("PRAGMA busy_timeout = 10000")
+        return db
+
+    def _create(self) -> None:
+        if self._created:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch(mode=0o600, exist_ok=True)
+        # Switching to WAL takes the file's exclusive lock, for which SQLite's busy timeout does
+        # not wait: processes making the file at once each try until one has switched it.
+        for attempt in range(_CREATE_TRIES):
+            try:
+                with contextlib.closing(self._connect()) as db:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.execute(_SCHEMA)
+                break
+            except sqlite3.OperationalError:
+                if attempt == _CREATE_TRIES - 1:
+                    raise
+                time.sleep(0.05)
+        self._created = True
+
+    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        def in_thread() -> T:
+            self._create()
+            with contextlib.closing(self._connect()) as db:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(db)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                return result
+
+        return await asyncio.to_thread(in_thread)
+
+    async def _read(self, work: Callable[[sqlite3.Connection], T], empty: T) -> T:
+        def in_thread() -> T:
+            if not self._created and not self.path.exists():
+                return empty
+            self._create()
+            with contextlib.closing(self._connect()) as db:
+                return work(db)
+
+        return await asyncio.to_thread(in_thread)
+
+    async def read(self, key: str) -> bytes | None:
+        check_key(key)
+        row = await self._read(
+            lambda db: db.execute("SELECT value FROM records WHERE key = ?", (key,)).fetchone(),
+            None,
+        )
+        return None if row is None else bytes(row[0])
+
+    async def write(self, key: str, value: bytes) -> None:
+        check_key(key)
+        await self._write(
+            lambda db: db.execute("INSERT OR REPLACE INTO records VALUES (?, ?)", (key, value))
+        )
+
+    async def create(self, key: str, value: bytes) -> bool:
+        check_key(key)
+        inserted = await self._write(
+            lambda db: (
+                db.execute("INSERT OR IGNORE INTO records VALUES (?, ?)", (key, value)).rowcount
+            )
+        )
+        return inserted == 1
+
+    async def remove(self, key: str) -> None:
+        check_key(key)
+        low, high = _below(key)
+        await self._write(
+            lambda db: db.execute(
+                "DELETE FROM records WHERE key = ? OR (key >= ? AND key < ?)", (key, low, high)
+            )
+        )
+
+    async def names(self, folder: str) -> list[str]:
+        check_folder(folder)
+        low, high = _below(folder)
+        rows: list[tuple[str]] = await self._read(
+            lambda db: db.execute(
+                "SELECT key FROM records WHERE key >= ? AND key < ?", (low, high)
+            ).fetchall(),
+            [],
+        )
+        return sorted({str(row[0])[len(low) :].split("/", 1)[0] for row in rows})
+
+
+def _below(folder: str) -> tuple[str, str]:
+    """The range of keys inside `folder`: from `folder/` up to `folder0` ('0' follows '/')."""
+    return f"{folder}/", f"{folder}0"
