@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,14 @@ def demo_token(work: Path) -> str:
     return kept.read_text().strip()
 
 
+def _shown(path: Path) -> str:
+    """The path as the reader types it: relative to where they ran `make demo` when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8765)
@@ -56,9 +65,16 @@ def main() -> int:
     serve = Path(sys.executable).with_name("modal-workspace")
     argv = [str(serve), "serve", "--driver", "local", "--host", "127.0.0.1"]
     argv += ["--port", str(args.port), "--data-root", str(work / "data")]
+    # What the README's in-process Python example needs of the stand-in, sourced where it runs;
+    # it serves its own workspaces from a data root beside the server's.
+    in_process = {**stand_in.env, "MODAL_WORKSPACE_DATA_ROOT": str(work / "python-data")}
+    env_file = work / "env.sh"
+    env_file.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in in_process.items()))
+    env_file.chmod(0o600)
     print(f"stand-in GitHub: {stand_in.server.base_url} (octocat/hello, with a GitHub App)")
     print("in the terminal where you follow the README:")
-    print(f"  export TOKEN={token} BASE=http://127.0.0.1:{args.port}", flush=True)
+    print(f"  export TOKEN={token} BASE=http://127.0.0.1:{args.port}")
+    print(f"  . {_shown(env_file)}   # for the in-process Python example", flush=True)
     server = subprocess.Popen(argv, env=env)
     # Stopped by a signal other than Ctrl+C (a terminal closing, `kill`): the server too.
     signal.signal(signal.SIGTERM, lambda *_: server.send_signal(signal.SIGINT))
