@@ -327,3 +327,21 @@ async def test_a_consent_and_a_code_are_used_once_by_racing_callers(tmp_path: Pa
     used = await asyncio.gather(*(store.use_code("code") for _ in range(8)))
     # One exchange gets the grant; the others are replays, which end it.
     assert used.count("grant") == 1 and used.count(None) == 7
+
+
+@pytest.mark.parametrize(
+    "bad", [{"code_challenge_method": "plain"}, {"scope": "workspace:everything"}]
+)
+async def test_an_authorization_refused_by_redirect_names_the_issuer(
+    http: httpx2.AsyncClient, base: str, bad: dict[str, str]
+) -> None:
+    """RFC 9207: errors sent back to the client carry `iss` like answers do, and state."""
+    host = OAuthHost(http, base)
+    await host.register()
+    _, challenge = pkce()
+    params = host.authorization(challenge, **bad)
+    refused = await http.get(f"{base}/authorize", params=params)
+    assert refused.status_code == 302, refused.text
+    query = callback_query(refused.headers["location"])
+    assert query["error"] and query["state"] == "state-123", query
+    assert query["iss"] == base

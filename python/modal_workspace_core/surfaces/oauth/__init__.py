@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 from ...shared_store import SharedStore
 from .client_documents import ClientDocuments
 from .consent import CONSENT_PATH, ConsentPage
+from .issuer import WithIssuer
 from .metadata import (
     RESOURCE_METADATA_PATH,
     registration_options,
@@ -52,7 +53,11 @@ def oauth_routes(provider: GatewayOAuthProvider, keys: Sequence[str]) -> list[Ba
         client_registration_options=registration_options(),
         revocation_options=RevocationOptions(enabled=True),
     )
-    kept = [r for r in sdk if not (isinstance(r, Route) and r.path == _SERVER_METADATA_PATH)]
+    kept = [
+        _authorization_with_issuer(r) if isinstance(r, Route) and r.path == "/authorize" else r
+        for r in sdk
+        if not (isinstance(r, Route) and r.path == _SERVER_METADATA_PATH)
+    ]
     return [
         *kept,
         Route(_SERVER_METADATA_PATH, server_metadata, methods=["GET"]),
@@ -61,3 +66,8 @@ def oauth_routes(provider: GatewayOAuthProvider, keys: Sequence[str]) -> list[Ba
         Route("/.well-known/oauth-protected-resource", resource_metadata, methods=["GET"]),
         Route(CONSENT_PATH, ConsentPage(provider, keys).handle, methods=["GET", "POST"]),
     ]
+
+
+def _authorization_with_issuer(route: Route) -> Route:
+    """The SDK's authorization endpoint, whose error redirects then name the issuer."""
+    return Route(route.path, WithIssuer(route.app), methods=list(route.methods or ()))
