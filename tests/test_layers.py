@@ -30,7 +30,7 @@ ARCHITECTURE = ROOT.parent.parent / "docs" / "architecture.md"
 # Bottom first. A module is in the layer of the longest prefix that names it ("" is the package
 # root: the public names, served from the layers below on first use).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("_core", "errors", "policy", "config", "ring", "agent")),
+    ("core", ("_core", "errors", "policy", "config", "ring", "agent", "shared_store")),
     ("transport", ("channel", "drivers", "path_view", "modal_functions", "runtime.call")),
     ("runtime", ("runtime",)),
     ("operations", ("operations", "git")),
