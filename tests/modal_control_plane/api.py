@@ -1,6 +1,6 @@
 """The `ModalClient` service of the test control plane: auth, apps and the sandbox calls (V2 and
-V1) that the Modal SDK makes for create, lookup, list, tags, wait and terminate (images, secrets,
-volumes and mounts are in `objects`). Every other call fails loudly as UNIMPLEMENTED.
+V1) that the Modal SDK makes for create, lookup, list, tags, wait and terminate (images, secrets and
+mounts are in `objects`, volumes in `volumes`). Every other call fails loudly as UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .sandboxes import (
 )
 from .servicing import serviced
 from .state import ImageRecord, State
+from .volumes import VolumesServicer
 
 # How many sandboxes one page of SandboxList carries.
 LIST_PAGE_SIZE = 50
@@ -41,7 +42,9 @@ def _handle_metadata(record: SandboxRecord) -> api_pb2.SandboxHandleMetadata:
 
 
 @serviced
-class ModalClientServicer(ObjectsServicer, FunctionsServicer, api_grpc.ModalClientBase):
+class ModalClientServicer(
+    ObjectsServicer, VolumesServicer, FunctionsServicer, api_grpc.ModalClientBase
+):
     def __init__(self, state: State) -> None:
         self.state = state
 

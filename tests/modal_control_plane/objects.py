@@ -1,6 +1,6 @@
 """The objects a sandbox is made from, as the test control plane keeps them: the environment,
 images (built at once, content-addressed, publishable by name), uploaded files and mounts,
-secrets and volumes. A mixin of the `ModalClient` servicer.
+and secrets (volumes are in `volumes`). A mixin of the `ModalClient` servicer.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from google.protobuf import empty_pb2
 from grpclib import GRPCError, Status
 from modal_proto import api_pb2
 
-from .sandboxes import v1_id
 from .state import ImageRecord, State
 
 # Image builder version reported for every environment: one this SDK supports.
 IMAGE_BUILDER_VERSION = "2025.06"
-_CREATE_IF_MISSING = api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING
 _EPHEMERAL = api_pb2.OBJECT_CREATION_TYPE_EPHEMERAL
 _OWNED_BY_APP = api_pb2.OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP
 
@@ -50,7 +48,7 @@ class ObjectsServicer:
             )
         )
 
-    # -- images, mounts, secrets, volumes ----------------------------------------------
+    # -- images, mounts, secrets ----------------------------------------------
 
     async def ImageGetOrCreate(self, stream: Any) -> None:
         request = await request_of(self.state, stream)
@@ -170,16 +168,3 @@ class ObjectsServicer:
         if self.state.secret_ids.pop(request.secret_id, None) is None:
             raise GRPCError(Status.NOT_FOUND, f"Secret {request.secret_id} not found")
         await stream.send_message(empty_pb2.Empty())
-
-    async def VolumeGetOrCreate(self, stream: Any) -> None:
-        request = await request_of(self.state, stream)
-        name = request.deployment_name
-        if name not in self.state.volumes:
-            if request.object_creation_type != _CREATE_IF_MISSING:
-                raise GRPCError(Status.NOT_FOUND, f"Volume '{name}' not found")
-            self.state.volumes[name] = v1_id("vo")
-        await stream.send_message(
-            api_pb2.VolumeGetOrCreateResponse(
-                volume_id=self.state.volumes[name], version=api_pb2.VOLUME_FS_VERSION_V2
-            )
-        )

@@ -2,7 +2,8 @@
 with its own event loop so that blocking and async SDK calls from tests both work.
 
 The control plane hands out its own address as the task command router's URL (plain http, which
-the SDK accepts only on loopback), so one port serves every call the SDK makes.
+the SDK accepts only on loopback), so one port serves every gRPC call the SDK makes; volume blocks
+move over HTTP through a second loopback port (`blocks`), run in the same loop.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from grpclib.server import Server
 from modal_proto import api_pb2
 
 from .api import ModalClientServicer
+from .blocks import BlockServer
 from .deployed import FunctionCallRecord
 from .functions import deploy
 from .isolation import usable_bwrap
 from .router import TaskCommandRouterServicer
 from .sandboxes import SandboxRecord
 from .state import ImageRecord, SnapshotFaults, State
+from .volume_store import VolumeRecord
 
 T = TypeVar("T")
 
@@ -53,6 +56,7 @@ class ControlPlane:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: Server | None = None
+        self._blocks = BlockServer(self.state)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -89,6 +93,7 @@ class ControlPlane:
         sockets = self._server._server.sockets if self._server._server else ()
         self.port = sockets[0].getsockname()[1]
         self.state.router_url = self.url
+        self.state.volumes.block_url = await self._blocks.start()
 
     def stop(self) -> None:
         loop, thread = self._loop, self._thread
@@ -113,6 +118,7 @@ class ControlPlane:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        await self._blocks.stop()
         current = asyncio.current_task()
         pending = [t for t in asyncio.all_tasks() if t is not current]
         for task in pending:
@@ -188,9 +194,27 @@ class ControlPlane:
 
     def add_volume(self, name: str) -> None:
         def add() -> None:
-            self.state.volumes.setdefault(name, f"vo-{name}")
+            if self.state.volumes.named(name) is None:
+                self.state.volumes.create(name, f"vo-{name}")
 
         self.call(add)
+
+    def volume(self, name: str) -> VolumeRecord | None:
+        """The volume as the control plane keeps it (files as block digests, directories, the
+        versions its lookups asked for), None when there is none by that name."""
+        return self.call(lambda: self.state.volumes.named(name))
+
+    def volume_files(self, name: str) -> dict[str, bytes]:
+        """Every file in the volume by path (relative, as listed), with its bytes."""
+
+        def files() -> dict[str, bytes]:
+            volumes = self.state.volumes
+            record = volumes.named(name)
+            if record is None:
+                raise KeyError(f"no volume named {name!r}")
+            return {path: volumes.contents(record, path) for path in sorted(record.files)}
+
+        return self.call(files)
 
     def publish_image(self, tag: str, image_id: str = "im-published") -> str:
         """Make `Image.from_name(tag)` (and `Image.from_id(image_id)`) resolve; returns the id."""

@@ -18,6 +18,7 @@ from grpclib import GRPCError, Status
 from . import tokens
 from .deployed import FunctionsState
 from .sandboxes import SandboxRecord, v1_id
+from .volume_store import VolumesState
 
 # Built images are content-addressed and, as on Modal, outlive any one server: the SDK keeps image
 # objects hydrated across clients, so a later control plane in the same process must know them.
@@ -72,7 +73,8 @@ class State:
     image_tags: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)
     secret_ids: dict[str, dict[str, str]] = field(default_factory=dict)
-    volumes: dict[str, str] = field(default_factory=dict)
+    # Volumes, their files and the blocks those are made of (`volume_store`).
+    volumes: VolumesState = field(default_factory=VolumesState)
     auth_tokens: set[str] = field(default_factory=set)
     # Uploaded file contents by sha256, and mounts as {path: sha256}.
     files: dict[str, bytes] = field(default_factory=dict)
