@@ -1,7 +1,9 @@
 """OAuth against the real server (`modal-workspace serve` on the local driver, a process of its
 own): the official SDK client registers, is approved at the consent page and runs the cursor
-loop of a live command; two server processes on one data root share one store, so a token one
-issued works at the other and a revocation at either holds at both."""
+loop of a live command; two server processes share one store (on the local driver the SQLite file
+of their data root; on Modal the state Volume of the test control plane, each process with a data
+root of its own), so a token one issued works at the other and a revocation at either holds at
+both."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from e2e_support import local_backend, serve
+import pytest
+from e2e_support import local_backend, modal_backend, serve
 from service_support import TOKEN
 from support.oauth_host import ApprovingBrowser, MemoryStorage, OAuthHost, pkce, sdk_client
 
@@ -58,13 +61,22 @@ async def test_the_sdk_client_runs_the_cursor_loop_over_oauth(tmp_path: Path) ->
                     await tool("workspace_terminate", workspace_id=ws)
 
 
-async def test_two_server_processes_on_one_data_root_share_tokens_and_revocations(
-    tmp_path: Path,
+@pytest.mark.parametrize("driver", ["local", "modal"])
+async def test_two_server_processes_share_tokens_and_revocations(
+    tmp_path: Path, driver: str
 ) -> None:
     with contextlib.ExitStack() as stack:
-        backend = stack.enter_context(local_backend(tmp_path, "ghp_never", isolation="none"))
-        first = stack.enter_context(serve(tmp_path, "ghp_never", backend)).base_url
-        second = stack.enter_context(serve(tmp_path, "ghp_never", backend)).base_url
+        if driver == "local":
+            backend = stack.enter_context(local_backend(tmp_path, "ghp_never", isolation="none"))
+            roots = (tmp_path, tmp_path)
+        else:
+            backend = stack.enter_context(modal_backend("ghp_never"))
+            # Nothing shared on disk: only Modal's Volume joins them.
+            roots = (tmp_path / "one", tmp_path / "two")
+        for root in roots:
+            root.mkdir(exist_ok=True)
+        first = stack.enter_context(serve(roots[0], "ghp_never", backend)).base_url
+        second = stack.enter_context(serve(roots[1], "ghp_never", backend)).base_url
         async with httpx2.AsyncClient(timeout=30) as http:
             host = OAuthHost(http, first)
             await host.register()
@@ -87,3 +99,11 @@ async def test_two_server_processes_on_one_data_root_share_tokens_and_revocation
             )
             assert revoked.status_code == 200, revoked.text
             assert (await http.get(f"{first}/api/workspaces", headers=auth)).status_code == 401
+        if backend.plane is not None:
+            stored = backend.plane.volume_files("modal-workspace-state")
+            # The grant's records, its tokens gone with the revocation.
+            assert any(key.startswith("oauth/grants/") for key in stored), sorted(stored)
+            assert not any(key.startswith("oauth/tokens/") for key in stored), sorted(stored)
+            # Kept as digests: no token's value is anywhere in the Volume.
+            assert not any(access.encode() in value for value in stored.values())
+            assert not any((root / "data" / "shared.sqlite3").exists() for root in roots)
