@@ -14,16 +14,23 @@ Every `MODAL_WORKSPACE_JANITOR_SECONDS` it looks at every workspace once and, wh
   it with its sandbox).
 
 Every action is logged and kept on the workspace (`lifecycle`). Several gateways may sweep the
-same workspaces: each action is decided on a fresh record and refused by the driver when another
-gateway got there first (a workspace that is no longer running cannot be suspended), so the
-worst a race costs is one snapshot more.
+same workspaces (Modal runs as many gateway containers as the load needs, and a scheduled
+function sweeps when none runs): each due action is claimed first in the shared store, where
+exactly one claim of it wins (`SharedStore.create`), and only the winner acts. A claim names the
+action, what makes it due (the run of the workspace it is for, the snapshot that expired) and a
+window of `CLAIM_WINDOW_SECONDS`: a gateway that claimed an action and died before it acted
+leaves it to the next window, where the action is decided again on a fresh record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
+import os
+import socket
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -41,6 +48,11 @@ log = logging.getLogger(__name__)
 
 # The service's claim on its one sweep: held for its life, so a second start is a no-op.
 _SWEEP_CLAIM = "lifecycle-sweep"
+# How long a claim of a due action keeps the other gateways from it: longer than the slowest
+# action (a snapshot may take `snapshot_timeout_seconds`, 900 s on Modal).
+CLAIM_WINDOW_SECONDS = 1800
+# Where claims live in the shared store: one folder per workspace, removed when it is purged.
+CLAIMS = "sweep"
 
 
 def start_sweep(svc: Service) -> None:
@@ -96,9 +108,12 @@ class Janitor:
             ended = _parse(record.suspension.at if record.suspension else record.ended_at)
             retention = timedelta(seconds=self.settings.retention_seconds)
             if ended is not None and now - ended >= retention:
+                if not await self._claim(ws, "purge", str(ended), now):
+                    return
                 await self._act(ws, "purged", f"past the retention of {retention}")
                 await self.svc.drop_agent(ws)
                 await self.svc.driver.destroy(ws, keep_snapshots=False)
+                await self.svc.shared_store.remove(f"{CLAIMS}/{ws}")
             return
         await self._expire_snapshots(ws, now)
         started = _parse(record.started_at or record.created_at)
@@ -106,16 +121,29 @@ class Janitor:
         if started is not None and isinstance(lifetime, int):
             ends = started + timedelta(seconds=lifetime)
             if now >= ends:
-                await self._suspend(ws, "lifetime", "exit", f"its lifetime of {lifetime} s ended")
+                if await self._claim(ws, "lifetime", str(started), now):
+                    why = f"its lifetime of {lifetime} s ended"
+                    await self._suspend(ws, "lifetime", "exit", why)
                 return
             margin = timedelta(seconds=self.settings.safety_margin_seconds)
-            if now >= ends - margin and not await self._has_safety_snapshot(ws, started):
+            if (
+                now >= ends - margin
+                and not await self._has_safety_snapshot(ws, started)
+                and await self._claim(ws, "safety", str(started), now)
+                # Decided again once claimed: another gateway's claim of an earlier window
+                # may have taken it meanwhile.
+                and not await self._has_safety_snapshot(ws, started)
+            ):
                 snapshot = await self._snapshot(ws, "safety")
                 await self._act(ws, "snapshot", f"safety snapshot {snapshot} before its lifetime")
         idle = record.resources.get("idle_timeout_seconds")
         if getattr(self.svc.driver, "ends_idle_workspaces", False):
             return  # the provider ends an idle one, with its exit snapshot
-        if isinstance(idle, int) and await self._idle_for(ws, record) >= idle:
+        if (
+            isinstance(idle, int)
+            and await self._idle_for(ws, record) >= idle
+            and await self._claim(ws, "idle", str(started), now)
+        ):
             await self._suspend(ws, "idle", "idle", f"idle for {idle} s")
 
     async def _has_safety_snapshot(self, ws: str, started: datetime) -> bool:
@@ -159,7 +187,7 @@ class Janitor:
 
     async def _expire_snapshots(self, ws: str, now: datetime) -> None:
         for snapshot in await self.svc.driver.list_snapshots(ws):
-            if snapshot.expired(now):
+            if snapshot.expired(now) and await self._claim(ws, "expire", snapshot.snapshot_id, now):
                 with contextlib.suppress(WorkspaceError):
                     await self.svc.driver.delete_snapshot(ws, snapshot.snapshot_id)
                     await self._act(
@@ -167,6 +195,18 @@ class Janitor:
                         "snapshot_deleted",
                         f"snapshot {snapshot.snapshot_id} expired at {snapshot.expires_at}",
                     )
+
+    async def _claim(self, ws: str, action: str, due: str, now: datetime) -> bool:
+        """Whether this gateway is the one that takes `action` on `ws` (due because of `due`)
+        in the current window: the first to create the claim's record, of every gateway."""
+        window = int(now.timestamp()) // CLAIM_WINDOW_SECONDS
+        instance = hashlib.sha256(due.encode()).hexdigest()[:16]
+        holder = {"host": socket.gethostname()[:64], "pid": os.getpid(), "at": utc_now()}
+        key = f"{CLAIMS}/{ws}/{action}.{instance}.{window}"
+        won = await self.svc.shared_store.create(key, json.dumps(holder).encode())
+        if not won:
+            log.info("lifecycle: %s %s is another gateway's to take", ws, action)
+        return won
 
     async def _act(self, ws: str, action: str, detail: str) -> None:
         log.info("lifecycle: %s %s: %s", ws, action, detail)
