@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LIFECYCLE_SNAPSHOTS_KEPT",
     "MAX_LIFECYCLE_NOTES",
+    "MAX_LOST_EXECS_NAMED",
     "MAX_SNAPSHOTS",
     "Driver",
     "ExecSecret",
@@ -143,8 +144,16 @@ class LifecycleNote(BaseModel):
     safety snapshot, an expired snapshot deleted), kept on the workspace for its owner to see."""
 
     at: str = Field(description="When (RFC 3339, UTC).")
-    action: str = Field(description="suspended, snapshot, snapshot_deleted or purged.")
+    action: str = Field(description="suspended, snapshot, snapshot_deleted, purged or resumed.")
     detail: str = Field(default="", description="What and why, in a sentence.")
+    snapshot_id: str | None = Field(default=None, description="resumed: from this snapshot.")
+    lost_execs: list[str] = Field(
+        default=[], description="resumed: execs that were running when it ended (lost)."
+    )
+
+
+# The most lost execs a resume's note names (it says how many more there were).
+MAX_LOST_EXECS_NAMED = 8
 
 
 # The most lifecycle notes a workspace keeps (the oldest go first).

@@ -6,18 +6,22 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .. import policy
 from ..drivers.base import (
     LIFECYCLE_SNAPSHOTS_KEPT,
+    MAX_LOST_EXECS_NAMED,
     MAX_SNAPSHOTS,
+    LifecycleNote,
     SnapshotKind,
     SnapshotRecord,
     SnapshotSpec,
     WorkspaceRecord,
+    utc_now,
 )
-from ..errors import ConflictError, LimitError, NotFoundError
+from ..errors import ConflictError, LimitError, NotFoundError, WorkspaceError
 from ..git import commands as gitcmd
 from .exec_engine import git_query
 from .task_stream import TaskStream
@@ -26,8 +30,10 @@ if TYPE_CHECKING:
     from ..runtime.service import Service
 
 __all__ = [
+    "Resumed",
     "SnapshotPlan",
     "make_snapshot",
+    "note_resume",
     "plan_snapshot",
     "repo_heads",
     "resume_suspended",
@@ -173,16 +179,65 @@ async def usable_snapshot(
     )
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A resume that happened: the workspace as it was before, and the snapshot it came from.
+    `note_resume` keeps its trace on the workspace."""
+
+    before: WorkspaceRecord
+    snapshot: SnapshotRecord
+
+
 async def resume_workspace(
     svc: Service, workspace_id: str, snapshot_id: str | None, *, only_if_suspended: bool = False
-) -> tuple[WorkspaceRecord, SnapshotRecord]:
-    """The workspace running again from a snapshot (its latest by default)."""
-    await svc.driver.get(workspace_id)  # a workspace never made is a 404 before anything else
+) -> tuple[WorkspaceRecord, Resumed]:
+    """The workspace running again from a snapshot (its latest by default). The caller keeps
+    the trace (`note_resume`): at once where it may reach the agent, else in the background."""
+    # A workspace never made is a 404 before anything else; what it was is the trace's start.
+    before = await svc.driver.get(workspace_id)
     snapshot = await usable_snapshot(svc, workspace_id, snapshot_id)
     await svc.drop_agent(workspace_id)
     record = await svc.driver.resume(workspace_id, snapshot, only_if_suspended=only_if_suspended)
     svc.forget_reached(workspace_id)  # the resumed agent's unsettled notes are owed again
-    return record, snapshot
+    return record, Resumed(before, snapshot)
+
+
+async def note_resume(svc: Service, resumed: Resumed) -> None:
+    """Keeps on the workspace (`lifecycle`) that it ended and was resumed: when and why it ended,
+    the snapshot it came back from, and the execs that were running then (the resumed agent
+    reports them lost). Never fails the resume it describes."""
+    before, workspace_id = resumed.before, resumed.before.workspace_id
+    suspension = before.suspension
+    why = suspension.reason if suspension else before.state
+    ended = (suspension.at if suspension else before.ended_at) or "at an unknown time"
+    more = f" ({suspension.detail[:160]})" if suspension and suspension.detail else ""
+    lost: list[str] = []
+    with contextlib.suppress(WorkspaceError):
+        listed, _ = await svc.request(workspace_id, "exec.list", {})
+        since = _instant(before.started_at or before.created_at)
+        lost = [
+            str(e["exec_id"])
+            for e in listed.get("execs") or []
+            # Lost in this run: begun (or asked for, when it never got to start) since it began.
+            if e.get("state") == "lost"
+            and _instant(e.get("started_at") or e.get("created_at")) >= since
+        ]
+    named = lost[:MAX_LOST_EXECS_NAMED]
+    others = f" and {len(lost) - len(named)} more" if len(lost) > len(named) else ""
+    lost_text = f"; lost {', '.join(named)}{others}" if lost else "; no command was running"
+    detail = (
+        f"it ended {ended} ({why}){more}; resumed from snapshot "
+        f"{resumed.snapshot.snapshot_id}{lost_text}"
+    )
+    note = LifecycleNote(
+        at=utc_now(),
+        action="resumed",
+        detail=detail,
+        snapshot_id=resumed.snapshot.snapshot_id,
+        lost_execs=named,
+    )
+    with contextlib.suppress(WorkspaceError):
+        await svc.driver.note(workspace_id, note)
 
 
 async def resume_suspended(svc: Service, workspace_id: str) -> str | None:
@@ -194,9 +249,21 @@ async def resume_suspended(svc: Service, workspace_id: str) -> str | None:
         return None
     snapshot_id = record.suspension.snapshot_id if record.suspension else None
     try:
-        _, snapshot = await resume_workspace(svc, workspace_id, snapshot_id, only_if_suspended=True)
+        _, resumed = await resume_workspace(svc, workspace_id, snapshot_id, only_if_suspended=True)
     except ConflictError:
         if (await svc.driver.get(workspace_id)).state == "running":
             return None
         raise
-    return snapshot.snapshot_id
+    # In the background: the caller holds the workspace's channel lock while it resumes, and
+    # the trace asks the resumed agent which execs were lost.
+    svc.spawn(note_resume(svc, resumed))
+    return resumed.snapshot.snapshot_id
+
+
+def _instant(stamp: object) -> datetime:
+    """An RFC 3339 time as the drivers and the agent write it (`Z` or an offset); the earliest
+    time for one that is missing or unreadable."""
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)

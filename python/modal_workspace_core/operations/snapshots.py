@@ -31,6 +31,7 @@ from ..runtime.call import ANSWER_BY
 from .lifecycle import (
     SnapshotPlan,
     make_snapshot,
+    note_resume,
     plan_snapshot,
     resume_workspace,
     take_snapshot,
@@ -272,8 +273,11 @@ async def workspace_snapshot_delete(svc: Service, inp: SnapshotRef) -> SnapshotD
     limits="Commands that were running are reported lost.",
 )
 async def workspace_resume(svc: Service, inp: ResumeInput) -> Workspace:
-    record, snapshot = await resume_workspace(svc, inp.workspace_id, inp.snapshot_id)
-    return workspace_out(record, resumed_from=snapshot.snapshot_id)
+    _, resumed = await resume_workspace(svc, inp.workspace_id, inp.snapshot_id)
+    await note_resume(svc, resumed)
+    # Read again: the answer shows the trace the resume left.
+    record = await svc.driver.get(inp.workspace_id)
+    return workspace_out(record, resumed_from=resumed.snapshot.snapshot_id)
 
 
 @declare(

@@ -92,7 +92,10 @@ async def run(service: Service, op: Operation, inp: Input) -> BaseModel | PageRe
     current = Call()
     result = await in_call(service, op.handler(service, inp), current)
     if isinstance(result, PageResult):
-        return result
+        if not current.resumed:
+            return result
+        # Rare (the read resumed its workspace): the page as a model, to say so.
+        return result.model().model_copy(update={"resumed_from": current.resumed[-1]})
     if not isinstance(result, op.output):
         result = op.output.model_validate(result)
     if current.resumed and isinstance(result, Output) and result.resumed_from is None:
