@@ -56,22 +56,29 @@ async def test_the_calls_of_create_channel_open_exec_start_and_polls(
     plane = modal_control_plane
     before = plane.calls()
     ws = await workspaces.create()
-    # The app once per process, the image by name, the sandbox, its launch configuration.
+    # The app once per process, the image by name, the sandbox, its launch configuration; and,
+    # while the sandbox starts, the first version of its records in the state Volume (the
+    # Volume once per process, the version and its block, the copy of the newest).
     assert spent(plane, before) == {
         "AuthTokenGet": 1,
         "AppGetOrCreate": 1,
         "ImageGetByTag": 1,
         "SandboxCreateV2": 1,
         "SandboxStdinWriteV2": 1,
+        "VolumeGetOrCreate": 1,
+        "VolumePutFiles2": 3,
+        "BlockPut": 1,
     }
 
     before = plane.calls()
     assert (await ws.exec("true")).returncode == 0
-    # The record (a lookup and its tags), then the exec of `connect` on the handle the lookup
-    # gave: its task, its router, the exec and its output stream. Six.
+    # The record (a lookup, its tags, and one miss in the Volume that shows the tags copy its
+    # newest records), then the exec of `connect` on the handle the lookup gave: its task, its
+    # router, the exec and its output stream. Seven.
     assert spent(plane, before) == {
         "SandboxGetFromNameV2": 1,
         "SandboxTagsGetV2": 1,
+        "VolumeGetFile2": 1,
         "SandboxGetTaskIdV2": 1,
         "SandboxGetCommandRouterAccess": 1,
         "TaskExecStart": 1,

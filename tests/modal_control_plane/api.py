@@ -301,7 +301,10 @@ class ModalClientServicer(
             matches = [
                 r
                 for r in self.state.sandboxes.values()
-                if r.app_id == app_id and r.name == request.sandbox_name and r.version == version
+                if r.app_id == app_id
+                and r.name == request.sandbox_name
+                and r.version == version
+                and not r.forgotten
             ]
             running = [r for r in matches if r.running]
             found = running[-1] if running else None
@@ -332,6 +335,7 @@ class ModalClientServicer(
                 r
                 for r in self.state.sandboxes.values()
                 if r.version in versions
+                and not r.forgotten
                 and (not request.app_id or r.app_id == request.app_id)
                 and (request.include_finished or r.running)
                 and all(r.tags.get(k) == v for k, v in wanted.items())

@@ -106,6 +106,9 @@ class SandboxRecord:
     _watchers: list[asyncio.Task[None]] = field(default_factory=list)
     # Its container is still starting: no task yet (see `State.start_delay`).
     starting: bool = False
+    # Ended, and no longer listed or found by name (`ControlPlane.forget_ended_sandboxes`): how
+    # long Modal keeps listing ended sandboxes is not documented.
+    forgotten: bool = False
 
     # -- container paths ---------------------------------------------------------------------
 

@@ -253,6 +253,18 @@ class ControlPlane:
         faults = SnapshotFaults(delay=delay, end_sandbox=end_sandbox)
         self.call(lambda: setattr(self.state, "snapshot_faults", faults))
 
+    def forget_ended_sandboxes(self) -> int:
+        """Every ended sandbox is no longer listed or found by name, as Modal may do after a
+        while it does not document; answers how many."""
+
+        def forget() -> int:
+            ended = [r for r in self.state.sandboxes.values() if not r.running]
+            for record in ended:
+                record.forgotten = True
+            return len(ended)
+
+        return self.call(forget)
+
     def end_sandbox(
         self,
         sandbox_id: str,

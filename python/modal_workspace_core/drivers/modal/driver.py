@@ -54,13 +54,21 @@ from .image_request import ImageRequest, build_progress, with_packages
 from .images import WheelNotFoundError, wheel_source
 from .launch import Launch, start_sandbox
 from .lifecycle import ModalLifecycle
-from .lookup import Current, SandboxInfo, checked_workspace_id, latest_sandbox, list_sandboxes
+from .lookup import (
+    UNLISTED_END,
+    Current,
+    SandboxInfo,
+    checked_workspace_id,
+    latest_sandbox,
+    list_sandboxes,
+)
 from .modal_errors import missing_objects, modal_errors
 from .sandbox_options import SandboxOptions, check_env, sandbox_options
 from .secret_env import delete_secret_env, make_secret_env
 from .secrets import ModalSecrets
 from .snapshots import delete_image
 from .volume_store import VolumeStore
+from .workspace_records import TAG_VERSION, Change, WorkspaceRecords
 
 if TYPE_CHECKING:
     from ...config import Settings
@@ -109,6 +117,8 @@ class ModalDriver(ModalLifecycle):
     ) -> None:
         self.settings = settings or ModalSettings()
         self.shared_store: SharedStore = VolumeStore(self.settings.state_volume)
+        # The workspaces' records, kept for good (sandbox tags are their copy and index).
+        self._records = WorkspaceRecords(self.shared_store)
         # How often a channel's Hello promises the agent a frame (`Settings`).
         self.keepalive_seconds = keepalive_seconds
         # Resolved at first use, so that building a driver makes no Modal lookups.
@@ -175,15 +185,57 @@ class ModalDriver(ModalLifecycle):
             sandbox = None
         if sandbox is not None and sandbox.returncode is None:
             found = await sandbox.get_tags.aio() if tags else {}
+            if tags:
+                found = await self._fresh(workspace_id, found, copy=True)
             self._handles[workspace_id] = sandbox
             return Current(workspace_id, sandbox, found, None)
         wanted = {TAG_MANAGED_BY: MANAGED_BY, TAG_WORKSPACE_ID: workspace_id}
         info = await latest_sandbox(await self._app_id(), wanted)
-        if info is None or records.TAG_PURGED in info.tags:
+        if info is not None and records.TAG_PURGED not in info.tags:
+            found = await self._fresh(workspace_id, info.tags, copy=False)
+            if records.TAG_PURGED not in found:
+                return Current(workspace_id, None, found, info.result, info)
+        stored = None if info is not None else await self._records.load(workspace_id)
+        if stored is None or records.TAG_PURGED in stored.tags:
+            # Never made, purged, or (its sandbox still listed) purged by its records.
             raise NotFoundError(
                 "not_found", f"workspace {workspace_id} does not exist", "workspace_id"
             )
-        return Current(workspace_id, None, dict(info.tags), info.result, info)
+        # Modal no longer lists its sandbox (it keeps ended ones for a while it does not
+        # promise): the records are the store's, and the sandbox ended.
+        return Current(workspace_id, None, stored.tags, UNLISTED_END)
+
+    async def _fresh(
+        self, workspace_id: str, tags: Mapping[str, str], *, copy: bool
+    ) -> dict[str, str]:
+        """The workspace's records: a running sandbox's copy when it names the newest version
+        (`copy`: one miss to check), else the store's. A workspace the store has never recorded
+        (made before it kept records) is recorded from its tags, once."""
+        version = tags.get(TAG_VERSION, "")
+        plain = {k: v for k, v in tags.items() if k != TAG_VERSION}
+        if (
+            copy
+            and version.isdigit()
+            and await self._records.is_current(workspace_id, int(version))
+        ):
+            return plain
+        stored = await self._records.load(workspace_id)
+        if stored is None:
+            stored = await self._records.update(workspace_id, lambda same: same, base=plain)
+        return stored.tags
+
+    async def _save(self, current: Current, change: Change) -> dict[str, str]:
+        """Commits `change` to the workspace's records (every gateway's write kept), then copies
+        them to its sandbox's tags, the index the list call reads (a copy that fails costs
+        nothing: readers check it against the store)."""
+        saved = await self._records.update(current.workspace_id, change, base=current.tags)
+        if current.sandbox is not None or current.info is not None:
+            try:
+                sandbox = await current.handle()
+                await sandbox.set_tags.aio({**saved.tags, TAG_VERSION: str(saved.version)})
+            except modal.exception.Error as exc:
+                log.info("the tags of %s were not copied: %s", current.workspace_id, exc)
+        return saved.tags
 
     async def _running(self, workspace_id: str, *, tags: bool = True) -> Current:
         """The workspace's running sandbox; an ended one is refused as the local driver refuses
@@ -315,16 +367,22 @@ class ModalDriver(ModalLifecycle):
                 # that a resume attaches the same values by id.
                 launch.secret_env = await make_secret_env(str(app.app_id), spec.secret_env)
                 tags[records.TAG_SECRET_ENV] = launch.secret_env.value()
+            # The first version of its records (so the sandbox's copy names version 1),
+            # committed while the sandbox starts.
+            launch.tags = {**tags, TAG_VERSION: "1"}
             try:
                 async with build_progress(_packages(options) if image is None else ImageRequest()):
-                    sandbox = await start_sandbox(
-                        app, self.settings, launch, self._channel_key(workspace_id)
+                    sandbox, _ = await asyncio.gather(
+                        start_sandbox(app, self.settings, launch, self._channel_key(workspace_id)),
+                        self._records.update(workspace_id, lambda _: dict(tags), new=True),
                     )
             except BaseException:
                 self._default_image.forget()
-                # No workspace holds it: its values are not left at Modal.
+                # No workspace holds it: its values are not left at Modal, nor its records.
                 if launch.secret_env is not None:
                     await delete_secret_env(launch.secret_env)
+                with contextlib.suppress(Exception):
+                    await self._records.forget(workspace_id)
                 raise
         self._handles[workspace_id] = sandbox
         return self._record(Current(workspace_id, sandbox, tags, None))
@@ -370,6 +428,13 @@ class ModalDriver(ModalLifecycle):
                 with contextlib.suppress(modal.exception.Error):
                     current = await self._observe(current)
                 out.append(self._record(current))
+            # Workspaces whose sandboxes Modal no longer lists: their records are the store's.
+            for workspace_id in await self._records.workspace_ids():
+                if workspace_id in latest:
+                    continue
+                stored = await self._records.load(workspace_id)
+                if stored is not None and records.TAG_PURGED not in stored.tags:
+                    out.append(self._record(Current(workspace_id, None, stored.tags, UNLISTED_END)))
         return out
 
     async def set_tags(self, workspace_id: str, tags: dict[str, str]) -> WorkspaceRecord:
@@ -377,14 +442,16 @@ class ModalDriver(ModalLifecycle):
         workspace_id = checked_workspace_id(workspace_id)
         async with modal_errors(workspace_id):
             current = await self._running(workspace_id)
-            kept = {
-                k: v
-                for k, v in current.tags.items()
-                if k in WORKSPACE_TAGS or k.startswith(records.INTERNAL_PREFIX)
-            }
-            merged = {**_caller_tags(tags, kept), **kept}
-            sandbox = await current.handle()
-            await sandbox.set_tags.aio(merged)
+
+            def with_callers(held: dict[str, str]) -> dict[str, str]:
+                kept = {
+                    k: v
+                    for k, v in held.items()
+                    if k in WORKSPACE_TAGS or k.startswith(records.INTERNAL_PREFIX)
+                }
+                return {**_caller_tags(tags, kept), **kept}
+
+            merged = await self._save(current, with_callers)
         return self._record(replace(current, tags=merged))
 
     # -- the channel --------------------------------------------------------------------------
@@ -470,28 +537,36 @@ class ModalDriver(ModalLifecycle):
         workspace_id = checked_workspace_id(workspace_id)
         async with modal_errors(workspace_id):
             current = await self._current(workspace_id)
-            tags = dict(current.tags)
             if keep_snapshots:
-                if records.TAG_ENDED in tags:
-                    raise NotFoundError(
-                        "not_found", f"workspace {workspace_id} was terminated", "workspace_id"
-                    )
-                tags.pop(records.TAG_SUSPENSION, None)
-                tags[records.TAG_ENDED] = utc_now()
+
+                def ended(held: dict[str, str]) -> dict[str, str]:
+                    if records.TAG_ENDED in held:
+                        raise NotFoundError(
+                            "not_found", f"workspace {workspace_id} was terminated", "workspace_id"
+                        )
+                    held.pop(records.TAG_SUSPENSION, None)
+                    return {**held, records.TAG_ENDED: utc_now()}
+
+                await self._save(current, ended)
             else:
+                tags = dict(current.tags)
                 for stored in records.snapshots(workspace_id, tags):
                     await delete_image(stored.image_id)
                 # Nothing can resume it any more: its secret_env goes with its images.
                 own = records.secret_env(tags)
                 if own is not None:
                     await delete_secret_env(own)
-                tags = {
+                purged = {
                     **{k: v for k, v in tags.items() if not k.startswith(records.INTERNAL_PREFIX)},
                     records.TAG_PURGED: utc_now(),
                 }
-            sandbox = await current.handle()
-            await sandbox.set_tags.aio(tags)
+                # The sandbox's copy says purged (the list skips it), and the records go.
+                if current.sandbox is not None or current.info is not None:
+                    sandbox = await current.handle()
+                    await sandbox.set_tags.aio(purged)
+                await self._records.forget(workspace_id)
             if current.running:
+                sandbox = await current.handle()
                 await sandbox.terminate.aio()
         await self._drop_client(workspace_id)
 

@@ -11,7 +11,6 @@ import builtins
 import contextlib
 import datetime as dt
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ import modal.exception
 from modal_proto import api_pb2
 
 from ...config import ModalSettings
-from ...errors import ConflictError, NotFoundError, UpstreamError
+from ...errors import ConflictError, NotFoundError
 from ...policy import WORKSPACE_TAGS
 from ..base import SnapshotSpec, Suspension, utc_now
 from . import records
@@ -32,6 +31,7 @@ from .modal_errors import missing_objects, modal_errors
 from .sandbox_options import sandbox_options
 from .secret_env import open_secret_env
 from .snapshots import delete_image, open_image, take_filesystem_snapshot
+from .workspace_records import TAG_VERSION, Change, WorkspaceRecords
 
 if TYPE_CHECKING:
     # The contract's types, in annotations only.
@@ -61,34 +61,6 @@ def _stamp(seconds: float) -> str:
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-# How often a snapshot's record is written again when another gateway's write replaced it.
-_RECORD_ATTEMPTS = 5
-
-
-async def _record_snapshot(
-    sandbox: modal.Sandbox, workspace_id: str, spec: SnapshotSpec, image_id: str
-) -> records.StoredSnapshot:
-    """Adds the snapshot's record to the sandbox's tags and reads it back. A tag write replaces
-    the whole set, so two gateways recording at once (two forks of one parent, say) can each
-    erase the other's record: a write whose record is gone when read back is merged again into
-    what is there now, after a short random pause, until it stays."""
-    for attempt in range(_RECORD_ATTEMPTS):
-        # Read again: the tags may have changed while the snapshot was taken.
-        tags = await sandbox.get_tags.aio()
-        stored = records.StoredSnapshot.new(workspace_id, spec, image_id, tags)
-        await sandbox.set_tags.aio(records.with_snapshot(tags, stored))
-        await asyncio.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
-        if records.has_snapshot(await sandbox.get_tags.aio(), spec.snapshot_id):
-            return stored
-        log.info("the record of snapshot %s was overwritten; writing it again", spec.snapshot_id)
-    raise UpstreamError(
-        "upstream",
-        f"snapshot {spec.snapshot_id} of workspace {workspace_id} was taken (image {image_id}) "
-        "but its record kept being overwritten by other writers; try again",
-        "snapshot_id",
-    )
-
-
 class ModalLifecycle:
     """Snapshots, resume, fork, suspend and notes of `ModalDriver`'s workspaces. What it uses of
     the driver is declared below; the driver defines it."""
@@ -110,6 +82,10 @@ class ModalLifecycle:
 
         async def _drop_client(self, workspace_id: str) -> None: ...
 
+        async def _save(self, current: Current, change: Change) -> dict[str, str]: ...
+
+        _records: WorkspaceRecords
+
         # `ModalDriver._new_workspace`: a fork is a create (with the snapshot's `image` and its
         # `lineage`).
         _new_workspace: Callable[..., Awaitable[WorkspaceRecord]]
@@ -125,6 +101,8 @@ class ModalLifecycle:
         done = (records.TAG_ENDED, records.TAG_SUSPENSION, records.TAG_PURGED)
         if current.running or current.result is None or any(t in tags for t in done):
             return current
+        if current.info is None and current.sandbox is None:
+            return current  # Modal no longer lists it: nothing more can be had of its end
         sandbox = await current.handle()
         reason = end_reason(current.result)
         try:
@@ -132,16 +110,14 @@ class ModalLifecycle:
         except TimeoutError:
             log.info("the exit snapshot of %s is not ready yet", current.workspace_id)
             return current
-        tags = dict(tags)
         snapshot_id = None
+        spec = None
         if image_id is not None:
             spec = SnapshotSpec(
                 snapshot_id=records.exit_snapshot_id(sandbox.object_id),
                 kind="exit",
                 label=f"exit: {reason}",
             )
-            stored = records.StoredSnapshot.new(current.workspace_id, spec, image_id, tags)
-            tags = records.with_snapshot(tags, stored, automatic=True)
             snapshot_id = spec.snapshot_id
         detail = why
         if reason == "failed_to_start":
@@ -149,8 +125,16 @@ class ModalLifecycle:
         suspension = Suspension(
             reason=reason, at=self._ended_at(current), snapshot_id=snapshot_id, detail=detail
         )
-        tags[records.TAG_SUSPENSION] = records.suspension_value(suspension)
-        await sandbox.set_tags.aio(tags)
+
+        def ended(held: dict[str, str]) -> dict[str, str]:
+            if any(t in held for t in done):
+                return held  # another gateway recorded this end first
+            if spec is not None and image_id is not None:
+                stored = records.StoredSnapshot.new(current.workspace_id, spec, image_id, held)
+                held = records.with_snapshot(held, stored, automatic=True)
+            return {**held, records.TAG_SUSPENSION: records.suspension_value(suspension)}
+
+        tags = await self._save(current, ended)
         log.info(
             "workspace %s ended (%s); its exit snapshot is %s",
             current.workspace_id,
@@ -191,8 +175,15 @@ class ModalLifecycle:
                 timeout=self.settings.snapshot_timeout_seconds,
             )
             await open_image(spec.snapshot_id, image_id)
-            stored = await _record_snapshot(sandbox, workspace_id, spec, image_id)
-        return stored.record
+            made: list[records.StoredSnapshot] = []
+
+            def with_it(held: dict[str, str]) -> dict[str, str]:
+                # The tags it keeps are the workspace's as they are now, not when it began.
+                made[:] = [records.StoredSnapshot.new(workspace_id, spec, image_id, held)]
+                return records.with_snapshot(held, made[0])
+
+            await self._save(current, with_it)
+        return made[0].record
 
     async def list_snapshots(self, workspace_id: str) -> builtins.list[SnapshotRecord]:
         workspace_id = checked_workspace_id(workspace_id)
@@ -216,8 +207,7 @@ class ModalLifecycle:
         async with modal_errors(workspace_id):
             current = await self._current(workspace_id)
             stored = await self._stored(current, snapshot_id)
-            sandbox = await current.handle()
-            await sandbox.set_tags.aio(records.without_snapshot(current.tags, snapshot_id))
+            await self._save(current, lambda held: records.without_snapshot(held, snapshot_id))
             await delete_image(stored.image_id)
 
     async def resume(
@@ -259,6 +249,10 @@ class ModalLifecycle:
                 k: v for k, v in records.caller_tags(snapshot.tags).items() if k not in managed
             }
             tags = {**restored, **managed, **kept, records.TAG_STARTED: utc_now()}
+            kept_tags = tags
+            # Committed before the new sandbox starts, which carries their copy.
+            saved = await self._records.update(workspace_id, lambda _: dict(kept_tags))
+            tags = {**saved.tags, TAG_VERSION: str(saved.version)}
             launch = Launch(
                 workspace_id=workspace_id,
                 options=options,
@@ -275,7 +269,7 @@ class ModalLifecycle:
                     app, self.settings, launch, self._channel_key(workspace_id)
                 )
         self._handles[workspace_id] = sandbox
-        return self._record(Current(workspace_id, sandbox, tags, None))
+        return self._record(Current(workspace_id, sandbox, saved.tags, None))
 
     async def fork(
         self, snapshot: SnapshotRecord, workspace_id: str, spec: WorkspaceSpec, lineage: Lineage
@@ -301,9 +295,9 @@ class ModalLifecycle:
         async with modal_errors(workspace_id):
             current = await self._running(workspace_id)
             suspension = Suspension(reason=reason, at=utc_now(), snapshot_id=snapshot_id)
-            tags = {**current.tags, records.TAG_SUSPENSION: records.suspension_value(suspension)}
+            value = records.suspension_value(suspension)
+            tags = await self._save(current, lambda held: {**held, records.TAG_SUSPENSION: value})
             sandbox = await current.handle()
-            await sandbox.set_tags.aio(tags)
             await sandbox.terminate.aio()
         await self._drop_client(workspace_id)
         return self._record(replace(current, tags=tags, result=_TERMINATED))
@@ -313,5 +307,4 @@ class ModalLifecycle:
         with contextlib.suppress(NotFoundError):
             async with modal_errors(workspace_id):
                 current = await self._current(workspace_id)
-                sandbox = await current.handle()
-                await sandbox.set_tags.aio(records.with_note(current.tags, note))
+                await self._save(current, lambda held: records.with_note(held, note))

@@ -25,6 +25,7 @@ from ...errors import core_refusal
 from ...policy import check_id
 
 __all__ = [
+    "UNLISTED_END",
     "Current",
     "SandboxInfo",
     "checked_workspace_id",
@@ -114,6 +115,13 @@ def checked_workspace_id(workspace_id: str) -> str:
     `invalid_argument`, naming the field)."""
     with core_refusal("workspace_id"):
         return check_id("ws", workspace_id)
+
+
+# What a workspace's sandbox reads as once Modal no longer lists it: ended, how unknown.
+UNLISTED_END = api_pb2.GenericResult(
+    status=api_pb2.GenericResult.GENERIC_STATUS_TERMINATED,
+    exception="its sandbox ended and Modal no longer lists it",
+)
 
 
 @dataclass

@@ -1,12 +1,11 @@
-"""What the Modal driver keeps of a workspace beyond its files, and where: in the tags of the
-workspace's latest sandbox, under names starting `mwc-` that only the driver writes.
+"""What the Modal driver keeps of a workspace beyond its files: a set of entries named like tags,
+under names starting `mwc-` that only the driver writes, beside the caller's tags.
 
-Why tags: they are set by the gateway through Modal's API only (nothing a command in the
-sandbox runs can reach them: the workspace is hostile), they are durable for as long as Modal
-keeps the sandbox's record, every gateway container reads the same ones, and the list call that
-finds a deployment's workspaces already carries them (no read per workspace). A resume creates
-the new sandbox with the records of the old one, so the latest sandbox of a workspace always
-holds all of them. A `modal.Dict` would not do: its entries expire after 7 days without use.
+Where: the set is committed, version by version, to the deployment's shared store
+(`workspace_records.py`: the truth, no write lost, kept whatever Modal lists), and copied to the
+tags of the workspace's latest sandbox (the index the list call reads). Only the gateway writes
+either, through Modal's API: nothing a command in the sandbox runs can reach them (the workspace
+is hostile). A `modal.Dict` would not do: its entries expire after 7 days without use.
 
 Each record is one tag with a small, bounded value (compact JSON): a snapshot is its image id,
 kind, times, label, repository HEADs and the workspace's tags then; the suspension, lineage,
