@@ -72,9 +72,24 @@ async def test_the_calls_of_create_channel_open_exec_start_and_polls(
 
     before = plane.calls()
     assert (await ws.exec("true")).returncode == 0
-    # The record (a lookup, its tags, and one miss in the Volume that shows the tags copy its
-    # newest records), then the exec of `connect` on the handle the lookup gave: its task, its
-    # router, the exec and its output stream. Seven.
+    # The exec of `connect` on the handle the create kept (which knows its task and router
+    # already), its record the create's: the exec and its output stream. From the create
+    # request to the first byte of a command's output, four calls one after another once a
+    # process has its app and image (`SandboxCreateV2`, `SandboxStdinWriteV2`, then these), the
+    # records' Volume calls running beside the create.
+    assert spent(plane, before) == {
+        "TaskExecStart": 1,
+        "TaskExecStdioRead": 1,
+    }
+
+    # A gateway that did not make it (restarted, or another container) looks it up: the record
+    # (a lookup, its tags, and one miss in the Volume that shows the tags copy the newest
+    # records), then the same four on the lookup's handle. Seven.
+    await workspaces.service.drop_agent(ws.id)
+    driver = workspaces.service.driver
+    driver._handles.clear()  # type: ignore[attr-defined]
+    before = plane.calls()
+    assert (await ws.exec("true")).returncode == 0
     assert spent(plane, before) == {
         "SandboxGetFromNameV2": 1,
         "SandboxTagsGetV2": 1,
@@ -168,3 +183,85 @@ async def test_the_sweep_leaves_idleness_to_modal_and_opens_no_channel(
         assert "TaskExecStart" not in swept, swept
         assert (await ws.refresh()).state == "running"
     await driver.close()
+
+
+async def test_the_calls_of_each_journey_once_a_process_is_warm(
+    workspaces: Workspaces, modal_control_plane: ControlPlane
+) -> None:
+    """The table of docs/modal.md: a create and its first output, a snapshot, a fork, a
+    resume, each counted in a process that has its app, image and Volume already."""
+    plane = modal_control_plane
+    warm = await workspaces.create()
+    assert (await warm.exec("true")).returncode == 0
+
+    before = plane.calls()
+    ws = await workspaces.create()
+    assert (await ws.exec("echo hi")).stdout == "hi\n"
+    journeys = {"create, then its first output": spent(plane, before)}
+
+    before = plane.calls()
+    snapshot = await workspaces.call("workspace_snapshot", workspace_id=ws.id)
+    journeys["snapshot"] = spent(plane, before)
+
+    before = plane.calls()
+    await workspaces.call(
+        "workspace_fork", workspace_id=ws.id, snapshot_id=snapshot.model_dump()["snapshot_id"]
+    )
+    journeys["fork of a snapshot"] = spent(plane, before)
+
+    before = plane.calls()
+    await workspaces.call("workspace_resume", workspace_id=ws.id)
+    journeys["resume of a running workspace from its latest snapshot"] = spent(plane, before)
+
+    # docs/modal.md's table. The lookups that repeat within one operation (a snapshot reads
+    # the record three times, a resume five) are what is left to cut.
+    assert journeys == {
+        "create, then its first output": {
+            "ImageGetByTag": 1,
+            "SandboxCreateV2": 1,
+            "SandboxStdinWriteV2": 1,
+            "VolumePutFiles2": 3,
+            "BlockPut": 1,
+            "TaskExecStart": 1,
+            "TaskExecStdioRead": 1,
+        },
+        "snapshot": {
+            "SandboxGetFromNameV2": 3,
+            "SandboxTagsGetV2": 3,
+            "VolumeGetFile2": 5,
+            "BlockGet": 1,
+            "SandboxGetTaskIdV2": 1,
+            "SandboxGetCommandRouterAccess": 1,
+            "TaskSnapshotFilesystem": 1,
+            "ImageFromId": 1,
+            "VolumePutFiles2": 3,
+            "BlockPut": 1,
+            "SandboxTagsSetV2": 1,
+        },
+        "fork of a snapshot": {
+            "SandboxGetFromNameV2": 3,
+            "SandboxTagsGetV2": 3,
+            "VolumeGetFile2": 3,
+            "ImageFromId": 2,
+            "SandboxCreateV2": 1,
+            "SandboxStdinWriteV2": 1,
+            "VolumePutFiles2": 3,
+            "BlockPut": 1,
+        },
+        "resume of a running workspace from its latest snapshot": {
+            "SandboxGetFromNameV2": 5,
+            "SandboxTagsGetV2": 5,
+            "VolumeGetFile2": 9,
+            "BlockGet": 2,
+            "ImageFromId": 2,
+            "SandboxTerminateV2": 1,
+            "SandboxWaitV2": 1,
+            "VolumePutFiles2": 6,
+            "BlockPut": 2,
+            "SandboxTagsSetV2": 1,
+            "SandboxCreateV2": 1,
+            "SandboxStdinWriteV2": 1,
+            "TaskExecStart": 1,
+            "TaskExecStdioRead": 1,
+        },
+    }, journeys

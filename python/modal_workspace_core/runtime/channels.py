@@ -72,37 +72,46 @@ class Channels:
             client = self._clients.get(workspace_id)
             if client is not None and not client.closed:
                 return client
-            # A stopped workspace is the driver's to revive (the local driver restarts an agent
-            # that died), a suspended one resumes; only a terminated one is gone.
-            record = await self.records.record(workspace_id)
-            suspension = record.suspension
-            if (
-                record.state == "suspended"
-                and suspension
-                and suspension.reason == "failed_to_start"
-            ):
-                # Resuming would start the same thing again: say why it did not run instead.
-                raise ConflictError(
-                    failed_start(workspace_id, suspension.detail), field="workspace_id"
-                )
-            if record.state == "suspended" and self._resume is not None:
-                resumed = await self._resume(workspace_id)
-                call = CALL.get()
-                if resumed is not None:
-                    log.info(
-                        "resumed %s from %s for the call that needed it", workspace_id, resumed
-                    )
-                    if call is not None:
-                        call.resumed.append(resumed)
-                self.records.forget_record(workspace_id)
-                record = await self.records.record(workspace_id)
-            client = await self.driver.connect(workspace_id)
+            # One the driver made moments ago is reached on the create's handle, its record the
+            # create's; if it ended since, it is looked up like any other.
+            record = self._just_made(workspace_id)
+            client = None
+            if record is not None:
+                try:
+                    client = await self.driver.connect(workspace_id)
+                except WorkspaceError:
+                    record = None
+            if client is None:
+                record = await self._reachable(workspace_id)
+                client = await self.driver.connect(workspace_id)
+            assert record is not None
             self._clients[workspace_id] = client
             self._live_records[workspace_id] = record
             if workspace_id not in self._reached:
                 self._reached.add(workspace_id)
                 self._on_first_reach(workspace_id)
             return client
+
+    async def _reachable(self, workspace_id: str) -> WorkspaceRecord:
+        """The workspace's record once it can be connected to: a suspended one resumed first
+        (the call's answer says so), one that failed to start refused with why."""
+        # A stopped workspace is the driver's to revive (the local driver restarts an agent
+        # that died), a suspended one resumes; only a terminated one is gone.
+        record = await self.records.record(workspace_id)
+        suspension = record.suspension
+        if record.state == "suspended" and suspension and suspension.reason == "failed_to_start":
+            # Resuming would start the same thing again: say why it did not run instead.
+            raise ConflictError(failed_start(workspace_id, suspension.detail), field="workspace_id")
+        if record.state == "suspended" and self._resume is not None:
+            resumed = await self._resume(workspace_id)
+            call = CALL.get()
+            if resumed is not None:
+                log.info("resumed %s from %s for the call that needed it", workspace_id, resumed)
+                if call is not None:
+                    call.resumed.append(resumed)
+            self.records.forget_record(workspace_id)
+            record = await self.records.record(workspace_id)
+        return record
 
     async def live_record(self, workspace_id: str) -> WorkspaceRecord:
         """The record as of when the workspace's open channel was opened, for operations that
@@ -113,7 +122,15 @@ class Channels:
         known = self._live_records.get(workspace_id)
         if client is not None and not client.closed and known is not None:
             return known
-        return await self.records.record(workspace_id)
+        made = self._just_made(workspace_id)
+        return made if made is not None else await self.records.record(workspace_id)
+
+    def _just_made(self, workspace_id: str) -> WorkspaceRecord | None:
+        """The record of a workspace the driver made moments ago, where it keeps one (its
+        create answered it; the channel to it opens on the create's handle)."""
+        just_made = getattr(self.driver, "just_made", None)
+        made = just_made(workspace_id) if just_made is not None else None
+        return made if isinstance(made, WorkspaceRecord) else None
 
     def forget_reached(self, workspace_id: str) -> None:
         """The workspace's agent is a new one (resumed): what is owed at first reach is owed

@@ -83,6 +83,10 @@ MANAGED_BY = "modal-workspace-mcp"
 TAG_MANAGED_BY, TAG_WORKSPACE_ID, TAG_WORKSPACE_ROOT, TAG_CREATED_AT = WORKSPACE_TAGS
 
 
+# How long a workspace this process made counts as just made (`ModalDriver.just_made`).
+JUST_MADE_SECONDS = 30.0
+
+
 def _caller_tags(tags: Mapping[str, str], managed: Mapping[str, str]) -> dict[str, str]:
     """The caller's tags, refused where a key is malformed, is one of the driver's records, or
     would change a managed tag (the core's `stored_tag` rule)."""
@@ -119,6 +123,8 @@ class ModalDriver(ModalLifecycle):
         self.shared_store: SharedStore = VolumeStore(self.settings.state_volume)
         # The workspaces' records, kept for good (sandbox tags are their copy and index).
         self._records = WorkspaceRecords(self.shared_store)
+        # What this process made or resumed moments ago (`just_made`).
+        self._made: dict[str, tuple[WorkspaceRecord, float]] = {}
         # How often a channel's Hello promises the agent a frame (`Settings`).
         self.keepalive_seconds = keepalive_seconds
         # Resolved at first use, so that building a driver makes no Modal lookups.
@@ -385,7 +391,23 @@ class ModalDriver(ModalLifecycle):
                     await self._records.forget(workspace_id)
                 raise
         self._handles[workspace_id] = sandbox
-        return self._record(Current(workspace_id, sandbox, tags, None))
+        record = self._record(Current(workspace_id, sandbox, tags, None))
+        self._made[workspace_id] = (record, time.monotonic())
+        return record
+
+    def just_made(self, workspace_id: str) -> WorkspaceRecord | None:
+        """The record of a workspace this process made (or resumed) moments ago, with its
+        sandbox's handle at hand: what the first channel to it needs, without a lookup (the
+        create's answer is that record). Only for opening a channel, which fails on the handle
+        if the sandbox has ended since, and then looks it up."""
+        made = self._made.get(workspace_id)
+        if made is None or workspace_id not in self._handles:
+            return None
+        record, at = made
+        if time.monotonic() - at >= JUST_MADE_SECONDS:
+            del self._made[workspace_id]
+            return None
+        return record
 
     def _image(self, options: SandboxOptions) -> modal.Image:
         return with_packages(self._base_image(options), _packages(options))
@@ -523,6 +545,7 @@ class ModalDriver(ModalLifecycle):
         """Forgets the workspace's channel and its sandbox's handle (it is being ended or
         replaced)."""
         self._handles.pop(workspace_id, None)
+        self._made.pop(workspace_id, None)
         client = self._clients.pop(workspace_id, None)
         if client is not None:
             await client.close()

@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import datetime as dt
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -67,6 +68,7 @@ class ModalLifecycle:
 
     settings: ModalSettings
     _handles: dict[str, modal.Sandbox]
+    _made: dict[str, tuple[WorkspaceRecord, float]]
 
     if TYPE_CHECKING:
 
@@ -269,7 +271,9 @@ class ModalLifecycle:
                     app, self.settings, launch, self._channel_key(workspace_id)
                 )
         self._handles[workspace_id] = sandbox
-        return self._record(Current(workspace_id, sandbox, saved.tags, None))
+        record = self._record(Current(workspace_id, sandbox, saved.tags, None))
+        self._made[workspace_id] = (record, time.monotonic())
+        return record
 
     async def fork(
         self, snapshot: SnapshotRecord, workspace_id: str, spec: WorkspaceSpec, lineage: Lineage
