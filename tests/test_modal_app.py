@@ -232,6 +232,9 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
         return made[-1]
 
     monkeypatch.setattr(service_module, "create_driver", recording)
+    # As in the web function's container, which has Modal credentials of its own (none is
+    # configured here).
+    monkeypatch.setattr(modal, "is_local", lambda: False)
 
     gateway = module.build_gateway()
 
