@@ -7,9 +7,10 @@ cached on the source: `python/modal_workspace_core/drivers/modal/wheel_stage.py`
 Linux wheel whatever machine deploys. `MODAL_WORKSPACE_WHEEL` names a Linux x86-64 wheel to upload
 instead (faster where one is at hand). The wheel stays in the image: the gateway puts it into
 every workspace image too (it holds the workspace agent). The bearer token comes from a Modal
-Secret (by default `modal-workspace-mcp`, holding `MODAL_WORKSPACE_MCP_TOKEN`); everything else
-is configured with environment variables, read once when a container starts
-(`modal_workspace_core.config`).
+Secret (by default `modal-workspace-mcp`, holding `MODAL_WORKSPACE_MCP_TOKEN`); every other
+setting set where `modal deploy` runs reaches the gateway's environment, read once when a
+container starts (`modal_workspace_core.config`), as `config/deployment.py` declares: secrets
+only through Modal Secrets, and the local driver's settings not at all.
 """
 
 from __future__ import annotations
@@ -28,39 +29,48 @@ SECRET_NAME = os.environ.get("MODAL_WORKSPACE_SECRET", "modal-workspace-mcp")
 PYTHON_VERSION = "3.11"
 # The checkout this file is in, wherever `modal deploy` is run from.
 CHECKOUT = Path(__file__).resolve().parent
-WHEEL_STAGE = CHECKOUT / "python" / "modal_workspace_core" / "drivers" / "modal" / "wheel_stage.py"
+PACKAGE = CHECKOUT / "python" / "modal_workspace_core"
+WHEEL_STAGE = PACKAGE / "drivers" / "modal" / "wheel_stage.py"
+DEPLOYMENT = Path("config") / "deployment.py"
 PIP_INSTALL = "python -m pip install --no-cache-dir"
 # Long-polls are clamped to 25 s by the service, under GPT Actions' 45 s and Modal's ~150 s
 # request limit; one container holds many of them at once.
 MAX_CONCURRENT_REQUESTS = 200
-# Settings passed through to the gateway's containers when set where `modal deploy` runs.
-FORWARDED_SETTINGS = (
-    "MODAL_WORKSPACE_ALLOWED_SECRETS",
-    "MODAL_WORKSPACE_ALLOWED_VOLUMES",
-    "MODAL_WORKSPACE_ALLOWED_HOSTS",
-    "MODAL_WORKSPACE_GITHUB_SECRET",
-    "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME",
-    "MODAL_WORKSPACE_SANDBOX_APP",
-    "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS",
-    "MODAL_WORKSPACE_STATE_VOLUME",
-    "MODAL_WORKSPACE_AGENT_TIMEOUT",
-    "MODAL_WORKSPACE_PUBLIC_URL",
-)
 
 
-def wheel_stage() -> ModuleType:
-    """The wheel's builder stage, loaded by its path: the package itself is not installed (and
+def _load(name: str, path: Path) -> ModuleType:
+    """A module of the package loaded by its path: the package itself is not installed (and
     could not be imported without its compiled core) where only `modal` is."""
-    name = "_modal_workspace_wheel_stage"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, WHEEL_STAGE)
-    if spec is None or spec.loader is None or not WHEEL_STAGE.is_file():
-        raise FileNotFoundError(f"{WHEEL_STAGE} is missing: deploy from a checkout")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: deploy from a checkout")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def wheel_stage() -> ModuleType:
+    """The wheel's builder stage."""
+    return _load("_modal_workspace_wheel_stage", WHEEL_STAGE)
+
+
+def deployment() -> ModuleType:
+    """How each setting reaches the gateway (`config/deployment.py`): from the checkout where
+    `modal deploy` runs; inside the gateway's container, which holds only this file of the
+    checkout, from the package installed there."""
+    path = PACKAGE / DEPLOYMENT
+    if not path.is_file():
+        installed = importlib.util.find_spec("modal_workspace_core")
+        if installed is not None and installed.submodule_search_locations:
+            path = Path(installed.submodule_search_locations[0]) / DEPLOYMENT
+    return _load("_modal_workspace_deployment", path)
+
+
+# The settings copied into the gateway image's environment when set where `modal deploy` runs.
+FORWARDED_SETTINGS: tuple[str, ...] = deployment().forwarded_settings()
 
 
 def gateway_image(wheel: Path | None = None) -> modal.Image:

@@ -42,6 +42,8 @@ LAZY: dict[tuple[str, str], str] = {
     ("drivers", "drivers.local"): "a driver, once chosen",
     ("drivers", "drivers.local.snapshots"): "a driver, once chosen",
     ("drivers", "drivers.modal.driver"): "a driver, once chosen (and with it the Modal SDK)",
+    ("drivers", "drivers.modal.credentials"): "a driver, once chosen (the Modal SDK's "
+    "configuration, checked before the driver opens)",
     ("surfaces.cli", "operations"): "the server, for `modal-workspace serve` alone",
     ("surfaces.cli", "surfaces.http_listen"): "the server, for `modal-workspace serve` alone",
     ("surfaces.cli", "surfaces.http_serving"): "the server, for `modal-workspace serve` alone",

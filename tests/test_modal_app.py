@@ -37,7 +37,7 @@ def wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def _load(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def load_modal_app(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """A fresh import of modal_app.py, as `modal deploy` does."""
     spec = importlib.util.spec_from_file_location("modal_app", MODAL_APP)
     assert spec is not None and spec.loader is not None
@@ -50,7 +50,7 @@ def _load(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_it_defines_the_app_and_one_web_function(
     wheel: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
 
     assert isinstance(module.app, modal.App)
     assert module.app.name == "modal-workspace-mcp"
@@ -64,7 +64,7 @@ def test_the_github_app_secret_is_attached_to_the_gateway_when_named(
     wheel: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MODAL_WORKSPACE_GITHUB_APP_SECRET", "github-app")
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
     names = [repr(s) for s in module.gateway._spec_.secrets]
     assert names == [
         "modal.Secret.from_name('modal-workspace-mcp')",
@@ -78,7 +78,7 @@ def test_the_app_name_and_secret_come_from_the_environment(
     monkeypatch.setenv("MODAL_WORKSPACE_APP_NAME", "my-gateway")
     monkeypatch.setenv("MODAL_WORKSPACE_SECRET", "my-gateway-token")
 
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
 
     assert module.app.name == "my-gateway"
     assert module.SECRET_NAME == "my-gateway-token"
@@ -90,7 +90,7 @@ def test_a_wheel_named_that_is_missing_is_refused(
     monkeypatch.setenv("MODAL_WORKSPACE_WHEEL", str(tmp_path / "missing.whl"))
 
     with pytest.raises(FileNotFoundError, match="MODAL_WORKSPACE_WHEEL"):
-        _load(monkeypatch)
+        load_modal_app(monkeypatch)
 
 
 def _built(plane: ControlPlane, image: modal.Image) -> list[ImageRecord]:
@@ -103,7 +103,7 @@ def _built(plane: ControlPlane, image: modal.Image) -> list[ImageRecord]:
 def test_the_gateway_image_installs_a_wheel_given(
     wheel: Path, monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane
 ) -> None:
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
     app = modal.App.lookup("gateway-image-test", create_if_missing=True)
 
     image = module.gateway_image(wheel).build(app)
@@ -127,7 +127,7 @@ def test_modal_app_needs_only_modal_on_the_deploying_machine(
     # As on a machine where only `modal` is installed: this package cannot be imported.
     monkeypatch.setitem(sys.modules, "modal_workspace_core", None)
 
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
 
     assert isinstance(module.app, modal.App)
     assert MODAL_APP.parent == module.CHECKOUT
@@ -137,7 +137,7 @@ def test_without_a_wheel_the_gateway_image_builds_one_from_the_checkout(
     monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane
 ) -> None:
     monkeypatch.delenv("MODAL_WORKSPACE_WHEEL", raising=False)
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
     app = modal.App.lookup("gateway-image-test", create_if_missing=True)
 
     image = module.gateway_image().build(app)
@@ -168,7 +168,7 @@ def test_the_builder_layer_is_cached_on_the_source_alone(
     monkeypatch: pytest.MonkeyPatch, modal_control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("MODAL_WORKSPACE_WHEEL", raising=False)
-    stage = _load(monkeypatch).wheel_stage()
+    stage = load_modal_app(monkeypatch).wheel_stage()
     checkout = _copy_checkout(stage, tmp_path / "checkout")
     app = modal.App.lookup("gateway-image-test", create_if_missing=True)
 
@@ -221,7 +221,7 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
 ) -> None:
     monkeypatch.setenv("MODAL_WORKSPACE_MCP_TOKEN", "a-deployment-token")
     monkeypatch.setenv("MODAL_WORKSPACE_DATA_ROOT", str(tmp_path))
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
     import modal_workspace_core.runtime.service as service_module
 
     made: list[Any] = []
@@ -232,6 +232,9 @@ async def test_the_web_function_serves_the_gateways_routes_on_the_modal_driver(
         return made[-1]
 
     monkeypatch.setattr(service_module, "create_driver", recording)
+    # As in the web function's container, which has Modal credentials of its own (none is
+    # configured here).
+    monkeypatch.setattr(modal, "is_local", lambda: False)
 
     gateway = module.build_gateway()
 
@@ -261,7 +264,7 @@ def test_the_web_function_refuses_to_start_without_a_token(
 ) -> None:
     monkeypatch.delenv("MODAL_WORKSPACE_MCP_TOKEN", raising=False)
     monkeypatch.delenv("MODAL_WORKSPACE_MCP_TOKEN_FILE", raising=False)
-    module = _load(monkeypatch)
+    module = load_modal_app(monkeypatch)
 
     with pytest.raises(RuntimeError, match="MODAL_WORKSPACE_MCP_TOKEN"):
         module.build_gateway()

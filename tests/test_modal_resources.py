@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +232,82 @@ async def test_a_resume_asks_for_the_same_limits_region_and_allowlists(
         assert getattr(second.definition, field) == getattr(first.definition, field), field
     assert list(second.definition.network_access.allowed_domains) == ["*.github.com"]
     assert second.definition.resources.memory_mb_max == 3072
+
+
+def _driver_with_settings(plane: ControlPlane, tmp_path: Path, **env: str) -> ModalDriver:
+    """A driver configured from the environment `env` as the gateway reads it (its agent and
+    image those of this file's other drivers)."""
+    plane.publish_image(IMAGE, "im-resourcestestimage00")
+    settings = load_settings(
+        {"MODAL_WORKSPACE_DRIVER": "modal", "MODAL_WORKSPACE_DATA_ROOT": str(tmp_path), **env}
+    )
+    assert settings.modal is not None
+    return ModalDriver(
+        replace(
+            settings.modal,
+            app_name="resources-tests",
+            agent_command=(sys.executable, str(ECHO_AGENT)),
+            default_image_name=IMAGE,
+        )
+    )
+
+
+def _idle_timeouts(plane: ControlPlane) -> list[int]:
+    """Each sandbox's idle timeout as Modal was asked for it, oldest first (0: none)."""
+    made = sorted(plane.sandboxes(), key=lambda s: s.created_at)
+    return [s.definition.idle_timeout_secs for s in made]
+
+
+async def test_a_workspace_that_names_no_idle_timeout_gets_the_default_one(
+    modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    driver = _driver_with_settings(modal_control_plane, tmp_path)
+    try:
+        named = await driver.create(new_id("ws"), WorkspaceSpec(resources={}))
+        kept = await driver.create(
+            new_id("ws"), WorkspaceSpec(resources={"idle_timeout_seconds": 120})
+        )
+    finally:
+        await driver.close()
+
+    assert _idle_timeouts(modal_control_plane) == [900, 120]
+    # The record keeps it, so a resume and a fork ask for the same.
+    assert named.resources["idle_timeout_seconds"] == 900
+    assert kept.resources["idle_timeout_seconds"] == 120
+
+
+async def test_the_default_idle_timeout_is_a_setting_and_zero_turns_it_off(
+    modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    setting = "MODAL_WORKSPACE_DEFAULT_IDLE_TIMEOUT_SECONDS"
+    for value in ("300", "0"):
+        driver = _driver_with_settings(modal_control_plane, tmp_path, **{setting: value})
+        try:
+            made = await driver.create(new_id("ws"), WorkspaceSpec(resources={}))
+            await driver.create(new_id("ws"), WorkspaceSpec(resources={"idle_timeout_seconds": 60}))
+        finally:
+            await driver.close()
+        assert ("idle_timeout_seconds" in made.resources) is (value != "0")
+
+    assert _idle_timeouts(modal_control_plane) == [300, 60, 0, 60]
+
+
+async def test_a_resume_keeps_the_idle_timeout_its_record_holds(
+    modal_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    setting = "MODAL_WORKSPACE_DEFAULT_IDLE_TIMEOUT_SECONDS"
+    # Made while the default was off, resumed once it is on: still none.
+    off = _driver_with_settings(modal_control_plane, tmp_path, **{setting: "0"})
+    try:
+        ws = new_id("ws")
+        await off.create(ws, WorkspaceSpec(resources={}))
+        snapshot = await off.snapshot(ws, SnapshotSpec(snapshot_id=new_id("sn")))
+    finally:
+        await off.close()
+    on = _driver_with_settings(modal_control_plane, tmp_path, **{setting: "600"})
+    try:
+        await on.resume(ws, snapshot)
+    finally:
+        await on.close()
+
+    assert _idle_timeouts(modal_control_plane) == [0, 0]

@@ -37,6 +37,7 @@ SAVED_AS = {"python-api": "example.py", "mcp-client": "mcp_client.py"}
 NOT_RUN_SH = {
     "make serve": "the two commands: CI runs `make test`; the demo stands in for `make serve`",
     "git clone https://github.com/<owner>/": "deploying on Modal needs a Modal account",
+    "curl -s https://<workspace>--": "checking a deploy on Modal needs one",
     "claude mcp add": "a host's configuration: parsed by test_readme_quickstarts",
 }
 # Commands that stand for what the reader pastes: the test pastes it instead.

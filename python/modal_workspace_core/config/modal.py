@@ -18,6 +18,7 @@ from .reading import ConfigError, Environ
 
 __all__ = [
     "CHANNEL_IDLE_ENV",
+    "DEFAULT_IDLE_TIMEOUT_ENV",
     "DEFAULT_IMAGE_NAME_ENV",
     "SANDBOX_APP_ENV",
     "STATE_VOLUME_ENV",
@@ -30,6 +31,11 @@ SANDBOX_APP_ENV = "MODAL_WORKSPACE_SANDBOX_APP"
 # A published image (`modal-workspace image publish`) used instead of building the default.
 DEFAULT_IMAGE_NAME_ENV = "MODAL_WORKSPACE_DEFAULT_IMAGE_NAME"
 CHANNEL_IDLE_ENV = "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS"
+# The idle timeout a workspace gets when its request names none (0: none), so that a workspace
+# nobody uses any more ends (with its exit snapshot) instead of running its whole lifetime.
+DEFAULT_IDLE_TIMEOUT_ENV = "MODAL_WORKSPACE_DEFAULT_IDLE_TIMEOUT_SECONDS"
+# The bounds of `resources.idle_timeout_seconds`, which the default must also keep.
+MIN_IDLE_TIMEOUT_SECONDS, MAX_IDLE_TIMEOUT_SECONDS = 5, 24 * 3600
 # The Volume that holds what every gateway container shares (`drivers/modal/volume_store.py`).
 STATE_VOLUME_ENV = "MODAL_WORKSPACE_STATE_VOLUME"
 # A wheel of this project (or a directory holding this version's), put into the default image
@@ -56,6 +62,8 @@ class ModalSettings:
     default_image_name: str | None = None
     # The wheel the default image installs (`WHEEL_ENV`); None: built from the checkout.
     wheel: Path | None = None
+    # The idle timeout of a new workspace whose request names none; None: no idle timeout.
+    default_idle_timeout_seconds: int | None = 900
     # Seconds without traffic after which the agent channel's exec is closed.
     channel_idle_seconds: float = 60.0
     # How long `connect` keeps trying while a new sandbox's daemon starts listening.
@@ -87,7 +95,21 @@ def read_modal(env: Environ, allowlists: AllowlistSettings) -> ModalSettings:
         default_image_name=env.get(DEFAULT_IMAGE_NAME_ENV) or None,
         wheel=Path(wheel) if wheel else None,
         channel_idle_seconds=_idle_seconds(env.get(CHANNEL_IDLE_ENV)),
+        default_idle_timeout_seconds=_default_idle_timeout(env.get(DEFAULT_IDLE_TIMEOUT_ENV)),
     )
+
+
+def _default_idle_timeout(value: str | None) -> int | None:
+    text = (value or "").strip()
+    if not text:
+        return ModalSettings.default_idle_timeout_seconds
+    seconds = int(text) if text.isdecimal() else -1
+    if seconds != 0 and not MIN_IDLE_TIMEOUT_SECONDS <= seconds <= MAX_IDLE_TIMEOUT_SECONDS:
+        raise ConfigError(
+            f"{DEFAULT_IDLE_TIMEOUT_ENV} must be 0 (no idle timeout) or seconds from "
+            f"{MIN_IDLE_TIMEOUT_SECONDS} to {MAX_IDLE_TIMEOUT_SECONDS}, not {text[:16]!r}"
+        )
+    return seconds or None
 
 
 def _idle_seconds(value: str | None) -> float:

@@ -37,8 +37,15 @@ def create_driver(settings: Settings) -> Driver:
             ),
         )
     if settings.driver == "modal":
+        from .modal.credentials import require_credentials
         from .modal.driver import ModalDriver
 
+        # Checked when the driver is opened, not at its first Modal call: a gateway that can make
+        # no call must not start serving (its /healthz would say ok while every create answered
+        # 502 and every sweep logged the same failure), and a Python program learns it at
+        # `async with Workspaces()`, before it has made anything. A driver a caller constructs
+        # itself (with a client of its own, as the tests do) is not checked.
+        require_credentials()
         return ModalDriver(
             settings.modal,
             channel_secret=settings.channel_secret,

@@ -326,7 +326,9 @@ class ModalDriver(ModalLifecycle):
         lineage: Lineage | None = None,
     ) -> WorkspaceRecord:
         workspace_id = checked_workspace_id(workspace_id)
-        options = sandbox_options(spec.resources, self.settings, block_network=spec.block_network)
+        options = sandbox_options(
+            spec.resources, self.settings, block_network=spec.block_network, new_workspace=True
+        )
         env = check_env(spec.env)
         now = utc_now()
         managed = {

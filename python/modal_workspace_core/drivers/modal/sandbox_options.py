@@ -193,7 +193,11 @@ def _text(value: Any, field_name: str) -> str | None:
 
 
 def sandbox_options(
-    resources: Mapping[str, Any], settings: ModalSettings, *, block_network: bool = False
+    resources: Mapping[str, Any],
+    settings: ModalSettings,
+    *,
+    block_network: bool = False,
+    new_workspace: bool = False,
 ) -> SandboxOptions:
     """Check a workspace's requested resources and turn them into sandbox options.
 
@@ -201,6 +205,10 @@ def sandbox_options(
     refused here, before the driver makes any call to Modal. So are limits below their
     requests, regions, CIDRs and domains the core's rules refuse, and an outbound allowlist on a
     workspace whose network is blocked (`block_network`, or the one a record holds).
+
+    A `new_workspace` (a create, a fork) that names no idle timeout gets the settings' default,
+    which its record then keeps; a resume asks for what its record holds, so a workspace made
+    before the default (or while it was off) keeps running without one.
     """
     r = dict(resources)
     cidrs, domains = _allowlists(r, block_network or r.get("block_network") is True)
@@ -216,7 +224,10 @@ def sandbox_options(
         )
         or DEFAULT_TIMEOUT_SECONDS,
         idle_timeout=_seconds(
-            r.get("idle_timeout_seconds"), "idle_timeout_seconds", None, MAX_TIMEOUT_SECONDS
+            r.get("idle_timeout_seconds"),
+            "idle_timeout_seconds",
+            settings.default_idle_timeout_seconds if new_workspace else None,
+            MAX_TIMEOUT_SECONDS,
         ),
         gpu=_text(r.get("gpu"), "gpu"),
         cloud=_text(r.get("cloud"), "cloud"),
