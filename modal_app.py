@@ -15,6 +15,7 @@ only through Modal Secrets, and the local driver's settings not at all.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import sys
@@ -36,6 +37,17 @@ PIP_INSTALL = "python -m pip install --no-cache-dir"
 # Long-polls are clamped to 25 s by the service, under GPT Actions' 45 s and Modal's ~150 s
 # request limit; one container holds many of them at once.
 MAX_CONCURRENT_REQUESTS = 200
+# How the gateway scales (docs/modal.md, "How the gateway scales"): from no container when
+# nobody calls, to at most this many, each holding MAX_CONCURRENT_REQUESTS requests; what they
+# share is in the state Volume, so any number agrees.
+MAX_GATEWAYS = 10
+# An idle container is kept this long, so a client's next call finds it warm.
+SCALEDOWN_SECONDS = 300
+# The longest a request may run: a command run to its end (`workspace_exec`), an image build.
+REQUEST_TIMEOUT_SECONDS = 600
+# How often the scheduled sweep runs, and how long one may take (snapshots included).
+SWEEP_MINUTES = 10
+SWEEP_TIMEOUT_SECONDS = 1800
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -143,8 +155,40 @@ def gateway_secrets() -> list[modal.Secret]:
     return secrets
 
 
-@app.function(secrets=gateway_secrets(), timeout=600, scaledown_window=300)
+@app.function(
+    secrets=gateway_secrets(),
+    timeout=REQUEST_TIMEOUT_SECONDS,
+    scaledown_window=SCALEDOWN_SECONDS,
+    min_containers=0,
+    max_containers=MAX_GATEWAYS,
+)
 @modal.concurrent(max_inputs=MAX_CONCURRENT_REQUESTS)
 @modal.asgi_app()
 def gateway() -> Any:
     return build_gateway()
+
+
+async def sweep_once() -> None:
+    """One lifecycle sweep of every workspace, as a gateway's own sweep does it: each due
+    action claimed in the state Volume first, so that this and any gateway running meanwhile
+    never both act (`janitor.py`)."""
+    from modal_workspace_core.config import load_settings
+    from modal_workspace_core.janitor import Janitor
+    from modal_workspace_core.operations import open_service
+
+    service = open_service(load_settings(driver="modal"))
+    try:
+        await Janitor(service).sweep()
+    finally:
+        await service.close()
+
+
+@app.function(
+    secrets=gateway_secrets(),
+    schedule=modal.Period(minutes=SWEEP_MINUTES),
+    timeout=SWEEP_TIMEOUT_SECONDS,
+)
+def sweep() -> None:
+    """The sweep when no gateway container is up (scaled to zero, nobody calling): snapshots
+    expire, lifetimes end and retention purges on time all the same."""
+    asyncio.run(sweep_once())

@@ -295,3 +295,60 @@ def test_a_fresh_clone_deploys_with_only_modal_installed(
     context = {name.lstrip("/") for name in mounts[builder.context_mount_id]}
     # Exactly the tracked source (a fresh clone has no build output, caches or extensions).
     assert context == set(_tracked_source(module.wheel_stage(), clone))
+
+
+def _definition(function: modal.Function) -> dict[str, Any]:
+    """What `modal deploy` sends of a function's definition, as the SDK's loader holds it (the
+    test control plane deploys no functions)."""
+    from modal._utils.async_utils import synchronizer
+
+    load = synchronizer._translate_in(function)._load
+    return {
+        name: cell.cell_contents
+        for name, cell in zip(load.__code__.co_freevars, load.__closure__ or (), strict=True)
+        if name in ("autoscaler_settings", "schedule", "timeout", "max_concurrent_inputs")
+    }
+
+
+def test_the_gateway_scales_within_bounds_and_a_scheduled_sweep_runs_without_it(
+    wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = load_modal_app(monkeypatch)
+    gateway = _definition(module.gateway)
+    scaling = gateway["autoscaler_settings"]
+    assert (scaling.min_containers, scaling.max_containers) == (0, module.MAX_GATEWAYS)
+    assert scaling.scaledown_window == module.SCALEDOWN_SECONDS
+    assert gateway["max_concurrent_inputs"] == module.MAX_CONCURRENT_REQUESTS
+    assert gateway["timeout"] == module.REQUEST_TIMEOUT_SECONDS
+    assert gateway["schedule"] is None
+    sweep = _definition(module.sweep)
+    assert isinstance(sweep["schedule"], modal.Period)
+    assert sweep["timeout"] == module.SWEEP_TIMEOUT_SECONDS
+    assert not module.sweep._is_web_endpoint()
+    # With the gateway's secrets: the token and Modal's own credentials reach the sandboxes.
+    (secret,) = module.sweep._spec_.secrets
+    assert repr(secret) == "modal.Secret.from_name('modal-workspace-mcp')"
+
+
+async def test_the_scheduled_function_runs_the_gateways_sweep_on_the_modal_driver(
+    wheel: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The scheduled function runs the gateways' own sweep (`Janitor.sweep`), which claims each
+    due action in the shared store: beside a gateway's it acts once (tests/test_sweep_claims.py)."""
+    import asyncio
+
+    from modal_workspace_core.janitor import Janitor
+
+    monkeypatch.setenv("MODAL_WORKSPACE_MCP_TOKEN", "a-deployment-token")
+    monkeypatch.setenv("MODAL_WORKSPACE_DATA_ROOT", str(tmp_path))
+    module = load_modal_app(monkeypatch)
+    swept: list[Any] = []
+
+    async def recording_sweep(self: Janitor, now: Any = None) -> None:
+        swept.append(self.svc.driver.name)
+
+    monkeypatch.setattr(Janitor, "sweep", recording_sweep)
+    monkeypatch.setattr(modal, "is_local", lambda: False)
+    await module.sweep_once()
+    await asyncio.sleep(0)
+    assert swept == ["modal"]
