@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..drivers.base import WorkspaceRecord
 
@@ -51,6 +52,10 @@ class Call:
     # The records it read, by workspace: one operation reads each workspace's record once (on
     # Modal each read is a lookup and a tag read); what it changes it replaces or forgets.
     records: dict[str, WorkspaceRecord] = field(default_factory=dict)
+    # What a driver looked up of each workspace for this operation (the Modal driver's latest
+    # sandbox and records), so that its steps look it up once: the driver's own, kept current
+    # by the driver as it changes them.
+    lookups: dict[str, Any] = field(default_factory=dict)
 
 
 # The operation being served, if any: a workspace whose agent an operation reaches is in use

@@ -35,6 +35,7 @@ from ...errors import (
     core_refusal,
 )
 from ...policy import WORKSPACE_ROOT, WORKSPACE_TAGS, stored_tag
+from ...runtime.call import CALL
 from ...shared_store import SharedStore
 from ..base import (
     Lineage,
@@ -182,6 +183,30 @@ class ModalDriver(ModalLifecycle):
         return str((await self._sandbox_app()).app_id)
 
     async def _current(self, workspace_id: str, *, tags: bool = True) -> Current:
+        """The workspace's latest sandbox and records, looked up once per operation (the call's
+        `lookups`, which every change of this driver keeps current)."""
+        call = CALL.get()
+        known = call.lookups.get(workspace_id) if call is not None else None
+        if isinstance(known, Current):
+            return known
+        current = await self._look_up(workspace_id, tags=tags)
+        if call is not None and tags:
+            call.lookups[workspace_id] = current
+        return current
+
+    def _looked_up(self, current: Current | None, workspace_id: str = "") -> None:
+        """What this operation holds of the workspace is `current` now (None: look it up
+        again)."""
+        call = CALL.get()
+        if call is None:
+            return
+        key = current.workspace_id if current is not None else workspace_id
+        if current is None:
+            call.lookups.pop(key, None)
+        else:
+            call.lookups[key] = current
+
+    async def _look_up(self, workspace_id: str, *, tags: bool = True) -> Current:
         """The workspace's latest sandbox: the running one by name (one call, and one for its
         tags when asked), else the newest ended one from the list (which carries its tags).
         A workspace never made, or purged, is not found."""
@@ -235,6 +260,7 @@ class ModalDriver(ModalLifecycle):
         them to its sandbox's tags, the index the list call reads (a copy that fails costs
         nothing: readers check it against the store)."""
         saved = await self._records.update(current.workspace_id, change, base=current.tags)
+        self._looked_up(replace(current, tags=saved.tags))
         if current.sandbox is not None or current.info is not None:
             try:
                 sandbox = await current.handle()
@@ -548,6 +574,7 @@ class ModalDriver(ModalLifecycle):
         replaced)."""
         self._handles.pop(workspace_id, None)
         self._made.pop(workspace_id, None)
+        self._looked_up(None, workspace_id)
         client = self._clients.pop(workspace_id, None)
         if client is not None:
             await client.close()

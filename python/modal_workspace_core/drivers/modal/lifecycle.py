@@ -86,6 +86,8 @@ class ModalLifecycle:
 
         async def _save(self, current: Current, change: Change) -> dict[str, str]: ...
 
+        def _looked_up(self, current: Current | None, workspace_id: str = "") -> None: ...
+
         _records: WorkspaceRecords
 
         # `ModalDriver._new_workspace`: a fork is a create (with the snapshot's `image` and its
@@ -221,6 +223,17 @@ class ModalLifecycle:
         running as lost. The image (and the Secret holding the workspace's `secret_env`) is
         opened before anything is ended, so one that cannot be opened changes nothing."""
         workspace_id = checked_workspace_id(workspace_id)
+        try:
+            return await self._resume(workspace_id, snapshot, only_if_suspended)
+        except BaseException:
+            # Whatever it found may have changed (another gateway resumed it first): the
+            # operation looks again.
+            self._looked_up(None, workspace_id)
+            raise
+
+    async def _resume(
+        self, workspace_id: str, snapshot: SnapshotRecord, only_if_suspended: bool
+    ) -> WorkspaceRecord:
         async with modal_errors(workspace_id):
             current = await self._current(workspace_id)
             if only_if_suspended and current.running:
@@ -271,6 +284,7 @@ class ModalLifecycle:
                     app, self.settings, launch, self._channel_key(workspace_id)
                 )
         self._handles[workspace_id] = sandbox
+        self._looked_up(Current(workspace_id, sandbox, saved.tags, None))
         record = self._record(Current(workspace_id, sandbox, saved.tags, None))
         self._made[workspace_id] = (record, time.monotonic())
         return record
@@ -304,7 +318,9 @@ class ModalLifecycle:
             sandbox = await current.handle()
             await sandbox.terminate.aio()
         await self._drop_client(workspace_id)
-        return self._record(replace(current, tags=tags, result=_TERMINATED))
+        ended = replace(current, tags=tags, result=_TERMINATED)
+        self._looked_up(ended)
+        return self._record(ended)
 
     async def note(self, workspace_id: str, note: LifecycleNote) -> None:
         workspace_id = checked_workspace_id(workspace_id)
