@@ -49,6 +49,8 @@ class Records:
         call = CALL.get()
         if call is not None:
             call.records.pop(workspace_id, None)
+            # And what the driver looked up for it: the next read asks the driver afresh.
+            call.lookups.pop(workspace_id, None)
 
     async def root(self, workspace_id: object) -> str:
         """The root commands of this workspace see (`/workspace` unless it runs unisolated), as

@@ -261,6 +261,8 @@ class ModalDriver(ModalLifecycle):
         nothing: readers check it against the store)."""
         saved = await self._records.update(current.workspace_id, change, base=current.tags)
         self._looked_up(replace(current, tags=saved.tags))
+        # The record its create answered is out of date now.
+        self._made.pop(current.workspace_id, None)
         if current.sandbox is not None or current.info is not None:
             try:
                 sandbox = await current.handle()
