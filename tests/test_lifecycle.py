@@ -74,8 +74,17 @@ def test_past_its_lifetime_a_workspace_is_suspended_with_its_files_and_resumes(
         got["suspension"]["snapshot_id"]
         == ok(api.get(f"/workspaces/{ws}/snapshots"))["snapshots"][-1]["snapshot_id"]
     )
-    actions = [n["action"] for n in got["lifecycle"]]
-    assert actions == ["snapshot", "suspended"], got["lifecycle"]
+    # The sweep notes the suspension just after it suspends.
+    noted = until(
+        f"{ws}'s suspension noted",
+        lambda: (
+            (w := ok(api.get(f"/workspaces/{ws}")))["lifecycle"][-1:]
+            and w["lifecycle"][-1]["action"] == "suspended"
+            and w
+        ),
+    )
+    actions = [n["action"] for n in noted["lifecycle"]]
+    assert actions == ["snapshot", "suspended"], noted["lifecycle"]
 
     resumed = ok(api.post(f"/workspaces/{ws}/resume", json={}))
     assert (
