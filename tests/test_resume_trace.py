@@ -110,3 +110,44 @@ async def test_a_modal_sandbox_that_timed_out_under_a_command_is_resumed_with_a_
     assert "(lifetime)" in note.detail
     got = await ws.refresh()
     assert got.state == "running" and got.lifecycle[-1].action == "resumed"
+
+
+async def test_a_forged_exec_list_names_only_well_formed_execs() -> None:
+    """The resumed agent's list is the workspace's own data: a command can write the agent's
+    records. The note keeps only exec ids of the right shape, never a forged text."""
+    from types import SimpleNamespace
+
+    from modal_workspace_core.drivers.base import Suspension, WorkspaceRecord
+    from modal_workspace_core.operations.lifecycle import Resumed, note_resume
+
+    real = "ex-" + "a" * 32
+    forged = [
+        {"exec_id": real, "state": "lost", "started_at": "2026-12-03T00:00:01Z"},
+        {"exec_id": "x" * 100_000, "state": "lost", "started_at": "2026-12-03T00:00:01Z"},
+        {"exec_id": "ex-" + "b" * 32, "state": "lost", "started_at": "2026-12-03T00:00:01"},
+        "not a record",
+    ]
+    noted: list[LifecycleNote] = []
+
+    async def request(*_: object) -> tuple[dict[str, object], bytes]:
+        return {"execs": forged}, b""
+
+    async def note(_: str, written: LifecycleNote) -> None:
+        noted.append(written)
+
+    svc = SimpleNamespace(request=request, driver=SimpleNamespace(note=note))
+    before = WorkspaceRecord(
+        workspace_id="ws-" + "c" * 32,
+        driver="local",
+        root="/workspace",
+        created_at="2026-12-03T00:00:00Z",
+        tags={},
+        state="suspended",
+        started_at="2026-12-03T00:00:00Z",
+        suspension=Suspension(reason="lifetime", at="2026-12-03T00:00:02Z"),
+    )
+    snapshot = SimpleNamespace(snapshot_id="sn-" + "d" * 32)
+    await note_resume(svc, Resumed(before, snapshot))  # type: ignore[arg-type]
+    (written,) = noted
+    assert written.lost_execs == [real, "ex-" + "b" * 32]
+    assert len(written.detail) < 400

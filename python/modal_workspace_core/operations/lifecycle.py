@@ -21,7 +21,7 @@ from ..drivers.base import (
     WorkspaceRecord,
     utc_now,
 )
-from ..errors import ConflictError, LimitError, NotFoundError, WorkspaceError
+from ..errors import ConflictError, LimitError, NotFoundError, WorkspaceError, core_refusal
 from ..git import commands as gitcmd
 from .exec_engine import git_query
 from .task_stream import TaskStream
@@ -215,12 +215,16 @@ async def note_resume(svc: Service, resumed: Resumed) -> None:
     with contextlib.suppress(WorkspaceError):
         listed, _ = await svc.request(workspace_id, "exec.list", {})
         since = _instant(before.started_at or before.created_at)
+        # The agent's list is the workspace's own data (its commands can write the agent's
+        # records): only well-formed exec ids are kept, and nothing is decided on them.
         lost = [
-            str(e["exec_id"])
+            exec_id
             for e in listed.get("execs") or []
             # Lost in this run: begun (or asked for, when it never got to start) since it began.
-            if e.get("state") == "lost"
+            if isinstance(e, dict)
+            and e.get("state") == "lost"
             and _instant(e.get("started_at") or e.get("created_at")) >= since
+            and (exec_id := _exec_id(e.get("exec_id"))) is not None
         ]
     named = lost[:MAX_LOST_EXECS_NAMED]
     others = f" and {len(lost) - len(named)} more" if len(lost) > len(named) else ""
@@ -264,6 +268,14 @@ def _instant(stamp: object) -> datetime:
     """An RFC 3339 time as the drivers and the agent write it (`Z` or an offset); the earliest
     time for one that is missing or unreadable."""
     try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+        at = datetime.fromisoformat(str(stamp)[:64].replace("Z", "+00:00"))
     except ValueError:
         return datetime.min.replace(tzinfo=UTC)
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _exec_id(value: object) -> str | None:
+    """`value` when it is an exec id, else None."""
+    with contextlib.suppress(WorkspaceError), core_refusal("exec_id"):
+        return policy.check_id("ex", str(value)[:64])
+    return None
