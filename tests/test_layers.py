@@ -64,6 +64,12 @@ SHARED: dict[str, str] = {
     "snapshot reports on one, whether a handler or the lifecycle takes it",
     "operations.workspace_info": "the workspace as answered, and made once per idempotency key: "
     "the workspaces domain creates one, the snapshots domain forks and resumes one",
+    "operations.resources": "a workspace's resources as a caller asks for them: the workspaces "
+    "domain creates a workspace with them, the templates domain builds one and starts its "
+    "workspaces with them",
+    "operations.network_git": "git over the network as the agent's step, the token its "
+    "credential: the repo domain clones and fetches with it, a template's build clones with it "
+    "and the sweep asks a template's remote for its branch",
 }
 # The modules that put the domains together, which may import any of them.
 ASSEMBLY: dict[str, str] = {
