@@ -55,13 +55,13 @@ class Resources(Input):
         None,
         ge=policy.MIN_CPU_CORES,
         le=policy.MAX_CPU_CORES,
-        description="Throttled above this many cores (≥ cpu).",
+        description="Hard limit in cores (≥ cpu).",
     )
     memory_limit_mb: int | None = Field(
         None,
         ge=policy.MIN_MEMORY_MIB,
         le=policy.MAX_MEMORY_MIB,
-        description="Killed above this many MiB (≥ memory_mb; locally, per command).",
+        description="Hard limit in MiB (≥ memory_mb; locally per command).",
     )
     region: list[Region] | None = Field(
         None,
@@ -72,12 +72,12 @@ class Resources(Input):
     outbound_cidr_allowlist: list[OutboundCidr] | None = Field(
         None,
         max_length=policy.MAX_ALLOWLIST_ENTRIES,
-        description="The only public CIDRs commands may reach (Modal).",
+        description="Only these public CIDRs are reachable (Modal).",
     )
     outbound_domain_allowlist: list[OutboundDomain] | None = Field(
         None,
         max_length=policy.MAX_ALLOWLIST_ENTRIES,
-        description="The only domains commands may reach, *.example.com allowed (Modal).",
+        description="Only these domains are reachable, *.example.com too (Modal).",
     )
 
     @field_validator("cpu")
@@ -118,14 +118,12 @@ class Resources(Input):
 
     run_as_root: bool | None = Field(
         None,
-        description="Run commands as root (Modal): then no GitHub token enters the workspace "
-        "(no use_github_token, no push). Default: uid 1000; prefer apt_packages.",
+        description="Commands as root (Modal): then no GitHub token (use_github_token, push). "
+        "Default: uid 1000; prefer apt_packages.",
     )
     # -- the image (Modal): which one, and packages layered on top of it ---------------------
-    image_name: ImageName | None = Field(
-        None, description="Published Modal image to start from: NAME[:TAG]."
-    )
-    image_id: ImageId | None = Field(None, description="Modal image id (im-…) to start from.")
+    image_name: ImageName | None = Field(None, description="A published Modal image: NAME[:TAG].")
+    image_id: ImageId | None = Field(None, description="A Modal image id (im-…).")
     apt_packages: AptPackages | None = Field(
         None,
         description="Debian packages: NAME[=VERSION].",

@@ -160,8 +160,8 @@ def snapshot_out(record: SnapshotRecord, stream_id: str | None = None) -> Snapsh
     path=SN,
     hints=WRITE,
     summary="Snapshot the workspace's files and repositories' HEADs.",
-    limits="Answers state ready, or taking after wait_seconds: follow progress_stream_id with "
-    "stream_events; its exit event holds the snapshot.",
+    limits="Taking after wait_seconds: follow progress_stream_id with stream_events (its exit "
+    "event holds the snapshot).",
     bounds=_SNAPSHOT_BOUNDS,
 )
 async def workspace_snapshot(svc: Service, inp: SnapshotCreate) -> Snapshot:

@@ -37,7 +37,7 @@ class WorkspaceCreate(Input):
     volumes: dict[str, str] = Field(
         default_factory=dict, description="Mount path -> allowlisted volume (Modal)."
     )
-    tags: Tags = Field(default_factory=dict, description="Your labels.")
+    tags: Tags = Field(default_factory=dict, description="Your labels (managed keys refused).")
     block_network: bool = Field(False, description="No network access.")
     idempotency_key: IdempotencyKey | None = Field(
         None, description="Makes retries safe: the same key, the same workspace."
@@ -100,7 +100,6 @@ class TerminateResult(Output):
     path="/workspaces",
     hints=WRITE,
     summary="Create a workspace: a durable machine with its root at /workspace.",
-    limits="Tags managed-by, workspace-id, workspace-root, repo-* are refused.",
 )
 async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     # Everything that can refuse the request is checked before the driver is called.

@@ -137,7 +137,7 @@ def _operation(exec_id: str, operation: str, dest: str, **extra: Any) -> RepoOpe
     path=WS + "/repo/clone",
     hints=NETWORK,
     summary="Clone a GitHub repository as a realtime exec.",
-    limits="Follow exec_id with workspace_realtime_exec_events.",
+    limits="Follow exec_id with stream_events.",
 )
 async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
     repo = policy.github_repo(inp.repository)
