@@ -70,6 +70,14 @@ SHARED: dict[str, str] = {
     "operations.network_git": "git over the network as the agent's step, the token its "
     "credential: the repo domain clones and fetches with it, a template's build clones with it "
     "and the sweep asks a template's remote for its branch",
+    "operations.template_records": "the templates' records in the shared store: the templates "
+    "domain defines, lists and deletes them, the workspaces domain reads the build to start "
+    "from, and builds and the sweep's checks write theirs",
+    "operations.template_builds": "a template's builds, made and started from: the templates "
+    "domain and the sweep's rebuilds make them, the workspaces domain starts workspaces from "
+    "them (workspace_create's template)",
+    "operations.template_checks": "whether a template's branch moved, and its rebuild: the sweep "
+    "(janitor.py) runs it beside its other lifecycle steps, as it takes lifecycle's snapshots",
 }
 # The modules that put the domains together, which may import any of them.
 ASSEMBLY: dict[str, str] = {

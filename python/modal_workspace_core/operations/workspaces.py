@@ -10,10 +10,11 @@ from .. import policy
 from ..drivers.base import WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
 from ..errors import InvalidArgumentError
 from .lifecycle import take_snapshot
-from .machinery.fields import Env, IdempotencyKey, Input, Output, Tags, WorkspaceId
+from .machinery.fields import Env, IdempotencyKey, Input, Output, Tags, TemplateName, WorkspaceId
 from .machinery.fitting import KeepFirst
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
-from .resources import Resources
+from .resources import IMAGE_FIELDS, Resources
+from .template_builds import start_from_template
 from .workspace_info import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class WorkspaceCreate(Input):
     idempotency_key: IdempotencyKey | None = Field(
         None, description="Makes retries safe: the same key, the same workspace."
     )
+    template: TemplateName | None = Field(None, description="Start from its newest build.")
 
     @field_validator("block_network")
     @classmethod
@@ -106,6 +108,14 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     secrets = svc.workspace_secrets(inp.secret_names)
     volumes = svc.volumes(inp.volumes)
     resources = inp.resources.model_dump(exclude_none=True)
+    if inp.template is not None:
+        for name in IMAGE_FIELDS:
+            if name in resources:
+                raise InvalidArgumentError(
+                    f"resources.{name}: a workspace made from a template has its build's image; "
+                    "give the image to the template (template_create) instead",
+                    field=f"resources.{name}",
+                )
     if volumes:
         resources["volumes"] = volumes
     tags = dict(inp.tags)
@@ -134,6 +144,8 @@ async def _create(
         resources=resources,
         **secrets.model_dump(),
     )
+    if inp.template is not None:
+        return await start_from_template(svc, workspace_id, inp.template, spec)
     return await svc.driver.create(workspace_id, spec)
 
 
