@@ -233,6 +233,7 @@ FLOWS: dict[str, list[str]] = {
     "stream_id": [new_id("ex"), new_id("fw"), new_id("tk")],
     "function_call_id": ["fc-" + "A1" * 11],
     "app_name": ["my-app.v2"],
+    "name": ["web-app", "py3.12_base"],  # a template's, as template_create and _list answer it
 }
 
 

@@ -66,6 +66,20 @@ SHARED: dict[str, str] = {
     "snapshot reports on one, whether a handler or the lifecycle takes it",
     "operations.workspace_info": "the workspace as answered, and made once per idempotency key: "
     "the workspaces domain creates one, the snapshots domain forks and resumes one",
+    "operations.resources": "a workspace's resources as a caller asks for them: the workspaces "
+    "domain creates a workspace with them, the templates domain builds one and starts its "
+    "workspaces with them",
+    "operations.network_git": "git over the network as the agent's step, the token its "
+    "credential: the repo domain clones and fetches with it, a template's build clones with it "
+    "and the sweep asks a template's remote for its branch",
+    "operations.template_records": "the templates' records in the shared store: the templates "
+    "domain defines, lists and deletes them, the workspaces domain reads the build to start "
+    "from, and builds and the sweep's checks write theirs",
+    "operations.template_builds": "a template's builds, made and started from: the templates "
+    "domain and the sweep's rebuilds make them, the workspaces domain starts workspaces from "
+    "them (workspace_create's template)",
+    "operations.template_checks": "whether a template's branch moved, and its rebuild: the sweep "
+    "(janitor.py) runs it beside its other lifecycle steps, as it takes lifecycle's snapshots",
 }
 # The modules that put the domains together, which may import any of them.
 ASSEMBLY: dict[str, str] = {

@@ -60,6 +60,8 @@ def test_policy_module_reexports_the_core_functions() -> None:
         "new_id",
         "secret_allowlist",
         "stored_tag",
+        "template_name",
+        "template_name_pattern",
         "workspace_path",
         "allowed_function",
         "author_email",

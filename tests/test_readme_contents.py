@@ -15,6 +15,7 @@ HOW_TOS = [
     "Connecting an agent",
     "Artifacts",
     "Snapshots and forks",
+    "Templates",
     "Delivering the work",
     "Modal Functions",
     "Deploying on Modal",

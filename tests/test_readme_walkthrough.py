@@ -1,8 +1,8 @@
 """The README, followed as a reader follows it: `make demo` started (`examples/demo.py`, in a
 directory of its own), its printed lines pasted into one terminal, then every block the README
 asks the reader to run, in the README's order, in that terminal: the REST walkthrough, the MCP
-walkthrough, the Python examples (saved under the names the README gives), artifacts, snapshots
-and delivery. What each console command prints must match its transcript (`support/
+walkthrough, the Python examples (saved under the names the README gives), artifacts, snapshots,
+templates and delivery. What each console command prints must match its transcript (`support/
 readme_session.py` says how), and the journey leaves no workspace behind.
 
 Blocks that are not run here are named below with the reason; a new block must be added to one
@@ -124,6 +124,16 @@ def check_snapshots(lines: list[str]) -> None:
     assert lines[6:] == ["running", "true", "true"]
 
 
+def check_templates(lines: list[str]) -> None:
+    assert json.loads(lines[0]) == {"state": "ready", "build": 1}
+    assert json.loads(lines[1]) == {"template": "hello", "template_build": 1}
+    assert lines[2] == "2"  # what the setup made (byte-compiled modules) is in the workspace
+    listed = {"name": "hello", "state": "ready", "build": 1, "failed_build": None}
+    assert json.loads(lines[3]) == listed
+    assert lines[4] == "true"
+    assert json.loads(lines[5]) == {"name": "hello", "deleted": True, "builds_deleted": 1}
+
+
 def check_delivery(lines: list[str]) -> None:
     assert lines[0] == "0"
     assert json.loads(lines[1]) == {"branch": "main", "files": ["answer.py"]}
@@ -141,7 +151,11 @@ def check_delivery(lines: list[str]) -> None:
     assert lines[5:] == ["true"]
 
 
-SH_CHECKS = {"snapshots": check_snapshots, "delivery": check_delivery}
+SH_CHECKS = {
+    "snapshots": check_snapshots,
+    "templates": check_templates,
+    "delivery": check_delivery,
+}
 
 
 def run_console(session: ShellSession, block: Block, port: int, banner: list[str]) -> None:
@@ -203,7 +217,8 @@ def test_every_readme_block_runs_in_order_after_make_demo(
             ran_blocks.append(block.marker or block.language)
     finally:
         session.close()
-    assert ran_blocks.count("console") >= 5 and {"snapshots", "delivery"} <= set(ran_blocks)
+    assert ran_blocks.count("console") >= 5
+    assert {"snapshots", "templates", "delivery"} <= set(ran_blocks)
     auth = {"Authorization": f"Bearer {token[1]}"}
     left = httpx2.get(f"http://127.0.0.1:{port}/api/workspaces", headers=auth, timeout=60)
     assert left.json()["workspaces"] == [], "the README's blocks left a workspace behind"

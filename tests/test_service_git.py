@@ -1,8 +1,9 @@
 """The git command lines of the repo operations, run for real: the network step (as the agent
 would run it, with its fixed environment; a stand-in askpass answers as the agent's would)
 against the test git server over HTTP into a mirror, then the workspace step from the mirror;
-and the parser of `git status --porcelain=v2`. The agent's own askpass is tested through a
-real daemon (tests/test_agent_daemon.py, tests/security/test_git_token.py)."""
+the steps that report on the exec's report channel (a template's build and checks); and the
+parser of `git status --porcelain=v2`. The agent's own askpass is tested through a real daemon
+(tests/test_agent_daemon.py, tests/security/test_git_token.py)."""
 
 from __future__ import annotations
 
@@ -233,3 +234,66 @@ def test_parse_status_reads_renames_with_their_original_path() -> None:
         {"path": "new name.txt", "index": "R", "worktree": ".", "orig_path": "old name.txt"},
         {"path": "other", "index": "?", "worktree": "?"},
     ]
+
+
+def reported(argv: list[str], cwd: Path, env: dict[str, str], tmp_path: Path) -> str:
+    """What a step wrote on its report channel (descriptor 3, as the agent gives a step with
+    `report: true`), after checking that it ran well."""
+    channel = tmp_path / "report"
+    with channel.open("wb") as fd3:
+        done = subprocess.run(
+            ["sh", "-c", 'exec "$@" 3>&0 0</dev/null', "sh", *argv],
+            cwd=cwd,
+            env={**env, "MWC_REPORT_FD": "3"},
+            stdin=fd3,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    return channel.read_text()
+
+
+def test_a_clones_commit_is_reported_from_the_mirror_for_each_kind_of_ref(
+    steps: TwoSteps, git_env: dict[str, str], tmp_path: Path
+) -> None:
+    bare = steps.server.root / f"{SLUG}.git"
+    git(bare, "tag", "-a", "v1", "-m", "a release", "feature", env=git_env)
+    for ref, names in ((None, "main"), ("feature", "feature"), ("v1", "v1^{commit}")):
+        dest = f"hello-{ref}"
+        assert steps.clone(dest, ref).returncode == 0
+        argv = gitcmd.mirror_head_argv(steps.mirror(dest), ref)
+        head = gitcmd.report_head(reported(argv, steps.agent_dir, git_env, tmp_path))
+        assert head == git(bare, "rev-parse", names, env=git_env).strip(), ref
+
+
+def test_a_step_without_its_report_channel_refuses_to_run(steps: TwoSteps, tmp_path: Path) -> None:
+    argv = gitcmd.mirror_head_argv(steps.mirror("hello"), None)
+    done = run(argv, tmp_path, {"PATH": os.environ["PATH"]})
+    assert done.returncode == 1 and "cannot report" in done.stderr
+
+
+def test_a_remotes_ref_is_asked_over_the_network_branch_first_then_the_peeled_tag(
+    steps: TwoSteps, git_env: dict[str, str], tmp_path: Path
+) -> None:
+    bare = steps.server.root / f"{SLUG}.git"
+    git(bare, "tag", "-a", "v1", "-m", "a release", "feature", env=git_env)
+    git(bare, "tag", "release/1.0", "main", env=git_env)  # a branch's name: the branch wins
+    url = steps.server.repo_url(SLUG)
+    for ref, expected in (
+        (None, "main"),
+        ("feature", "feature"),
+        ("v1", "v1^{commit}"),
+        ("release/1.0", "refs/heads/release/1.0"),
+    ):
+        argv = gitcmd.remote_refs_argv(url, ref, steps.base)
+        report = reported(argv, steps.agent_dir / "home", steps.network_env(), tmp_path)
+        head = gitcmd.remote_head(report, ref)
+        assert head == git(bare, "rev-parse", expected, env=git_env).strip(), (ref, report)
+    missing = reported(
+        gitcmd.remote_refs_argv(url, "gone", steps.base),
+        steps.agent_dir / "home",
+        steps.network_env(),
+        tmp_path,
+    )
+    assert gitcmd.remote_head(missing, "gone") is None

@@ -18,7 +18,7 @@ from modal_workspace_core.runtime.service import Service
 from modal_workspace_core.surfaces.mcp import build_server
 from modal_workspace_core.surfaces.mcp import tools as mcp_tools
 from modal_workspace_core.surfaces.rest.app import create_app
-from modal_workspace_core.surfaces.tool_schema import OutputSchemas, input_schema
+from modal_workspace_core.surfaces.tool_schema import InputSchemas, OutputSchemas
 from service_support import TOKEN, RecordingDriver
 
 # The names and routes clients already rely on (issue 4's, which the predecessor's users knew,
@@ -156,10 +156,10 @@ def test_mcp_tools_are_generated_one_per_operation_with_all_four_hints(service: 
         assert hints.destructive_hint is op.hints.destructive
         assert hints.idempotent_hint is op.hints.idempotent
         assert hints.open_world_hint is op.hints.open_world
-        assert tool.input_schema == input_schema(op.input_for("mcp"))
-    # Each answer's shape, given whole by the first tool that answers it.
-    outputs = OutputSchemas()
+    # Each input's and answer's shape, a model inside several given whole by the first tool.
+    inputs, outputs = InputSchemas(), OutputSchemas()
     for tool in tools:
+        assert tool.input_schema == inputs(by_name[tool.name].input_for("mcp"), tool.name)
         assert tool.output_schema == outputs(by_name[tool.name].output, tool.name)
 
 

@@ -229,6 +229,7 @@ def _every_setting(tmp_path: Path) -> dict[str, str]:
         f"{PREFIX}JANITOR_SECONDS": "60",
         f"{PREFIX}SAFETY_MARGIN_SECONDS": "600",
         f"{PREFIX}RETENTION_SECONDS": "86400",
+        f"{PREFIX}TEMPLATE_CHECK_SECONDS": "600",
         f"{PREFIX}ALLOWED_FUNCTIONS": "ml/predict",
         f"{PREFIX}FUNCTIONS_IN_ACTIONS": "1",
         f"{PREFIX}ARTIFACT_MAX_BYTES": str(1 << 21),

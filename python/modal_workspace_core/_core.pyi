@@ -80,6 +80,8 @@ __all__ = [
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
+    "template_name",
+    "template_name_pattern",
     "tree_usage",
     "verify_link",
     "volume_mount",
@@ -401,6 +403,14 @@ def function_call_id_pattern() -> str:
 def modal_app_name_pattern() -> str:
     """The shape of a deployed app's name (a schema's `pattern`); the rule also refuses a name
     shaped like an app id."""
+
+def template_name(text: str) -> str:
+    """Check a template's name (1-48 of `[a-z0-9._-]`, starting with a letter or digit) and
+    return it unchanged. Raises `PolicyError` (rules `template-name.*`)."""
+
+def template_name_pattern() -> str:
+    """The shape of a template's name (a schema's `pattern`): exactly what `template_name`
+    accepts."""
 
 # --- the event ring -------------------------------------------------------------------------
 

@@ -11,7 +11,11 @@ Every `MODAL_WORKSPACE_JANITOR_SECONDS` it looks at every workspace once and, wh
   all) past `MODAL_WORKSPACE_RETENTION_SECONDS`;
 - ends what the driver's host started for a workspace and outlived it (`end_strays`, where a
   driver has such helpers: the local driver's pasta, when a crash took the watcher that ends
-  it with its sandbox).
+  it with its sandbox);
+- asks each template's repository whether its branch moved, at most once per template per
+  `MODAL_WORKSPACE_TEMPLATE_CHECK_SECONDS`, and rebuilds the template when it did
+  (`operations.template_checks`). A template's builds are kept as long as the template is: the
+  retention leaves their workspaces alone.
 
 Every action is logged and kept on the workspace (`lifecycle`). Several gateways may sweep the
 same workspaces (Modal runs as many gateway containers as the load needs, and a scheduled
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING
 from .drivers.base import LifecycleNote, SnapshotKind, SuspendReason, WorkspaceRecord, utc_now
 from .errors import WorkspaceError
 from .operations.lifecycle import take_snapshot
+from .operations.template_checks import check_templates, recorded_build_workspaces
 
 if TYPE_CHECKING:
     from .runtime.service import Service
@@ -78,6 +83,8 @@ class Janitor:
     def __init__(self, svc: Service) -> None:
         self.svc = svc
         self.settings = svc.settings
+        # The workspaces of the templates' builds, read at most once a sweep.
+        self._builds: set[str] | None = None
 
     async def run(self) -> None:
         """Sweeps until cancelled; a failed sweep is logged and the next one tries again."""
@@ -97,9 +104,14 @@ class Janitor:
                 await end_strays()
             except Exception:
                 log.exception("the sweep could not end the helpers that outlived workspaces")
+        self._builds = None
         for record in await self.svc.driver.list():
             with contextlib.suppress(WorkspaceError):
                 await self._one(record, now)
+        try:
+            await check_templates(self.svc, now)
+        except Exception:
+            log.exception("the sweep could not check the templates")
 
     async def _one(self, record: WorkspaceRecord, now: datetime) -> None:
         ws = record.workspace_id
@@ -108,6 +120,8 @@ class Janitor:
             ended = _parse(record.suspension.at if record.suspension else record.ended_at)
             retention = timedelta(seconds=self.settings.retention_seconds)
             if ended is not None and now - ended >= retention:
+                if await self._is_template_build(ws):
+                    return  # kept as long as its template is (`template_delete` removes it)
                 if not await self._claim(ws, "purge", str(ended), now):
                     return
                 await self._act(ws, "purged", f"past the retention of {retention}")
@@ -145,6 +159,13 @@ class Janitor:
             and await self._claim(ws, "idle", str(started), now)
         ):
             await self._suspend(ws, "idle", "idle", f"idle for {idle} s")
+
+    async def _is_template_build(self, ws: str) -> bool:
+        """Whether `ws` is the workspace of a template's build on record (read once a sweep,
+        the first time a retention is due)."""
+        if self._builds is None:
+            self._builds = await recorded_build_workspaces(self.svc)
+        return ws in self._builds
 
     async def _has_safety_snapshot(self, ws: str, started: datetime) -> bool:
         """Whether this run of the workspace has its safety snapshot already: asked of the

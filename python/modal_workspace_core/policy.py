@@ -60,6 +60,8 @@ from ._core import (
     secret_allowlist,
     snapshot_label,
     stored_tag,
+    template_name,
+    template_name_pattern,
     volume_mount,
     workspace_path,
 )
@@ -120,6 +122,8 @@ __all__ = [
     "secret_allowlist",
     "snapshot_label",
     "stored_tag",
+    "template_name",
+    "template_name_pattern",
     "volume_mount",
     "workspace_path",
 ]

@@ -152,6 +152,18 @@ fn modal_app_name_pattern() -> String {
     policy::modal_app_name_pattern()
 }
 
+/// The shape of a template's name (a schema's `pattern`).
+#[pyfunction]
+fn template_name_pattern() -> String {
+    policy::template_name_pattern()
+}
+
+/// Checks a template's name and returns it unchanged.
+#[pyfunction]
+fn template_name(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::template_name(self::text(text)?).map_err(policy_error)
+}
+
 /// Checks an environment variable name and returns it unchanged.
 #[pyfunction]
 fn env_name(text: &Bound<'_, PyString>) -> PyResult<String> {
@@ -414,6 +426,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(id_pattern, m)?)?;
     m.add_function(wrap_pyfunction!(function_call_id_pattern, m)?)?;
     m.add_function(wrap_pyfunction!(modal_app_name_pattern, m)?)?;
+    m.add_function(wrap_pyfunction!(template_name, m)?)?;
+    m.add_function(wrap_pyfunction!(template_name_pattern, m)?)?;
     m.add_function(wrap_pyfunction!(env_name, m)?)?;
     m.add_function(wrap_pyfunction!(allowed, m)?)?;
     m.add_function(wrap_pyfunction!(caller_tags, m)?)?;

@@ -17,6 +17,7 @@ mod repo;
 mod resources;
 mod tags;
 mod tar_entry;
+mod template;
 
 pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
 pub use artifact_link::{mint_link, verify_link, LinkClaim, MAX_LINK_TOKEN_CHARS};
@@ -52,6 +53,7 @@ pub use tags::{
     MAX_SNAPSHOT_LABEL_CHARS, MAX_TAGS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, WORKSPACE_TAGS,
 };
 pub use tar_entry::{TarEntry, TarKind, TarLimits, TarPlan};
+pub use template::{template_name, template_name_pattern, MAX_TEMPLATE_NAME_CHARS};
 
 #[cfg(test)]
 mod tests {

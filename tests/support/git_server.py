@@ -140,6 +140,39 @@ class GitServer:
         shutil.rmtree(work)
         return bare
 
+    def commit(
+        self, slug: str, branch: str, files: Mapping[str, str], remove: tuple[str, ...] = ()
+    ) -> str:
+        """Moves `branch` of `slug` one commit on (as a push to GitHub would): `files` written,
+        `remove` deleted. Returns the new commit."""
+        bare = self.root / f"{slug}.git"
+        work = self.root.parent / f"commit-{slug.replace('/', '-')}"
+        shutil.rmtree(work, ignore_errors=True)
+        _git(None, "clone", "--quiet", "--branch", branch, str(bare), str(work))
+        for name, text in files.items():
+            path = work / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        for name in remove:
+            _git(work, "rm", "--quiet", name)
+        _git(work, "add", "--all")
+        _git(work, "commit", "--quiet", "-m", f"Change {', '.join([*files, *remove])}")
+        _git(work, "push", "--quiet", "origin", f"{branch}:{branch}")
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=work, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        shutil.rmtree(work)
+        return head
+
+    def head(self, slug: str, branch: str) -> str:
+        """The commit `branch` of `slug` is at."""
+        return subprocess.run(
+            ["git", "--git-dir", str(self.root / f"{slug}.git"), "rev-parse", branch],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
     def _record(self, seen: SeenRequest) -> None:
         with self._lock:
             self.requests.append(seen)

@@ -104,7 +104,7 @@ class SnapshotRecord(BaseModel):
 
 
 class Lineage(BaseModel):
-    """Where a forked workspace came from."""
+    """Where a forked workspace came from (a template's workspace is a fork of its build)."""
 
     parent_workspace_id: str = Field(description="The workspace it was forked from.")
     snapshot_id: str = Field(description="The parent's snapshot it was made from.")
@@ -112,6 +112,12 @@ class Lineage(BaseModel):
         default={}, description="The parent's repositories (path -> git HEAD) in that snapshot."
     )
     forked_at: str = Field(description="When it was forked (RFC 3339, UTC).")
+    template: str | None = Field(
+        default=None, description="For a workspace made from a template: the template's name."
+    )
+    template_build: int | None = Field(
+        default=None, description="And the number of the template's build it started from."
+    )
 
 
 def failed_start(workspace_id: str, detail: str) -> str:

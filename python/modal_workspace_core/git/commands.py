@@ -24,9 +24,13 @@ __all__ = [
     "head_argv",
     "mirror_argv",
     "mirror_env",
+    "mirror_head_argv",
     "mirror_path",
     "parse_status",
+    "remote_head",
+    "remote_refs_argv",
     "repo_dir",
+    "report_head",
     "status_argv",
 ]
 
@@ -168,10 +172,6 @@ def mirror_argv(
 ) -> list[str]:
     """The network step (an agent-identity step): `url` into the agent's mirror."""
     branch, commit = _split_ref(ref)
-    config = list(_NETWORK_CONFIG)
-    if base.startswith("http://"):
-        config.append("protocol.http.allow=always")  # a local or test server only
-    options = [part for item in config for part in ("-c", item)]
     return [
         "sh",
         "-c",
@@ -183,8 +183,16 @@ def mirror_argv(
         branch,
         commit,
         str(depth or ""),
-        *options,
+        *_network_options(base),
     ]
+
+
+def _network_options(base: str) -> list[str]:
+    """The network step's configuration as git's `-c` options."""
+    config = list(_NETWORK_CONFIG)
+    if base.startswith("http://"):
+        config.append("protocol.http.allow=always")  # a local or test server only
+    return [part for item in config for part in ("-c", item)]
 
 
 def mirror_env(askpass: str | None) -> dict[str, str]:
@@ -241,6 +249,86 @@ def fetch_from_mirror_argv(mirror: str, dest: str, ref: str | None, depth: int |
         str(depth or ""),
         mirror,
     ]
+
+
+# A step that reports on the exec's report channel (descriptor 3, which no process of the
+# workspace holds) refuses to run without it: its output is no fact the gateway may decide on.
+_NEEDS_REPORT = """[ "${MWC_REPORT_FD-}" = 3 ] || {
+  echo "this workspace's agent cannot report: create the workspace again" >&2
+  exit 1
+}
+"""
+
+# $1 mirror, $2 branch or tag ("" for the default branch), $3 commit (""). Reports the commit
+# the workspace step cloned from the mirror: the commit asked for, else the branch (as `git
+# clone --branch` prefers it), else the tag, else the mirror's HEAD (the remote's default).
+_MIRROR_HEAD = (
+    "set -e\n"
+    + _NEEDS_REPORT
+    + """mirror=$1 ref=$2 commit=$3
+if [ -n "$commit" ]; then name=refs/mwc/commit
+elif [ -z "$ref" ]; then name=HEAD
+elif git --git-dir="$mirror" show-ref --verify --quiet "refs/heads/$ref"; then name=refs/heads/$ref
+else name=refs/tags/$ref
+fi
+git --git-dir="$mirror" rev-parse --verify --quiet "$name^{commit}" >&3
+"""
+)
+
+# $@: git's -c options, then `ls-remote -- URL PATTERN...`. What the remote answers goes to the
+# report channel alone.
+_REMOTE_REFS = "set -e\n" + _NEEDS_REPORT + 'exec git "$@" >&3\n'
+
+# A git object name (SHA-1 or SHA-256).
+_OBJECT_NAME = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+def mirror_head_argv(mirror: str, ref: str | None) -> list[str]:
+    """An agent step after a clone's two: the commit the clone checked out, as the agent's
+    mirror has it, on the report channel (`report_head` reads it)."""
+    branch, commit = _split_ref(ref)
+    return ["sh", "-c", _MIRROR_HEAD, "sh", mirror, branch, commit]
+
+
+def report_head(report: str) -> str | None:
+    """The commit a `mirror_head_argv` step reported, when it is an object name."""
+    head = report.strip()
+    return head if _OBJECT_NAME.fullmatch(head) else None
+
+
+def remote_refs_argv(url: str, ref: str | None, base: str) -> list[str]:
+    """A network step that asks the remote which commit `ref` names now (its default branch
+    for None), answered on the report channel (`remote_head` reads it)."""
+    patterns = ["HEAD"]
+    if ref is not None:
+        patterns = [f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"]
+    return [
+        "sh",
+        "-c",
+        _REMOTE_REFS,
+        "sh",
+        *_network_options(base),
+        "ls-remote",
+        "--",
+        url,
+        *patterns,
+    ]
+
+
+def remote_head(report: str, ref: str | None) -> str | None:
+    """The commit `ref` names in a `remote_refs_argv` step's report: the branch of that name,
+    else the tag's commit (peeled), else the tag; None when the remote has none of them."""
+    found: dict[str, str] = {}
+    for line in report.splitlines():
+        oid, _, name = line.partition("\t")
+        if _OBJECT_NAME.fullmatch(oid):
+            found.setdefault(name.strip(), oid)
+    if ref is None:
+        return found.get("HEAD")
+    for name in (f"refs/heads/{ref}", f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}"):
+        if name in found:
+            return found[name]
+    return None
 
 
 # Step 2 never needs a token; LFS smudge stays off so a checkout never reaches for LFS objects.

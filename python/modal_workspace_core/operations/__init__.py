@@ -6,7 +6,18 @@ from __future__ import annotations
 
 from ..config import Settings
 from ..errors import InvalidArgumentError
-from . import artifacts, execs, files, functions, repo, snapshots, streams, watches, workspaces
+from . import (
+    artifacts,
+    execs,
+    files,
+    functions,
+    repo,
+    snapshots,
+    streams,
+    templates,
+    watches,
+    workspaces,
+)
 from .hooks import new_service, open_service
 from .machinery.run import call, parse_input, parse_request, run
 from .machinery.table import Hints, Operation
@@ -31,6 +42,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
     for domain in (
         workspaces,
         snapshots,
+        templates,
         execs,
         *repo.JOBS,
         files,

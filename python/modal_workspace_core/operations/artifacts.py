@@ -146,8 +146,8 @@ async def _upload_bytes(
     path=WS + "/artifacts",
     hints=READ,
     summary="Download a file or a directory (a tar): a listing and a short-lived download_url.",
-    limits="GET download_url, no token needed, before expires_at; at most the gateway's artifact "
-    "bound. REST without listing=true streams the bytes.",
+    limits="GET download_url (no token) before expires_at. REST without listing=true streams "
+    "the bytes.",
     bounds={"actions": {"max_entries": Bound(1000)}},
     raw=RawRest(
         serve=_download_bytes,

@@ -148,17 +148,22 @@ async def git_query(
     svc: Service, record: WorkspaceRecord, argv: list[str], *, cap: int = 4096
 ) -> Finished:
     """A short git command the gateway runs for itself in the workspace (out of `exec.list`),
-    whose first `cap` bytes of output it reads: a repository's origin, its branch, its HEAD."""
-    return await run_to_end(
-        svc,
-        record,
-        argv=argv,
-        env=dict(_QUERY_ENV),
-        timeout_seconds=60,
-        cap=cap,
-        head_only=True,
-        internal=True,
-    )
+    whose first `cap` bytes of output it reads: a repository's origin, its branch, its HEAD.
+    Its output is the gateway's, not progress of the caller's work: none is reported."""
+    quiet = PROGRESS.set(None)
+    try:
+        return await run_to_end(
+            svc,
+            record,
+            argv=argv,
+            env=dict(_QUERY_ENV),
+            timeout_seconds=60,
+            cap=cap,
+            head_only=True,
+            internal=True,
+        )
+    finally:
+        PROGRESS.reset(quiet)
 
 
 async def drain(

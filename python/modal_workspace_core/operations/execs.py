@@ -32,7 +32,13 @@ from .machinery.fields import (
 )
 from .machinery.fitting import KeepFirst, KeepHeadAndTail
 from .machinery.limits import Bound
-from .machinery.pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
+from .machinery.pages import (
+    PAGE_BOUNDS,
+    PAGE_LOOP_OF_STREAMS,
+    EventsRead,
+    PageResult,
+    stream_page,
+)
 from .machinery.table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
@@ -196,9 +202,8 @@ def status_out(exec_id: str, result: dict[str, Any]) -> ExecStatus:
     path=WS + "/exec",
     hints=RUN,
     summary="Run a shell command: its returncode, stdout and stderr.",
-    limits="Output capped (head and tail kept, *_truncated); error says why one did not start. "
-    "Still running after wait_seconds: state running, and it goes on; follow exec_id with "
-    "workspace_realtime_exec_events.",
+    limits="Output capped, head and tail kept (*_truncated); error: why it did not start. "
+    "Running past wait_seconds: state running; follow exec_id with stream_events.",
     bounds={
         "actions": {"wait_seconds": Bound(30, 30), "max_output_bytes": Bound(40_000)},
         "mcp": {"wait_seconds": Bound(45, 45)},
@@ -239,7 +244,7 @@ async def workspace_exec(svc: Service, inp: ExecRun) -> ExecResult:
     path=WS + "/realtime-execs",
     hints=RUN,
     summary="Start a command in the background.",
-    limits="Follow exec_id with workspace_realtime_exec_events.",
+    limits="Follow exec_id with stream_events.",
 )
 async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) -> ExecStatus:
     record = await svc.live_record(inp.workspace_id)
@@ -267,7 +272,7 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
     path=EX + "/events",
     hints=READ,
     summary="Read a realtime exec's output after a cursor (long-poll).",
-    limits=PAGE_LOOP,
+    limits=PAGE_LOOP_OF_STREAMS,
     bounds=PAGE_BOUNDS,
     # GPT Actions takes 30 operations: there, stream_events reads every stream.
     in_actions=False,
@@ -306,7 +311,7 @@ async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputRe
     path=EX + "/cancel",
     hints=REWRITE,
     summary="Cancel a realtime exec: SIGTERM to its process group, SIGKILL after grace_seconds.",
-    limits="Answers once it ended, or after grace_seconds (up to 20) plus 2 s.",
+    limits="Answers once it ended, within grace_seconds (up to 20) plus 2 s.",
 )
 async def workspace_realtime_exec_cancel(svc: Service, inp: ExecCancel) -> ExecStatus:
     args = {"exec_id": inp.exec_id, "grace_seconds": inp.grace_seconds}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -40,7 +39,7 @@ from .lifecycle import (
 from .machinery.fields import IdempotencyKey, Input, Output, SnapshotId, WorkspaceId
 from .machinery.limits import Bound, Bounds
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
-from .task_stream import TaskStream
+from .task_stream import TaskStream, wait_budget
 from .workspace_info import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
@@ -55,9 +54,7 @@ MAX_TTL_SECONDS = 366 * 24 * 3600
 # surface waits less (`_SNAPSHOT_BOUNDS`), and a snapshot that takes longer goes on after the
 # answer, its progress and result on its task stream.
 MAX_SNAPSHOT_WAIT = 900.0
-# How long before its surface's deadline a call answers, and how long the gateway tries to end
-# a task stream when it stops.
-_ANSWER_MARGIN_SECONDS = 2.0
+# How long the gateway tries to end a task stream when it stops.
 _END_REPORT_SECONDS = 2.0
 # How long a snapshot request waits for the one before it to finish before it is refused.
 _CLAIM_WAIT_SECONDS = 1.0
@@ -164,8 +161,8 @@ def snapshot_out(record: SnapshotRecord, stream_id: str | None = None) -> Snapsh
     path=SN,
     hints=WRITE,
     summary="Snapshot the workspace's files and repositories' HEADs.",
-    limits="Answers state ready, or taking after wait_seconds: follow progress_stream_id with "
-    "stream_events; its exit event holds the snapshot.",
+    limits="Taking after wait_seconds: follow progress_stream_id with stream_events (its exit "
+    "event holds the snapshot).",
     bounds=_SNAPSHOT_BOUNDS,
 )
 async def workspace_snapshot(svc: Service, inp: SnapshotCreate) -> Snapshot:
@@ -190,7 +187,7 @@ async def workspace_snapshot(svc: Service, inp: SnapshotCreate) -> Snapshot:
         raise
     job = svc.spawn(_snapshot_job(svc, ws, plan, stream, key))
     try:
-        record = await asyncio.wait_for(asyncio.shield(job), _wait_budget(inp.wait_seconds))
+        record = await asyncio.wait_for(asyncio.shield(job), wait_budget(inp.wait_seconds))
     except TimeoutError:
         stream.reporter = None  # the caller has its answer: its notifications end here
         return _taking(ws, plan, stream.task_id)
@@ -221,14 +218,6 @@ async def _snapshot_job(
         svc.release(key)
     await stream.finish(snapshot_out(record).model_dump(mode="json"))
     return record
-
-
-def _wait_budget(asked: float) -> float:
-    """How long the call waits for its snapshot: what it asked, within its surface's time."""
-    answer_by = ANSWER_BY.get()
-    if answer_by is None:
-        return asked
-    return max(0.0, min(asked, answer_by - time.monotonic() - _ANSWER_MARGIN_SECONDS))
 
 
 def _taking(ws: str, plan: SnapshotPlan, stream_id: str | None) -> Snapshot:

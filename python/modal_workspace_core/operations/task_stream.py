@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import policy
 from ..errors import WorkspaceError
-from ..runtime.call import PROGRESS, Reporter
+from ..runtime.call import ANSWER_BY, PROGRESS, Reporter
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
@@ -33,6 +33,17 @@ LEASE_SECONDS = 60.0
 HEARTBEAT_SECONDS = 10.0
 # The fewest seconds between two progress events of one task (the last one always goes).
 _REPORT_EVERY = 0.5
+# How long before its surface's deadline a call that waits for a task answers.
+_ANSWER_MARGIN_SECONDS = 2.0
+
+
+def wait_budget(asked: float) -> float:
+    """How long a call waits for its task before it answers with the task's stream: what it
+    asked, within its surface's time."""
+    answer_by = ANSWER_BY.get()
+    if answer_by is None:
+        return asked
+    return max(0.0, min(asked, answer_by - time.monotonic() - _ANSWER_MARGIN_SECONDS))
 
 
 class TaskStream:

@@ -9,7 +9,13 @@ from pydantic import Field
 from .. import policy
 from .machinery.fields import Input, Open, Output, Timestamp, WatchId, WorkspaceId, WorkspacePath
 from .machinery.fitting import KeepFirst
-from .machinery.pages import PAGE_BOUNDS, PAGE_LOOP, EventsRead, PageResult, stream_page
+from .machinery.pages import (
+    PAGE_BOUNDS,
+    PAGE_LOOP_OF_STREAMS,
+    EventsRead,
+    PageResult,
+    stream_page,
+)
 from .machinery.table import FW, READ, REWRITE, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
@@ -99,7 +105,7 @@ async def workspace_file_watch_start(svc: Service, inp: WatchStart) -> WatchStat
     path=FW + "/events",
     hints=READ,
     summary="Read a file watch's events after a cursor (long-poll).",
-    limits=PAGE_LOOP,
+    limits=PAGE_LOOP_OF_STREAMS,
     bounds=PAGE_BOUNDS,
     # GPT Actions takes 30 operations: there, stream_events reads every stream.
     in_actions=False,

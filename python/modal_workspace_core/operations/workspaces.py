@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from .. import policy
 from ..drivers.base import WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
 from ..errors import InvalidArgumentError
 from .lifecycle import take_snapshot
-from .machinery.fields import Env, IdempotencyKey, Input, Output, Tags, WorkspaceId
+from .machinery.fields import Env, IdempotencyKey, Input, Output, Tags, TemplateName, WorkspaceId
 from .machinery.fitting import KeepFirst
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
+from .resources import IMAGE_FIELDS, Resources
+from .template_builds import start_from_template
 from .workspace_info import Workspace, once_per_key, workspace_out
 
 if TYPE_CHECKING:
@@ -22,128 +24,6 @@ declare = Declarations()
 
 
 # --- inputs --------------------------------------------------------------------------------------
-
-
-# Each entry of a region or allowlist through the core's rule (an error names `field.i`).
-Region = Annotated[str, AfterValidator(policy.region)]
-OutboundCidr = Annotated[str, AfterValidator(policy.outbound_cidr)]
-OutboundDomain = Annotated[str, AfterValidator(policy.outbound_domain)]
-ImageName = Annotated[str, AfterValidator(policy.image_name)]
-ImageId = Annotated[str, AfterValidator(policy.image_id)]
-AptPackages = Annotated[
-    list[str],
-    Field(max_length=policy.MAX_IMAGE_PACKAGES),
-    AfterValidator(lambda items: policy.image_packages("apt", items)),
-]
-PipPackages = Annotated[
-    list[str],
-    Field(max_length=policy.MAX_IMAGE_PACKAGES),
-    AfterValidator(lambda items: policy.image_packages("pip", items)),
-]
-
-
-class Resources(Input):
-    cpu: float | None = Field(
-        None,
-        ge=policy.MIN_CPU_CORES,
-        le=policy.MAX_CPU_CORES,
-        description="Cores reserved.",
-    )
-    memory_mb: int | None = Field(
-        None,
-        ge=policy.MIN_MEMORY_MIB,
-        le=policy.MAX_MEMORY_MIB,
-        description="MiB reserved.",
-    )
-    gpu: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9:._-]{1,32}$", description="GPU type (Modal)."
-    )
-    timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Lifetime limit.")
-    idle_timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Idle limit.")
-    # --- limits, placement and the outbound network (Modal); the core's rules decide ---------
-    cpu_limit: float | None = Field(
-        None,
-        ge=policy.MIN_CPU_CORES,
-        le=policy.MAX_CPU_CORES,
-        description="Throttled above this many cores (≥ cpu).",
-    )
-    memory_limit_mb: int | None = Field(
-        None,
-        ge=policy.MIN_MEMORY_MIB,
-        le=policy.MAX_MEMORY_MIB,
-        description="Killed above this many MiB (≥ memory_mb; locally, per command).",
-    )
-    region: list[Region] | None = Field(
-        None,
-        min_length=1,
-        max_length=policy.MAX_REGIONS,
-        description="Modal regions: us, us-east, us-east-1, …",
-    )
-    outbound_cidr_allowlist: list[OutboundCidr] | None = Field(
-        None,
-        max_length=policy.MAX_ALLOWLIST_ENTRIES,
-        description="The only public CIDRs commands may reach (Modal).",
-    )
-    outbound_domain_allowlist: list[OutboundDomain] | None = Field(
-        None,
-        max_length=policy.MAX_ALLOWLIST_ENTRIES,
-        description="The only domains commands may reach, *.example.com allowed (Modal).",
-    )
-
-    @field_validator("cpu")
-    @classmethod
-    def _cpu(cls, value: float | None) -> float | None:
-        return None if value is None else policy.cpu_cores(value)
-
-    @field_validator("cpu_limit")
-    @classmethod
-    def _cpu_limit(cls, value: float | None, info: ValidationInfo) -> float | None:
-        return None if value is None else policy.cpu_limit(info.data.get("cpu"), value)
-
-    @field_validator("memory_limit_mb")
-    @classmethod
-    def _memory_limit(cls, value: int | None, info: ValidationInfo) -> int | None:
-        return None if value is None else policy.memory_limit_mib(info.data.get("memory_mb"), value)
-
-    @field_validator("outbound_cidr_allowlist")
-    @classmethod
-    def _cidrs(cls, value: list[str] | None) -> list[str] | None:
-        return policy.outbound_allowlists(False, value, None)[0]
-
-    @field_validator("outbound_domain_allowlist")
-    @classmethod
-    def _domains(cls, value: list[str] | None) -> list[str] | None:
-        return policy.outbound_allowlists(False, None, value)[1]
-
-    @field_validator("region", mode="before")
-    @classmethod
-    def _one_region(cls, value: object) -> object:
-        # Modal takes one region as a string, or several as a list.
-        return [value] if isinstance(value, str) else value
-
-    @field_validator("region")
-    @classmethod
-    def _regions(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else policy.regions(value)
-
-    run_as_root: bool | None = Field(
-        None,
-        description="Run commands as root (Modal): then no GitHub token enters the workspace "
-        "(no use_github_token, no push). Default: uid 1000; prefer apt_packages.",
-    )
-    # -- the image (Modal): which one, and packages layered on top of it ---------------------
-    image_name: ImageName | None = Field(
-        None, description="Published Modal image to start from: NAME[:TAG]."
-    )
-    image_id: ImageId | None = Field(None, description="Modal image id (im-…) to start from.")
-    apt_packages: AptPackages | None = Field(
-        None,
-        description="Debian packages: NAME[=VERSION].",
-    )
-    pip_packages: PipPackages | None = Field(
-        None,
-        description="Python packages: NAME[==VERSION].",
-    )
 
 
 class WorkspaceCreate(Input):
@@ -158,11 +38,12 @@ class WorkspaceCreate(Input):
     volumes: dict[str, str] = Field(
         default_factory=dict, description="Mount path -> allowlisted volume (Modal)."
     )
-    tags: Tags = Field(default_factory=dict, description="Your labels.")
+    tags: Tags = Field(default_factory=dict, description="Your labels (managed keys refused).")
     block_network: bool = Field(False, description="No network access.")
     idempotency_key: IdempotencyKey | None = Field(
         None, description="Makes retries safe: the same key, the same workspace."
     )
+    template: TemplateName | None = Field(None, description="Start from its newest build.")
 
     @field_validator("block_network")
     @classmethod
@@ -221,13 +102,20 @@ class TerminateResult(Output):
     path="/workspaces",
     hints=WRITE,
     summary="Create a workspace: a durable machine with its root at /workspace.",
-    limits="Tags managed-by, workspace-id, workspace-root, repo-* are refused.",
 )
 async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     # Everything that can refuse the request is checked before the driver is called.
     secrets = svc.workspace_secrets(inp.secret_names)
     volumes = svc.volumes(inp.volumes)
     resources = inp.resources.model_dump(exclude_none=True)
+    if inp.template is not None:
+        for name in IMAGE_FIELDS:
+            if name in resources:
+                raise InvalidArgumentError(
+                    f"resources.{name}: a workspace made from a template has its build's image; "
+                    "give the image to the template (template_create) instead",
+                    field=f"resources.{name}",
+                )
     if volumes:
         resources["volumes"] = volumes
     tags = dict(inp.tags)
@@ -256,6 +144,8 @@ async def _create(
         resources=resources,
         **secrets.model_dump(),
     )
+    if inp.template is not None:
+        return await start_from_template(svc, workspace_id, inp.template, spec)
     return await svc.driver.create(workspace_id, spec)
 
 

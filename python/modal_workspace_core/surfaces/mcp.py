@@ -25,7 +25,7 @@ from ..errors import WorkspaceError
 from ..operations import OPERATIONS, Operation, call, offered, operation, parse_request
 from ..runtime.call import PROGRESS, Reporter
 from ..runtime.service import Service
-from .tool_schema import OutputSchemas, input_schema
+from .tool_schema import InputSchemas, OutputSchemas
 
 __all__ = ["INSTRUCTIONS", "McpEndpoint", "build_server", "tools"]
 
@@ -57,12 +57,12 @@ _LOOPBACK_HOSTS = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1
 _LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
 
-def _tool(op: Operation, outputs: OutputSchemas) -> types.Tool:
+def _tool(op: Operation, inputs: InputSchemas, outputs: OutputSchemas) -> types.Tool:
     hints = op.hints
     return types.Tool(
         name=op.name,
         description=op.description,
-        input_schema=input_schema(op.input_for("mcp")),
+        input_schema=inputs(op.input_for("mcp"), op.name),
         output_schema=outputs(op.output, op.name),
         annotations=types.ToolAnnotations(
             title=op.title,
@@ -76,8 +76,9 @@ def _tool(op: Operation, outputs: OutputSchemas) -> types.Tool:
 
 def tools(settings: Settings | None = None) -> list[types.Tool]:
     """Every operation's tool, or those a gateway with `settings` offers."""
-    outputs = OutputSchemas()
-    return [_tool(op, outputs) for op in (OPERATIONS if settings is None else offered(settings))]
+    inputs, outputs = InputSchemas(), OutputSchemas()
+    listed = OPERATIONS if settings is None else offered(settings)
+    return [_tool(op, inputs, outputs) for op in listed]
 
 
 def _error_result(err: WorkspaceError) -> types.CallToolResult:

@@ -5,7 +5,9 @@ An input schema keeps what a caller needs to build a call: types, bounds, defaul
 field's description, less what a client learns nothing from: titles (the field's name again),
 `"default": null` and the null branch of an optional field (leaving it out means the same), and
 the description and pattern of an id the agent was handed (`SELF_EVIDENT`): the server checks it
-and its refusal names the field.
+and its refusal names the field. What several tools' inputs share is said once
+(`InputSchemas`): a model inside them given whole by the first tool that takes it and referred
+to after, as an answer's is, and a field they take alike described by the first.
 
 An output schema is the answer's shape, for the client that validates structured content:
 each field's type, nullability included, and enums. It lists no required fields: pydantic's
@@ -25,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-__all__ = ["EVERY_ANSWER", "SELF_EVIDENT", "OutputSchemas", "input_schema"]
+__all__ = ["EVERY_ANSWER", "SELF_EVIDENT", "InputSchemas", "OutputSchemas", "input_schema"]
 
 # The field any answer may carry (`Output.resumed_from`).
 EVERY_ANSWER = "resumed_from"
@@ -43,7 +45,7 @@ _EXCLUDES_NULL = frozenset({"enum", "const", "$ref", "anyOf", "oneOf", "allOf"})
 
 
 def input_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """`model`'s JSON Schema as a tool's `inputSchema`."""
+    """`model`'s JSON Schema as a tool's `inputSchema`, whole."""
     schema = _schema(model, "input")
     required = set(schema.get("required", ()))
     for name, prop in schema.get("properties", {}).items():
@@ -51,6 +53,33 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
             prop.pop("description", None)
             prop.pop("pattern", None)
     return schema
+
+
+class InputSchemas:
+    """The input schemas of one tool list, each said once: a model inside several tools' inputs
+    (a workspace's `Resources`: workspace_create's, template_create's) is given whole by the
+    first tool that takes it and referred to by the others, as answers are (`OutputSchemas`);
+    a field several tools take alike (the same name, type, bounds and description: a file's
+    `path`, a page's `cursor`) is described by the first that takes it, and the others give its
+    type and bounds. The server checks every field whichever tool it came with, and its refusal
+    names the field."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, str] = {}
+
+    def __call__(self, model: type[BaseModel], tool: str) -> dict[str, Any]:
+        schema = input_schema(model)
+        for name, definition in schema.get("$defs", {}).items():
+            if self._given(f"model {name}", definition, tool) != tool:
+                schema["$defs"][name] = _pointer(self._given(f"model {name}", definition, tool))
+        for name, prop in schema.get("properties", {}).items():
+            if "description" in prop and self._given(f"field {name}", prop, tool) != tool:
+                del prop["description"]
+        return schema
+
+    def _given(self, what: str, shape: dict[str, Any], tool: str) -> str:
+        """The tool that gives `what` with this shape: `tool` the first time it is seen."""
+        return self._first.setdefault(f"{what}:{json.dumps(shape, sort_keys=True)}", tool)
 
 
 class OutputSchemas:

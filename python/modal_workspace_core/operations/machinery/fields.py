@@ -141,6 +141,12 @@ GitRef = Annotated[
     AfterValidator(policy.git_ref),
     Field(description="A branch, tag or commit (no leading '-', no revision expressions)."),
 ]
+TemplateName = Annotated[
+    str,
+    AfterValidator(policy.template_name),
+    core_pattern(policy.template_name_pattern()),
+    Field(description="A template's name."),
+]
 # Managed keys (`policy.MANAGED_TAGS`, `policy.MANAGED_TAG_PREFIXES`) are refused: a caller
 # setting one could forge a workspace's identity, its root, or the record of what was cloned.
 Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]

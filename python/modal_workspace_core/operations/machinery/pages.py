@@ -35,6 +35,9 @@ PAGE_LOOP = (
     "page means nothing new yet; has_more: call again now; cursor_expired: older events were "
     "dropped. Events hold data (text) or data_b64."
 )
+# The per-kind reads say the loop by reference: it is stream_events' (in every surface's list,
+# GPT Actions' included), and a host pays for each tool's description in every conversation.
+PAGE_LOOP_OF_STREAMS = "The same cursor loop as stream_events."
 # GPT Actions' budget for a page: its JSON (the events as encoded) stays well under the limit.
 PAGE_BOUNDS: Bounds = {"actions": {"max_bytes": Bound(64_000)}}
 

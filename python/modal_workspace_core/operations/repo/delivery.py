@@ -37,10 +37,10 @@ from ..machinery.fields import GitRef, Input, Output, WorkspaceId, WorkspacePath
 from ..machinery.fitting import KeepFirst
 from ..machinery.limits import Bound
 from ..machinery.table import PUBLISH, WRITE, WS, Declarations
+from ..network_git import agent_paths
 from .repository import (
     DESTINATION,
     LAST_PUSH_TAG,
-    agent_paths,
     git_failure,
     origin_repo,
     recorded_destination,

@@ -1,7 +1,7 @@
 """The repository a repo operation acts on, and what every repo module shares: its directory
-(the one named, else the clone on record), its GitHub origin, the agent's mirror directory and
-askpass, git's failures as errors, and the managed tag of the branch pushed last. The other
-repo modules import this one; it imports none of them."""
+(the one named, else the clone on record), its GitHub origin, git's failures as errors, and the
+managed tag of the branch pushed last (the agent's mirror directory and askpass are
+`network_git`'s). The other repo modules import this one; it imports none of them."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DESTINATION",
     "LAST_PUSH_TAG",
-    "agent_paths",
     "destination_of",
     "git_failure",
     "origin_repo",
@@ -38,18 +37,6 @@ __all__ = [
 DESTINATION = "The repository (default: the one cloned)."
 # The managed tag naming the branch this workspace pushed last: a pull request's default head.
 LAST_PUSH_TAG = "repo-pushed-branch"
-
-
-async def agent_paths(svc: Service, ws: str) -> tuple[str, str]:
-    """The agent's own directory (where mirrors live) and its askpass program."""
-    info, _ = await svc.request(ws, "ping", {})
-    agent_dir, askpass = info.get("agent_dir"), info.get("askpass")
-    if not isinstance(agent_dir, str) or not isinstance(askpass, str):
-        raise UpstreamError(
-            "this workspace's agent is older than the gateway and cannot run git operations: "
-            "terminate the workspace and create a new one"
-        )
-    return agent_dir, askpass
 
 
 async def origin_repo(svc: Service, record: WorkspaceRecord, dest: str) -> policy.GitHubRepo:

@@ -14,13 +14,14 @@ from pydantic import Field
 from ... import policy
 from ...errors import InvalidArgumentError
 from ...git import commands as gitcmd
-from ...git import credentials, pending
+from ...git import pending
 from ...git.pending import pending_note, settle
 from ...policy import WORKSPACE_ROOT
 from ..exec_engine import exec_args
 from ..machinery.fields import GitRef, Input, Output, Repository, WorkspaceId, WorkspacePath
 from ..machinery.table import NETWORK, REWRITE, WS, Declarations
-from .repository import DESTINATION, agent_paths, origin_repo, recorded_destination
+from ..network_git import agent_paths, network_step
+from .repository import DESTINATION, origin_repo, recorded_destination
 
 if TYPE_CHECKING:
     from ...drivers.base import WorkspaceRecord
@@ -104,23 +105,10 @@ async def _start_network_git(
 ) -> str:
     """The two-step exec of a clone or fetch (see the module's docstring)."""
     base = svc.settings.github_url
-    url = repo.url_on(base)
-    network: dict[str, Any] = {
-        "identity": "agent",
-        "argv": gitcmd.mirror_argv(mode, url, mirror, ref, depth, base),
-        "env": gitcmd.mirror_env(askpass if use_token else None),
-    }
-    secrets: list[str] = []
-    if use_token:
-        # The token travels in this one request as the step's credential: the agent keeps it
-        # and answers git's askpass with it for the base alone (no environment holds it), and
-        # redacts it (and its encodings) from everything it records.
-        # Minted for this operation: an App's token reads this one repository and nothing else.
-        token = await credentials.for_workspace_git(
-            svc, record, repo, credentials.FETCH, "use_github_token"
-        )
-        network["credential"] = {"base": gitcmd.base_origin(base), "token": token.token}
-        secrets += token.redact
+    argv = gitcmd.mirror_argv(mode, repo.url_on(base), mirror, ref, depth, base)
+    network, secrets = await network_step(
+        svc, record, repo, argv, askpass=askpass, use_token=use_token
+    )
     workspace = {
         "argv": workspace_argv,
         "env": dict(gitcmd.WORKSPACE_STEP_ENV),
@@ -149,7 +137,7 @@ def _operation(exec_id: str, operation: str, dest: str, **extra: Any) -> RepoOpe
     path=WS + "/repo/clone",
     hints=NETWORK,
     summary="Clone a GitHub repository as a realtime exec.",
-    limits="Follow exec_id with workspace_realtime_exec_events.",
+    limits="Follow exec_id with stream_events.",
 )
 async def repo_clone(svc: Service, inp: RepoClone) -> RepoOperation:
     repo = policy.github_repo(inp.repository)
