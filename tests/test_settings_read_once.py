@@ -239,6 +239,7 @@ def _every_setting(tmp_path: Path) -> dict[str, str]:
         f"{PREFIX}DEFAULT_IMAGE_NAME": "workspace-image",
         f"{PREFIX}CHANNEL_IDLE_SECONDS": "30",
         f"{PREFIX}DEFAULT_IDLE_TIMEOUT_SECONDS": "1800",
+        f"{PREFIX}WARM_POOL": "2",
         f"{PREFIX}STATE_VOLUME": "gateway-state",
         f"{PREFIX}WHEEL": str(tmp_path / "wheels"),
         "GH_TOKEN": "gh-token",

@@ -145,6 +145,7 @@ SETTINGS: dict[str, Route] = {
     "MODAL_WORKSPACE_CHANNEL_IDLE_SECONDS": _forwarded(),
     "MODAL_WORKSPACE_DEFAULT_IDLE_TIMEOUT_SECONDS": _forwarded(),
     "MODAL_WORKSPACE_STATE_VOLUME": _forwarded(),
+    "MODAL_WORKSPACE_WARM_POOL": _forwarded(),
     "MODAL_WORKSPACE_WHEEL": Route(
         SET_BY_DEPLOY,
         "the wheel installed in the image; where `modal deploy` runs it names a wheel to "

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_IMAGE_NAME_ENV",
     "SANDBOX_APP_ENV",
     "STATE_VOLUME_ENV",
+    "WARM_POOL_ENV",
     "WHEEL_ENV",
     "ModalSettings",
     "read_modal",
@@ -38,6 +39,10 @@ DEFAULT_IDLE_TIMEOUT_ENV = "MODAL_WORKSPACE_DEFAULT_IDLE_TIMEOUT_SECONDS"
 MIN_IDLE_TIMEOUT_SECONDS, MAX_IDLE_TIMEOUT_SECONDS = 5, 24 * 3600
 # The Volume that holds what every gateway container shares (`drivers/modal/volume_store.py`).
 STATE_VOLUME_ENV = "MODAL_WORKSPACE_STATE_VOLUME"
+# How many sandboxes of the default resources each gateway keeps started for creates to claim
+# (`drivers/modal/warm_pool.py`); 0, the default: none.
+WARM_POOL_ENV = "MODAL_WORKSPACE_WARM_POOL"
+MAX_WARM_POOL = 20
 # A wheel of this project (or a directory holding this version's), put into the default image
 # instead of one built from the checkout's source: the gateway's image sets it to the wheel it
 # installed (`modal_app.py`).
@@ -76,6 +81,8 @@ class ModalSettings:
     # How long a filesystem snapshot may take before it is given up (the SDK's default, 55 s,
     # is too short for a large workspace; a snapshot that overruns records nothing).
     snapshot_timeout_seconds: int = 900
+    # Sandboxes kept started for creates to claim (`WARM_POOL_ENV`); 0: no pool.
+    warm_pool: int = 0
 
 
 def read_modal(env: Environ, allowlists: AllowlistSettings) -> ModalSettings:
@@ -96,7 +103,21 @@ def read_modal(env: Environ, allowlists: AllowlistSettings) -> ModalSettings:
         wheel=Path(wheel) if wheel else None,
         channel_idle_seconds=_idle_seconds(env.get(CHANNEL_IDLE_ENV)),
         default_idle_timeout_seconds=_default_idle_timeout(env.get(DEFAULT_IDLE_TIMEOUT_ENV)),
+        warm_pool=_warm_pool(env.get(WARM_POOL_ENV)),
     )
+
+
+def _warm_pool(value: str | None) -> int:
+    text = (value or "").strip()
+    if not text:
+        return ModalSettings.warm_pool
+    size = int(text) if text.isdecimal() else -1
+    if not 0 <= size <= MAX_WARM_POOL:
+        raise ConfigError(
+            f"{WARM_POOL_ENV} must be a number of sandboxes from 0 (no pool) to "
+            f"{MAX_WARM_POOL}, not {text[:16]!r}"
+        )
+    return size
 
 
 def _default_idle_timeout(value: str | None) -> int | None:

@@ -269,9 +269,10 @@ class Driver(Protocol):
     a root other than `/workspace` also says `roots_vary = True` (the service then asks their
     records which one; every other driver's is `/workspace`). One whose host starts helper
     processes for its workspaces also has `async end_strays()`, which ends those that outlived
-    their workspace's sandbox (the lifecycle sweep calls it). One that can open a channel to a
-    workspace it made moments ago without looking it up has `just_made(workspace_id)`, the
-    record its create answered (or None)."""
+    their workspace's sandbox (the lifecycle sweep calls it). One that keeps sandboxes started
+    ahead of creates has `async keep_warm()`, background work while it serves. One that can
+    open a channel to a workspace it made moments ago without looking it up has
+    `just_made(workspace_id)`, the record its create answered (or None)."""
 
     name: str
     # Whether `workspace_terminate` keeps a snapshot unless told otherwise (Modal: a sandbox

@@ -179,6 +179,13 @@ class Service:
         """Runs `coro` in the background until it ends or the service closes."""
         return self.tasks.spawn(coro)
 
+    def keep_warm(self) -> None:
+        """Starts what the driver keeps ready for creates (the Modal driver's warm pool)
+        among the background work; once per service, however many times the app starts."""
+        keep_warm = getattr(self.driver, "keep_warm", None)
+        if keep_warm is not None and self.claim("keep-warm"):
+            self.spawn(keep_warm())
+
     def claim(self, key: str) -> bool:
         """True for the first claim of `key` until it is released."""
         return self.tasks.claim(key)

@@ -96,6 +96,7 @@ class Workspaces:
         )
         # While the block runs, its workspaces' lifetimes and idle limits hold as on a server.
         start_sweep(self._service)
+        self._service.keep_warm()
         return self
 
     async def __aexit__(

@@ -48,7 +48,7 @@ from .channel_key import channel_key, resolve_channel_secret
 from .default_image import DefaultImage
 from .image_request import ImageRequest, build_progress, with_packages
 from .images import WheelNotFoundError, wheel_source
-from .launch import Launch, start_sandbox
+from .launch import Launch, claim_sandbox, start_sandbox
 from .lifecycle import ModalLifecycle
 from .lookup import (
     UNLISTED_END,
@@ -63,6 +63,7 @@ from .secret_env import delete_secret_env, make_secret_env
 from .secrets import ModalSecrets
 from .snapshots import delete_image
 from .volume_store import VolumeStore
+from .warm_pool import WarmPool, end_stray_pools
 from .workspace_lookup import (
     MANAGED_BY,
     TAG_CREATED_AT,
@@ -138,6 +139,9 @@ class ModalDriver(WorkspaceLookup, ModalLifecycle):
         self._default_image = DefaultImage(
             find=functools.partial(wheel_source, self.settings.wheel)
         )
+        # Sandboxes of the default resources started ahead of creates (`keep_warm`); None
+        # while it is off (`ModalSettings.warm_pool`) or not started.
+        self.pool: WarmPool | None = None
 
     def secret_source(self, settings: Settings) -> ModalSecrets:
         """Secrets as Modal Secrets on the sandbox (see `ModalSecrets`), never as values."""
@@ -247,8 +251,9 @@ class ModalDriver(WorkspaceLookup, ModalLifecycle):
             launch.tags = {**tags, TAG_VERSION: "1"}
             try:
                 async with build_progress(_packages(options) if image is None else ImageRequest()):
+                    poolable = image is None and not env and not spec.secret_names
                     sandbox, _ = await asyncio.gather(
-                        start_sandbox(app, self.settings, launch, self._channel_key(workspace_id)),
+                        self._start(app, launch, poolable=poolable and not spec.secret_env),
                         self._records.update(workspace_id, lambda _: dict(tags), new=True),
                     )
             except BaseException:
@@ -263,6 +268,61 @@ class ModalDriver(WorkspaceLookup, ModalLifecycle):
         record = self._record(Current(workspace_id, sandbox, tags, None))
         self._made[workspace_id] = (record, time.monotonic())
         return record
+
+    async def _start(self, app: modal.App, launch: Launch, *, poolable: bool) -> modal.Sandbox:
+        """The workspace's first sandbox: a warm pool's waiting one where the create's would be
+        just such a one (`poolable`: nothing of its own in the sandbox's environment, and the
+        same options), else a new one."""
+        key = self._channel_key(launch.workspace_id)
+        pooled = None
+        if poolable and self.pool is not None and not launch.block_network:
+            pooled = self.pool.claim(launch.options)
+        if pooled is not None:
+            try:
+                await claim_sandbox(pooled.sandbox, launch, key)
+                return pooled.sandbox
+            except modal.exception.Error as exc:
+                # It ended while it waited: a new one, as without the pool.
+                log.info("a warm sandbox could not be claimed (%s); starting one", exc)
+        return await start_sandbox(app, self.settings, launch, key)
+
+    async def keep_warm(self) -> None:
+        """Keeps the warm pool full while the gateway serves (`ModalSettings.warm_pool`
+        sandboxes of the default resources; nothing when it is 0). Background work: runs until
+        cancelled; `close` ends what waits."""
+        if self.settings.warm_pool <= 0 or self.pool is not None:
+            return
+        options = sandbox_options({}, self.settings, new_workspace=True)
+        self.pool = WarmPool(self.settings.warm_pool, options, self._start_pool_entry)
+        await self.pool.run()
+
+    async def _start_pool_entry(
+        self, options: SandboxOptions, tags: dict[str, str]
+    ) -> modal.Sandbox:
+        async with missing_objects():
+            app = await self._sandbox_app()
+            launch = Launch(workspace_id="", options=options, image=self._image(options), tags=tags)
+            sandbox = await start_sandbox(app, self.settings, launch, None)
+            try:
+                # Waiting only once its container runs (an exec waits for that), with a handle
+                # that knows its task and command router: the claim's first exec looks nothing
+                # up. Nothing of a workspace is in it yet.
+                process = await sandbox.exec.aio("true")
+                await process.wait.aio()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await sandbox.terminate.aio()
+                raise
+            return sandbox
+
+    async def end_strays(self) -> None:
+        """Ends the waiting sandboxes of warm pools whose gateway stopped (the sweep's)."""
+        async with modal_errors("warm pool"):
+            ended = await end_stray_pools(
+                await self._app_id(), self.pool.pool_id if self.pool is not None else None
+            )
+        if ended:
+            log.info("ended %d waiting sandboxes of warm pools whose gateway stopped", ended)
 
     def _image(self, options: SandboxOptions) -> modal.Image:
         return with_packages(self._base_image(options), _packages(options))
@@ -450,6 +510,8 @@ class ModalDriver(WorkspaceLookup, ModalLifecycle):
         await self._drop_client(workspace_id)
 
     async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
         for client in list(self._clients.values()):
             await client.close()
         self._clients.clear()

@@ -3,11 +3,13 @@ and the launch configuration the agent's daemon reads from its stdin."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import modal
+import modal.exception
 
 from ...config import ModalSettings
 from ...policy import WORKSPACE_ROOT
@@ -19,7 +21,7 @@ from .sandbox_options import SandboxOptions
 from .secret_env import attach
 from .secrets import redacted_env
 
-__all__ = ["Launch", "start_sandbox"]
+__all__ = ["Launch", "PooledSandboxEnded", "claim_sandbox", "start_sandbox"]
 
 # A fork's files are its parent's, but its exec history starts empty: the agent's state dir in
 # the snapshot holds the parent's exec records and logs, so it is removed before the daemon
@@ -27,10 +29,15 @@ __all__ = ["Launch", "start_sandbox"]
 _FRESH_STATE = 'rm -rf -- "$0" && exec "$@"'
 
 
+class PooledSandboxEnded(modal.exception.Error):
+    """A warm pool's sandbox ended before its claim."""
+
+
 @dataclass
 class Launch:
     """What one sandbox of a workspace starts with, every value already checked."""
 
+    # Its name; "" for a warm pool's entry, which has none (a claim gives it only tags).
     workspace_id: str
     options: SandboxOptions
     image: modal.Image
@@ -47,10 +54,11 @@ class Launch:
 
 
 async def start_sandbox(
-    app: modal.App, settings: ModalSettings, launch: Launch, channel_key: str
+    app: modal.App, settings: ModalSettings, launch: Launch, channel_key: str | None
 ) -> modal.Sandbox:
     """Creates the sandbox (exit snapshot enabled) with the agent's daemon as its entrypoint and
-    hands the daemon its channel key."""
+    hands the daemon its channel key; without one (a warm pool's entry) the daemon waits for
+    the configuration a claim sends (`claim_sandbox`)."""
     options = launch.options
     names = list(dict.fromkeys([*options.secret_names, *launch.secret_names]))
     keys = {**settings.secret_keys, **launch.secret_keys}
@@ -70,7 +78,7 @@ async def start_sandbox(
     sandbox = await modal.Sandbox.create.aio(
         *argv,
         app=app,
-        name=launch.workspace_id,
+        name=launch.workspace_id or None,
         tags=launch.tags,
         image=launch.image,
         env=dict[str, str | None](launch.env) or None,
@@ -90,14 +98,41 @@ async def start_sandbox(
         inbound_cidr_allowlist=options.inbound_cidr_allowlist,
         experimental_options=dict(EXIT_SNAPSHOT_OPTIONS),
     )
-    config = launch_config(
+    if channel_key is not None:
+        await _send_launch_config(sandbox, _config(launch, channel_key))
+    return sandbox
+
+
+async def claim_sandbox(sandbox: modal.Sandbox, launch: Launch, channel_key: str) -> None:
+    """Makes a warm pool's waiting sandbox (started with this launch's options and image) the
+    workspace's: its tags and its daemon's configuration, and whether it still runs, at once.
+    One that ended while it waited (`PooledSandboxEnded`), or takes either not, is ended and
+    its tags cleared, so that no sandbox but the one the caller starts instead reads as the
+    workspace's."""
+    try:
+        _, _, returncode = await asyncio.gather(
+            sandbox.set_tags.aio(launch.tags),
+            _send_launch_config(sandbox, _config(launch, channel_key)),
+            sandbox.poll.aio(),
+        )
+        if returncode is not None:
+            raise PooledSandboxEnded(f"it ended while it waited (code {returncode})")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await sandbox.set_tags.aio({})
+        with contextlib.suppress(Exception):
+            await sandbox.terminate.aio()
+        raise
+
+
+def _config(launch: Launch, channel_key: str) -> bytes:
+    options = launch.options
+    return launch_config(
         channel_key,
         run_as_root=options.run_as_root,
         first_start=launch.first_start,
         volume_roots=sorted(options.volumes),
     )
-    await _send_launch_config(sandbox, config)
-    return sandbox
 
 
 async def _send_launch_config(sandbox: modal.Sandbox, config: bytes) -> None:

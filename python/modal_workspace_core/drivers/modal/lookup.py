@@ -79,14 +79,16 @@ class SandboxInfo:
         return await modal.Sandbox.from_id.aio(self.sandbox_id)
 
 
-async def list_sandboxes(app_id: str, tags: Mapping[str, str]) -> AsyncIterator[SandboxInfo]:
-    """Every sandbox of the app with at least `tags`, running or ended, newest first, a page
-    (one call) at a time."""
+async def list_sandboxes(
+    app_id: str, tags: Mapping[str, str], *, include_finished: bool = True
+) -> AsyncIterator[SandboxInfo]:
+    """Every sandbox of the app with at least `tags`, running or (unless `include_finished` is
+    false) ended, newest first, a page (one call) at a time."""
     wanted = [api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in tags.items()]
     before = 0.0
     while True:
         request = api_pb2.SandboxListRequest(
-            app_id=app_id, include_finished=True, tags=wanted, before_timestamp=before
+            app_id=app_id, include_finished=include_finished, tags=wanted, before_timestamp=before
         )
         response = await on_sdk_loop(_list_page(request))
         if not response.sandboxes:

@@ -97,6 +97,7 @@ def create_app(
             # and says what the sweep did on its own.
             log_package_to_stderr()
             start_sweep(service)
+            service.keep_warm()
             try:
                 yield
             finally:
