@@ -32,7 +32,8 @@ from modal_workspace_core.drivers.local.driver import LocalDriver
 async def main(root, workspace_id, me, count):
     driver = LocalDriver(root, isolation="none")
     Path(root, f".ready-{me}").touch()
-    while len(list(Path(root).glob(".ready-*"))) < 2:
+    deadline = time.monotonic() + 60  # the other may have failed: race alone, then
+    while len(list(Path(root).glob(".ready-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     for i in range(int(count)):
         await driver.set_tags(workspace_id, {f"{me}-{i}": str(i)})
@@ -106,10 +107,11 @@ async def test_a_meta_json_that_is_a_link_or_not_its_record_is_not_adopted(
     linked, other = policy.new_id("ws"), policy.new_id("ws")
     for wid in (linked, other):
         WorkspaceDir(driver.data_root / wid).make()
+    # Both name `linked`: through a link for it, in a file of another workspace for `other`.
     record = {"workspace_id": linked, "driver": "local", "tags": {}}
     forged.write_text(json.dumps(record))
     (driver.data_root / linked / "meta.json").symlink_to(forged)
-    (driver.data_root / other / "meta.json").write_text(json.dumps({**record}))
+    (driver.data_root / other / "meta.json").write_text(json.dumps(record))
 
     restarted = LocalDriver(driver.data_root)
     assert stored(driver.data_root, linked) is None and stored(driver.data_root, other) is None
