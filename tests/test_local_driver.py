@@ -53,8 +53,8 @@ async def test_create_list_get_tag_and_destroy(driver: LocalDriver) -> None:
 
     tagged = await driver.set_tags(wid, {"task": "tests", "owner": "bob"})
     assert tagged.tags == {"owner": "bob", "task": "tests"}
-    on_disk = json.loads((driver.data_root / wid / "meta.json").read_text())
-    assert on_disk["tags"] == tagged.tags
+    kept = driver.records.read_now(wid)
+    assert kept is not None and kept["tags"] == tagged.tags
 
     pid = json.loads((driver.data_root / wid / "agent.pid").read_text())["pid"]
     assert pid_alive(pid)
@@ -360,8 +360,8 @@ async def test_a_fork_gets_none_of_its_parents_secrets(tmp_path: Path) -> None:
                 seen = (await fork.exec(show)).stdout.splitlines()
                 assert seen[0].split()[0] != digest and seen[1] == "unset", fork_id
                 assert not any(line.startswith(f"{name}=") for line in seen[2:]), fork_id
-                meta = (driver.data_root / fork_id / "meta.json").read_text()
-                assert name not in meta and value not in meta
+                meta = json.dumps(driver.records.read_now(fork_id))
+                assert fork_id in meta and name not in meta and value not in meta
                 argv, config = started_with(driver.data_root, fork_id)
                 assert name.encode() not in argv
                 if config is not None:
@@ -370,6 +370,9 @@ async def test_a_fork_gets_none_of_its_parents_secrets(tmp_path: Path) -> None:
                 for path in (driver.data_root / fork_id).rglob("*"):
                     if path.is_file() and path.name != "disk.img":
                         assert value.encode() not in path.read_bytes(), path
+            # Nor any record (the parent's neither): the store, its write-ahead log included.
+            for path in driver.data_root.glob("shared.sqlite3*"):
+                assert value.encode() not in path.read_bytes(), path
         finally:
             for fork_id in forks:
                 await (await wss.get(fork_id)).terminate()

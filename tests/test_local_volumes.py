@@ -74,7 +74,7 @@ async def test_the_data_root_stays_out_of_reach_through_a_volume(
     # A symlink a command leaves in the volume resolves in the sandbox's view only.
     await sh(ws, f"ln -s {data} /data/up && ln -s ../secret-next-door /data/side")
     seen = await ws.exec(f"ls /data/up/ {data}; cat /data/side")
-    assert "meta.json" not in seen.stdout and ws.id not in seen.stdout
+    assert "channel.key" not in seen.stdout and ws.id not in seen.stdout
     assert "host only" not in seen.stdout
     # The gateway, too, never follows them: the host's file keeps its ACL-free mode.
     assert "host only" in (data / "volumes" / "secret-next-door").read_text()

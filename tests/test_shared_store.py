@@ -137,6 +137,32 @@ async def test_two_processes_racing_lose_nothing_and_agree_on_every_create(
         assert names == sorted(f"key-{i}" for i in range(RACED_KEYS))
 
 
+async def test_the_sqlite_stores_blocking_calls_are_the_same_records(tmp_path: Path) -> None:
+    """`read_now` and its kin (for threads already off the loop) see what the async calls
+    write and the other way round, and hold the key's shape the same."""
+    shared = SqliteStore(tmp_path / "shared.sqlite3")
+    assert shared.read_now("b/one") is None and shared.names_now("b") == []
+    assert not shared.path.exists()  # reading makes no file
+    await shared.write("b/one", b"async")
+    assert shared.read_now("b/one") == b"async"
+    shared.write_now("b/two", b"blocking")
+    assert await shared.read("b/two") == b"blocking"
+    assert shared.create_now("b/two", b"again") is False
+    assert shared.create_now("b/three", b"made") is True
+    shared.write_now("b/f/x", b"x")
+    assert shared.names_now("b") == ["f", "one", "three", "two"]
+    shared.remove_now("b/f")
+    shared.remove_now("b/one")
+    assert await shared.names("b") == ["three", "two"]
+    for call in (shared.read_now, shared.remove_now):
+        with pytest.raises(ValueError):
+            call("b/../x")
+    with pytest.raises(ValueError):
+        shared.write_now("b/x y", b"x")
+    with pytest.raises(ValueError):
+        shared.names_now("b/")
+
+
 def test_the_volume_store_keeps_its_records_in_the_volume(
     modal_control_plane: ControlPlane,
 ) -> None:

@@ -1,9 +1,11 @@
 """`SharedStore` in one SQLite file, for the local driver: every gateway process on one data
 root shares it (WAL, so that each sees the others' writes at its next read).
 
-Each call opens its own connection in a worker thread: the event loop never waits on the disk,
-and processes never share a connection. The file is made at the first write, readable by the
-gateway's user alone; a server nobody writes to (every request with a wrong key) leaves none.
+Each call opens its own connection: the async calls in a worker thread (the event loop never
+waits on the disk), their blocking twins (`read_now` and the like, for callers already off the
+loop) in the caller's thread. Processes never share a connection. The file is made at the first
+write, readable by the gateway's user alone; a server nobody writes to (every request with a
+wrong key) leaves none.
 """
 
 from __future__ import annotations
@@ -57,73 +59,91 @@ class SqliteStore:
                 time.sleep(0.05)
         self._created = True
 
-    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def in_thread() -> T:
-            self._create()
-            with contextlib.closing(self._connect()) as db:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    result = work(db)
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-                return result
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        self._create()
+        with contextlib.closing(self._connect()) as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
 
-        return await asyncio.to_thread(in_thread)
+    def _read(self, work: Callable[[sqlite3.Connection], T], empty: T) -> T:
+        if not self._created and not self.path.exists():
+            return empty
+        self._create()
+        with contextlib.closing(self._connect()) as db:
+            return work(db)
 
-    async def _read(self, work: Callable[[sqlite3.Connection], T], empty: T) -> T:
-        def in_thread() -> T:
-            if not self._created and not self.path.exists():
-                return empty
-            self._create()
-            with contextlib.closing(self._connect()) as db:
-                return work(db)
+    # The `SharedStore` calls, blocking: for callers already off the event loop (a worker
+    # thread that holds a lock of its own around a read-modify-write). The async calls below
+    # run these in a worker thread; there is one implementation of each.
 
-        return await asyncio.to_thread(in_thread)
-
-    async def read(self, key: str) -> bytes | None:
+    def read_now(self, key: str) -> bytes | None:
+        """`read`, blocking the calling thread."""
         check_key(key)
-        row = await self._read(
+        row = self._read(
             lambda db: db.execute("SELECT value FROM records WHERE key = ?", (key,)).fetchone(),
             None,
         )
         return None if row is None else bytes(row[0])
 
-    async def write(self, key: str, value: bytes) -> None:
+    def write_now(self, key: str, value: bytes) -> None:
+        """`write`, blocking the calling thread."""
         check_key(key)
-        await self._write(
+        self._write(
             lambda db: db.execute("INSERT OR REPLACE INTO records VALUES (?, ?)", (key, value))
         )
 
-    async def create(self, key: str, value: bytes) -> bool:
+    def create_now(self, key: str, value: bytes) -> bool:
+        """`create`, blocking the calling thread."""
         check_key(key)
-        inserted = await self._write(
+        inserted = self._write(
             lambda db: (
                 db.execute("INSERT OR IGNORE INTO records VALUES (?, ?)", (key, value)).rowcount
             )
         )
         return inserted == 1
 
-    async def remove(self, key: str) -> None:
+    def remove_now(self, key: str) -> None:
+        """`remove`, blocking the calling thread."""
         check_key(key)
         low, high = _below(key)
-        await self._write(
+        self._write(
             lambda db: db.execute(
                 "DELETE FROM records WHERE key = ? OR (key >= ? AND key < ?)", (key, low, high)
             )
         )
 
-    async def names(self, folder: str) -> list[str]:
+    def names_now(self, folder: str) -> list[str]:
+        """`names`, blocking the calling thread."""
         check_folder(folder)
         low, high = _below(folder)
-        rows: list[tuple[str]] = await self._read(
+        rows: list[tuple[str]] = self._read(
             lambda db: db.execute(
                 "SELECT key FROM records WHERE key >= ? AND key < ?", (low, high)
             ).fetchall(),
             [],
         )
         return sorted({str(row[0])[len(low) :].split("/", 1)[0] for row in rows})
+
+    async def read(self, key: str) -> bytes | None:
+        return await asyncio.to_thread(self.read_now, key)
+
+    async def write(self, key: str, value: bytes) -> None:
+        await asyncio.to_thread(self.write_now, key, value)
+
+    async def create(self, key: str, value: bytes) -> bool:
+        return await asyncio.to_thread(self.create_now, key, value)
+
+    async def remove(self, key: str) -> None:
+        await asyncio.to_thread(self.remove_now, key)
+
+    async def names(self, folder: str) -> list[str]:
+        return await asyncio.to_thread(self.names_now, folder)
 
 
 def _below(folder: str) -> tuple[str, str]:

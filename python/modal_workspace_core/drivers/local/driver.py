@@ -48,6 +48,7 @@ from .lifecycle import LocalLifecycle
 from .record import as_record, check_live, live_state, process_marker
 from .snapshots import SnapshotBudget, SnapshotStore
 from .store import WorkspaceDir, WorkspaceGone, remove_leftovers, remove_tree
+from .workspace_records import WorkspaceRecords, is_workspace_id
 
 # WORKSPACE_ID_ENV: the variable that marks a workspace's processes (by which they are found).
 __all__ = ["INSTALL_HINT", "TURNED_OFF", "WORKSPACE_ID_ENV", "IsolationMode", "LocalDriver"]
@@ -119,7 +120,11 @@ class LocalDriver(LocalLifecycle):
         self.network_problem = (
             "" if self.isolation.pasta else "pasta is not installed (apt-get install passt)"
         )
-        self.shared_store: SharedStore = SqliteStore(self.data_root / "shared.sqlite3")
+        store = SqliteStore(self.data_root / "shared.sqlite3")
+        self.shared_store: SharedStore = store
+        # Each workspace's record, in the same store (never a file its commands could write).
+        self.records = WorkspaceRecords(store)
+        self._settle_records()
         # An unisolated workspace's root is its host directory, which its answers name.
         self.hidden_paths: tuple[str, ...] = (
             tuple({str(self.data_root), str(given.absolute())}) if self.isolation.enabled else ()
@@ -359,7 +364,7 @@ class LocalDriver(LocalLifecycle):
                 if meta["local"]["isolated"] and uids.enabled():
                     self._give_own_uid(ws, meta)
                 else:
-                    ws.write_meta(meta)
+                    self._write(ws, meta)
                 if fill is not None:
                     fill(ws, meta)
                 self._start_daemon(ws, meta)
@@ -367,7 +372,10 @@ class LocalDriver(LocalLifecycle):
             daemon.stop(ws.pid_file, process_marker(meta["workspace_id"]))
             with contextlib.suppress(UpstreamError):
                 self._release_disk(ws)
-            ws.remove()
+            try:
+                self.records.remove_now(meta["workspace_id"])
+            finally:
+                ws.remove()
             raise
 
     def _give_own_uid(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
@@ -376,18 +384,18 @@ class LocalDriver(LocalLifecycle):
         with uids.allocation_lock(self.data_root):
             used = [
                 m.get("local", {}).get("uid_slot")
-                for m in (WorkspaceDir(p).read_meta() for p in self.data_root.glob("ws-*"))
+                for m in (self._recorded(other) for other in self._workspace_dirs())
                 if m is not None
             ]
             slot = uids.free_slot(u for u in used if isinstance(u, int))
             meta["local"]["uid_slot"] = slot
-            ws.write_meta(meta)
+            self._write(ws, meta)
         ids = uids.host_ids(slot)
         for part in (ws.workspace, ws.home):
             os.chown(part, ids.commands, ids.commands)
         if self.disk_mb is not None:
             meta["local"]["disk_mb"] = self.disk_mb
-            ws.write_meta(meta)
+            self._write(ws, meta)
             try:
                 WorkspaceDisk(ws.path).create(self.disk_mb, ids.commands)
             except DiskError as err:
@@ -401,17 +409,16 @@ class LocalDriver(LocalLifecycle):
 
     def _list_sync(self) -> builtins.list[WorkspaceRecord]:
         records = []
-        for path in self.data_root.glob("ws-*"):
-            ws = WorkspaceDir(path)
-            meta = ws.read_meta()
-            if meta is not None:  # a workspace being created has no metadata yet
+        for ws in self._workspace_dirs():
+            meta = self._recorded(ws)
+            if meta is not None:  # a workspace being created has no record yet
                 records.append(as_record(meta, live_state(ws, meta)))
         return sorted(records, key=lambda r: (r.created_at, r.workspace_id))
 
     def _set_tags_sync(self, ws: WorkspaceDir, tags: dict[str, str]) -> WorkspaceRecord:
         with self._held(ws) as meta:
             meta["tags"] = {**meta.get("tags", {}), **tags}
-            ws.write_meta(meta)
+            self._write(ws, meta)
         return as_record(meta, live_state(ws, meta))
 
     def _ensure_daemon(self, ws: WorkspaceDir) -> None:
@@ -436,19 +443,23 @@ class LocalDriver(LocalLifecycle):
             daemon.stop(ws.pid_file, process_marker(workspace_id))
             self._release_disk(ws)
             if not keep_snapshots:
+                # The record first: a directory left without one (removing it failed) reads as
+                # never made, as an interrupted create's does.
+                self.records.remove_now(workspace_id)
                 ws.remove()
                 self.snapshots.delete_all(workspace_id)
                 return
-            # Ended, its record kept so that a snapshot can bring it back: its files go.
+            # Ended, its record kept so that a snapshot can bring it back: its files go, its
+            # directory stays (what lists it, and its lock).
             for entry in ws.path.iterdir():
-                if entry.name not in (ws.meta.name, ".lock"):
+                if entry.name != ".lock":
                     if entry.is_dir() and not entry.is_symlink():
                         remove_tree(entry)
                     else:
                         entry.unlink()
             meta.pop("suspension", None)
             meta["terminated_at"] = utc_now()
-            ws.write_meta(meta)
+            self._write(ws, meta)
 
     def _release_disk(self, ws: WorkspaceDir) -> None:
         try:
@@ -477,9 +488,26 @@ class LocalDriver(LocalLifecycle):
             policy.check_id("ws", workspace_id)
         return WorkspaceDir(self.data_root / workspace_id)
 
+    def _workspace_dirs(self) -> Iterator[WorkspaceDir]:
+        """Every workspace's directory (some being created or removed: no record yet, or none
+        any more)."""
+        for path in self.data_root.glob("ws-*"):
+            if is_workspace_id(path.name):
+                yield WorkspaceDir(path)
+
+    def _settle_records(self) -> None:
+        """Moves the records an earlier version kept in workspaces' directories into the store,
+        and drops records whose directory is gone (its removal was interrupted)."""
+        for ws in self._workspace_dirs():
+            if self.records.adopt_meta_file(ws):
+                log.info("moved the record of %s into the data root's store", ws.path.name)
+        for workspace_id in self.records.recorded_now():
+            if not (self.data_root / workspace_id).is_dir():
+                self.records.remove_now(workspace_id)
+
     @contextlib.contextmanager
     def _held(self, ws: WorkspaceDir) -> Iterator[dict[str, Any]]:
-        """The workspace's lock, and its metadata read under it (it may have been destroyed
+        """The workspace's lock, and its record read under it (it may have been destroyed
         while we waited)."""
         try:
             with ws.locked():
@@ -493,10 +521,21 @@ class LocalDriver(LocalLifecycle):
         )
 
     def _meta(self, ws: WorkspaceDir) -> dict[str, Any]:
-        meta = ws.read_meta()
+        meta = self._recorded(ws)
         if meta is None:
             raise self._not_found(ws)
         return meta
+
+    def _recorded(self, ws: WorkspaceDir) -> dict[str, Any] | None:
+        """The workspace's record; None while its directory is not there (a removal whose
+        record outlived it) or has no record (a create not finished, or interrupted)."""
+        if not ws.path.is_dir():
+            return None
+        return self.records.read_now(ws.path.name)
+
+    def _write(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None:
+        """Puts the workspace's record; the caller holds its lock."""
+        self.records.write_now(ws.path.name, meta)
 
 
 # What this driver can enforce of `resources`: the memory bound as each command's address space

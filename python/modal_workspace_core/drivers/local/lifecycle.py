@@ -53,6 +53,8 @@ class LocalLifecycle:
 
         def _held(self, ws: WorkspaceDir) -> contextlib.AbstractContextManager[dict[str, Any]]: ...
 
+        def _write(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None: ...
+
         def _start_daemon(self, ws: WorkspaceDir, meta: dict[str, Any]) -> None: ...
 
         # `LocalDriver._create`: a fork is a create (with `env`, `lineage` and a `fill` that
@@ -122,7 +124,7 @@ class LocalLifecycle:
             meta.pop("suspension", None)
             meta.pop("terminated_at", None)
             meta["started_at"] = utc_now()
-            ws.write_meta(meta)
+            self._write(ws, meta)
             self._start_daemon(ws, meta)
         return as_record(meta, "running")
 
@@ -156,7 +158,7 @@ class LocalLifecycle:
             # The files stay where they are (nothing runs to change them): resuming from this
             # suspension's snapshot only restarts the agent.
             meta["suspension"] = {**suspension.model_dump(), "files_kept": True}
-            ws.write_meta(meta)
+            self._write(ws, meta)
         self._socket_paths.forget(ws.socket)
         return as_record(meta, "suspended")
 
@@ -169,7 +171,7 @@ class LocalLifecycle:
         with self._held(ws) as meta:
             notes = [*meta.get("lifecycle", []), note.model_dump()]
             meta["lifecycle"] = notes[-MAX_LIFECYCLE_NOTES:]
-            ws.write_meta(meta)
+            self._write(ws, meta)
 
     def _parts(self, ws: WorkspaceDir, meta: dict[str, Any], *, with_state: bool) -> Parts:
         """Where the workspace's files, home and exec history are on the host now."""

@@ -1,6 +1,6 @@
-"""A local workspace's record as its metadata (`meta.json`) tells it: the contract's
-`WorkspaceRecord`, its state, the refusal to reach one that only a resume starts again, and the
-marker every process of its sandbox carries. Shared by the driver and its lifecycle part.
+"""A local workspace's record as the driver keeps it (`workspace_records.py`) tells it: the
+contract's `WorkspaceRecord`, its state, the refusal to reach one that only a resume starts again,
+and the marker every process of its sandbox carries. Shared by the driver and its lifecycle part.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""The local driver's data root: one directory per workspace, its metadata written atomically
-under a lock so that several server processes (or a restarted one) agree on it.
+"""The local driver's data root: one directory per workspace, and the lock under which several
+server processes (or a restarted one) change a workspace's record and start its daemon.
 
 Layout of `<data root>/ws-…/`: `workspace/` (the files, `/workspace` to commands), `home/` (the
 commands' `$HOME`), `state/` (the agent's exec logs), `run/agent.sock` (the agent's socket),
-`meta.json` (the record), `agent.pid`, `agent.log`, `channel.key` (what the gateway proves
-itself to the agent with), `etc/` (the sandbox's generated /etc files), `.lock`.
+`agent.pid`, `agent.log`, `channel.key` (what the gateway proves itself to the agent with),
+`etc/` (the sandbox's generated /etc files), `.lock`. The workspace's record is not here: it is
+in the data root's shared store (`workspace_records.py`), beside the directories.
 """
 
 from __future__ import annotations
@@ -54,10 +55,6 @@ class WorkspaceDir:
         return self.run / "agent.sock"
 
     @property
-    def meta(self) -> Path:
-        return self.path / "meta.json"
-
-    @property
     def pid_file(self) -> Path:
         return self.path / "agent.pid"
 
@@ -95,8 +92,8 @@ class WorkspaceDir:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the workspace's lock (blocking): one writer of its metadata and daemon at a
-        time, across processes."""
+        """Hold the workspace's lock (blocking): one writer of its record and daemon at a time,
+        across processes. Not reentrant: a second hold in the same process waits for ever."""
         try:
             fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:
@@ -106,16 +103,6 @@ class WorkspaceDir:
             yield
         finally:
             os.close(fd)  # releases the lock
-
-    def read_meta(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.meta.read_text())
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def write_meta(self, meta: dict[str, Any]) -> None:
-        write_json_atomic(self.meta, meta)
 
     def remove(self) -> None:
         """Remove the directory: renamed aside first, so it leaves listings at once even if
