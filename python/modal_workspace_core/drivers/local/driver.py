@@ -443,11 +443,13 @@ class LocalDriver(LocalLifecycle):
             daemon.stop(ws.pid_file, process_marker(workspace_id))
             self._release_disk(ws)
             if not keep_snapshots:
-                # The record first: a directory left without one (removing it failed) reads as
+                # Its snapshots first, while the record that leads a later purge to them is
+                # still there (removing them may fail: the next purge tries again); then the
+                # record, so that a directory left without one (removing it failed) reads as
                 # never made, as an interrupted create's does.
+                self.snapshots.delete_all(workspace_id)
                 self.records.remove_now(workspace_id)
                 ws.remove()
-                self.snapshots.delete_all(workspace_id)
                 return
             # Ended, its record kept so that a snapshot can bring it back: its files go, its
             # directory stays (what lists it, and its lock).
