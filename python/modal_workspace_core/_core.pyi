@@ -118,7 +118,7 @@ class RingError(PolicyError):
 
 # --- policy -------------------------------------------------------------------------------------
 
-_IdKind = Literal["ws", "ex", "fw", "sn", "tk"]
+_IdKind = Literal["ws", "ex", "fw", "sn", "tk", "xp"]
 
 @final
 class GitHubRepo:

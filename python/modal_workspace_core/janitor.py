@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from .drivers.base import LifecycleNote, SnapshotKind, SuspendReason, WorkspaceRecord, utc_now
 from .errors import WorkspaceError
+from .operations.experiment_records import ExperimentStore
 from .operations.lifecycle import take_snapshot
 from .operations.template_checks import check_templates, recorded_build_workspaces
 
@@ -127,6 +128,7 @@ class Janitor:
                 await self._act(ws, "purged", f"past the retention of {retention}")
                 await self.svc.drop_agent(ws)
                 await self.svc.driver.destroy(ws, keep_snapshots=False)
+                await ExperimentStore(self.svc.shared_store).forget(ws)
                 await self.svc.shared_store.remove(f"{CLAIMS}/{ws}")
             return
         await self._expire_snapshots(ws, now)

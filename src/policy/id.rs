@@ -18,18 +18,21 @@ pub enum IdKind {
     Snapshot,
     /// A long gateway operation's progress stream (a snapshot being taken).
     Task,
+    /// A run recorded by `experiment_start`.
+    Experiment,
 }
 
 impl IdKind {
-    pub const ALL: [IdKind; 5] = [
+    pub const ALL: [IdKind; 6] = [
         Self::Workspace,
         Self::Exec,
         Self::Watch,
         Self::Snapshot,
         Self::Task,
+        Self::Experiment,
     ];
 
-    /// Parses a kind's wire name (`ws`, `ex`, `fw`, `sn`, `tk`).
+    /// Parses a kind's wire name (`ws`, `ex`, `fw`, `sn`, `tk`, `xp`).
     pub fn parse(kind: &str) -> Result<Self, PolicyError> {
         Self::ALL
             .into_iter()
@@ -37,8 +40,8 @@ impl IdKind {
             .ok_or_else(|| {
                 PolicyError::new(
                     "id.kind",
-                    "unknown id kind; the kinds are ws (workspace), ex (exec), fw (watch), sn (snapshot) \
-                     and tk (task)",
+                    "unknown id kind; the kinds are ws (workspace), ex (exec), fw (watch), sn (snapshot), \
+                     tk (task) and xp (experiment run)",
                     kind,
                 )
             })
@@ -51,6 +54,7 @@ impl IdKind {
             Self::Watch => "fw",
             Self::Snapshot => "sn",
             Self::Task => "tk",
+            Self::Experiment => "xp",
         }
     }
 
@@ -62,6 +66,7 @@ impl IdKind {
             Self::Watch => "a watch",
             Self::Snapshot => "a snapshot",
             Self::Task => "a task",
+            Self::Experiment => "an experiment run",
         }
     }
 }

@@ -9,6 +9,7 @@ from ..errors import InvalidArgumentError
 from . import (
     artifacts,
     execs,
+    experiments,
     files,
     functions,
     repo,
@@ -44,6 +45,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         snapshots,
         templates,
         execs,
+        experiments,
         *repo.JOBS,
         files,
         artifacts,

@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import hashlib
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from .. import policy
 from ..drivers.base import (
@@ -36,7 +36,7 @@ from .lifecycle import (
     take_snapshot,
     usable_snapshot,
 )
-from .machinery.fields import IdempotencyKey, Input, Output, SnapshotId, WorkspaceId
+from .machinery.fields import IdempotencyKey, Input, Label, Output, SnapshotId, WorkspaceId
 from .machinery.limits import Bound, Bounds
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
 from .task_stream import TaskStream, wait_budget
@@ -65,12 +65,6 @@ _SNAPSHOT_BOUNDS: Bounds = {
 
 
 # --- inputs --------------------------------------------------------------------------------------
-
-Label = Annotated[
-    str,
-    AfterValidator(policy.snapshot_label),
-    Field(description="Your name for it: at most 64 printable characters."),
-]
 
 
 class SnapshotCreate(Input):

@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from .. import policy
 from ..drivers.base import WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
 from ..errors import InvalidArgumentError
+from .experiment_records import ExperimentStore
 from .lifecycle import take_snapshot
 from .machinery.fields import Env, IdempotencyKey, Input, Output, Tags, TemplateName, WorkspaceId
 from .machinery.fitting import KeepFirst
@@ -194,6 +195,9 @@ async def workspace_terminate(svc: Service, inp: WorkspaceTerminate) -> Terminat
     # Kept unless purged: a workspace that has snapshots can still be resumed from them.
     kept = not inp.purge and (keep or await _has_snapshots(svc, ws))
     await svc.driver.destroy(ws, keep_snapshots=kept)
+    if not kept:
+        # Purged: it reads as never made, and so do its runs.
+        await ExperimentStore(svc.shared_store).forget(ws)
     return TerminateResult(workspace_id=ws, terminated=True, snapshot_id=snapshot_id)
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "LINK_BASE",
     "PROGRESS",
     "READ_SCOPE",
+    "RESUMES",
     "Call",
     "Reporter",
 ]
@@ -36,6 +37,10 @@ ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
 # The base URL the request being served reached the gateway by (the settings' public URL when
 # set): what the links an operation mints, and the OAuth server's issuer and resource, start with.
 LINK_BASE: ContextVar[str | None] = ContextVar("LINK_BASE", default=None)
+# Whether reaching a suspended workspace's agent resumes it (a client's call): background work
+# the gateway does for itself (following a run) sets it false, and is refused instead, so that
+# it never brings back a workspace nobody asked for.
+RESUMES: ContextVar[bool] = ContextVar("RESUMES", default=True)
 # The scopes an OAuth token may hold: read only (operations that change nothing), or everything.
 READ_SCOPE = "workspace:read"
 FULL_SCOPE = "workspace:full"

@@ -18,7 +18,7 @@ from .._core import REPEATABLE_AGENT_OPS, Page
 from ..channel.client import AgentClient
 from ..drivers.base import Driver, WorkspaceRecord, failed_start
 from ..errors import AgentError, ConflictError, TimeoutError_, WorkspaceError, translate_error
-from .call import ANSWER_BY, CALL
+from .call import ANSWER_BY, CALL, RESUMES
 from .records import Records
 from .usage import Usage
 
@@ -102,7 +102,7 @@ class Channels:
         if record.state == "suspended" and suspension and suspension.reason == "failed_to_start":
             # Resuming would start the same thing again: say why it did not run instead.
             raise ConflictError(failed_start(workspace_id, suspension.detail), field="workspace_id")
-        if record.state == "suspended" and self._resume is not None:
+        if record.state == "suspended" and self._resume is not None and RESUMES.get():
             resumed = await self._resume(workspace_id)
             call = CALL.get()
             if resumed is not None:

@@ -107,6 +107,12 @@ WatchId = Annotated[
     core_pattern(policy.id_pattern("fw")),
     Field(description="File watch id: 'fw-' and 32 lowercase hex digits."),
 ]
+RunId = Annotated[
+    str,
+    _id("xp"),
+    core_pattern(policy.id_pattern("xp")),
+    Field(description="An experiment run's id: 'xp-' and 32 lowercase hex digits."),
+]
 SnapshotId = Annotated[
     str,
     _id("sn"),
@@ -151,6 +157,12 @@ TemplateName = Annotated[
 # setting one could forge a workspace's identity, its root, or the record of what was cloned.
 Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
+# A name a client gives what it makes (a snapshot, a run).
+Label = Annotated[
+    str,
+    AfterValidator(policy.snapshot_label),
+    Field(description="Your name for it: at most 64 printable characters."),
+]
 Command = Annotated[
     str, Field(min_length=1, max_length=MAX_COMMAND_CHARS), AfterValidator(_command)
 ]

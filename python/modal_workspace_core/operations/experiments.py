@@ -1,0 +1,391 @@
+"""Experiments: a command run as a realtime exec and recorded as a run the agent (or a person) can
+read back after the workspace ended: what ran and on what (the command, its workdir, the
+repository's HEAD and whether it had changes, the resources), how it ended, how long it took,
+and what it reported of itself (`::metric` lines: `experiment_lines`). The records are in the
+deployment's shared store (`experiment_records`), so they outlive the gateway that started the
+run and the workspace's sandbox; a fork lists its parent's runs from before its snapshot and
+names the run it came from.
+
+The gateway follows each run (a background task per run: its output, read from the exec's
+durable log, folded into the run's metrics, written every few seconds while it runs and once
+at its end). A gateway that restarted, or another one, takes a run over at its next read,
+reading the log from its start; a run whose workspace ended first is recorded `lost` with what
+was read. Following never resumes a workspace (`RESUMES`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from .. import policy
+from ..drivers.base import utc_now
+from ..errors import NotFoundError, WorkspaceError
+from ..git.commands import report_head
+from ..path_view import host_path
+from ..policy import WORKSPACE_ROOT
+from ..runtime.call import PROGRESS, RESUMES
+from .exec_engine import event_bytes, exec_args, run_to_end
+from .experiment_lines import MetricLog
+from .experiment_records import ExperimentStore, RunRecord, RunSeries, RunState
+from .machinery.fields import (
+    Command,
+    Env,
+    Input,
+    Label,
+    Output,
+    RunId,
+    WorkspaceId,
+    WorkspacePath,
+)
+from .machinery.table import READ, RUN, WS, Declarations
+
+if TYPE_CHECKING:
+    from ..runtime.service import Service
+
+__all__ = ["experiment_get", "experiment_list", "experiment_start", "follow_run"]
+
+log = logging.getLogger(__name__)
+declare = Declarations()
+
+XP = WS + "/experiments"
+# Where a run's artifacts go by default, under the workspace's root.
+ARTIFACTS = ".experiments"
+# How often a running run's record is rewritten with what it reported so far.
+WRITE_EVERY_SECONDS = 5.0
+# The page a follower reads the exec's log in.
+_PAGE_BYTES = 1_048_576
+_STATES: dict[str, RunState] = {
+    "finished": "finished",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "timed_out": "timed_out",
+    "lost": "lost",
+}
+
+# --- inputs and outputs ----------------------------------------------------------------------
+
+
+class ExperimentStart(Input):
+    workspace_id: WorkspaceId
+    command: Command = Field(description="Run with bash -lc.")
+    workdir: WorkspacePath | None = Field(None, description="Default /workspace.")
+    env: Env = Field(default_factory=dict, description="Added to the workspace's.")
+    name: Label = ""
+    timeout_seconds: float = Field(24 * 3600, gt=0, le=7 * 24 * 3600)
+
+
+class ExperimentRef(Input):
+    workspace_id: WorkspaceId
+    run_id: RunId
+
+
+class ExperimentListInput(Input):
+    workspace_id: WorkspaceId
+
+
+class Experiment(RunRecord, Output):
+    """A run as recorded (`RunRecord`), and for a fork's inherited run, whose it was."""
+
+    inherited_from: str | None = Field(
+        default=None, description="A parent's run: the workspace it ran in (this is a fork)."
+    )
+
+
+class ForkedFrom(Output):
+    workspace_id: str
+    snapshot_id: str
+    run_id: str | None = Field(
+        default=None, description="The parent's run going on or last ended when it was taken."
+    )
+
+
+class ExperimentList(Output):
+    runs: list[Experiment] = Field(description="Oldest first; a fork's parent's runs first.")
+    forked_from: ForkedFrom | None = None
+
+
+# --- operations ------------------------------------------------------------------------------
+
+
+@declare(
+    method="POST",
+    path=XP,
+    hints=RUN,
+    summary="Start an experiment: run a command in the background and record the run.",
+    limits="Follow exec_id with stream_events; experiment_get reads the record, kept after "
+    "the workspace ends. Report metrics as lines: ::metric loss=0.31 step=120.",
+    in_actions=False,
+)
+async def experiment_start(svc: Service, inp: ExperimentStart) -> Experiment:
+    record = await svc.live_record(inp.workspace_id)
+    run_id = policy.new_id("xp")
+    artifacts = f"{WORKSPACE_ROOT}/{ARTIFACTS}/{run_id}"
+    head, dirty = await _repository_state(svc, inp.workspace_id, artifacts, inp.workdir)
+    exec_id = policy.new_id("ex")
+    env = {
+        **inp.env,
+        "MWC_EXPERIMENT_ID": run_id,
+        "MWC_ARTIFACTS_DIR": host_path(record, artifacts),
+    }
+    run = RunRecord(
+        run_id=run_id,
+        workspace_id=inp.workspace_id,
+        name=inp.name or None,
+        command=inp.command,
+        workdir=inp.workdir,
+        exec_id=exec_id,
+        head=head,
+        dirty=dirty,
+        resources=dict(record.resources),
+        artifacts_dir=artifacts,
+        started_at=utc_now(),
+    )
+    store = ExperimentStore(svc.shared_store)
+    # Recorded before it starts: a run never runs unrecorded.
+    await store.write(run)
+    args = exec_args(
+        record,
+        exec_id,
+        command=inp.command,
+        workdir=inp.workdir,
+        env=env,
+        timeout_seconds=inp.timeout_seconds,
+    )
+    try:
+        await svc.request(inp.workspace_id, "exec.start", args)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await store.write(
+                run.model_copy(
+                    update={"state": "failed", "ended_at": utc_now(), "error": "did not start"}
+                )
+            )
+        raise
+    svc.spawn(follow_run(svc, run))
+    return Experiment(**run.model_dump())
+
+
+@declare(
+    method="GET",
+    path=XP + "/{run_id}",
+    hints=READ,
+    summary="Get an experiment's run: what ran, how it ended, what it reported.",
+    in_actions=False,
+)
+async def experiment_get(svc: Service, inp: ExperimentRef) -> Experiment:
+    listed = await experiment_list(svc, ExperimentListInput(workspace_id=inp.workspace_id))
+    for run in listed.runs:
+        if run.run_id == inp.run_id:
+            return run
+    raise NotFoundError(
+        f"run {inp.run_id} is not one of workspace {inp.workspace_id}'s", field="run_id"
+    )
+
+
+@declare(
+    method="GET",
+    path=XP,
+    hints=READ,
+    summary="List a workspace's experiment runs: a fork's lists its parent's before it.",
+    in_actions=False,
+)
+async def experiment_list(svc: Service, inp: ExperimentListInput) -> ExperimentList:
+    ws = inp.workspace_id
+    # A terminated workspace's runs stay readable (its record is kept while it has snapshots);
+    # one never made, or purged, is not found.
+    record = await svc.driver.get(ws)
+    store = ExperimentStore(svc.shared_store)
+    runs = [Experiment(**run.model_dump()) for run in await store.runs(ws)]
+    for run in runs:
+        if run.state == "running":
+            await _take_over(svc, run, record.state)
+    forked_from = None
+    lineage = record.lineage
+    if lineage is not None:
+        inherited, came_from = await _inherited(svc, store, lineage)
+        forked_from = ForkedFrom(
+            workspace_id=lineage.parent_workspace_id,
+            snapshot_id=lineage.snapshot_id,
+            run_id=came_from,
+        )
+        runs = inherited + runs
+    return ExperimentList(runs=runs, forked_from=forked_from)
+
+
+async def _take_over(svc: Service, run: Experiment, workspace_state: str) -> None:
+    """A run recorded running: followed by this gateway from now on, or, its workspace no longer
+    running, recorded lost with what was read of it."""
+    if workspace_state == "running":
+        # A no-op where this process follows it already (its claim).
+        svc.spawn(follow_run(svc, RunRecord(**run.model_dump(exclude={"inherited_from"}))))
+        return
+    run.state = "lost"
+    run.ended_at = run.ended_at or utc_now()
+    run.error = f"its workspace was {workspace_state} before the run was seen to end"
+    await ExperimentStore(svc.shared_store).write(
+        RunRecord(**run.model_dump(exclude={"inherited_from"}))
+    )
+
+
+async def _inherited(
+    svc: Service, store: ExperimentStore, lineage: object
+) -> tuple[list[Experiment], str | None]:
+    """The parent's runs started before the fork's snapshot was taken, and the one of them going
+    on, or last ended, then: the run the fork came from."""
+    parent = getattr(lineage, "parent_workspace_id", "")
+    snapshot_id = getattr(lineage, "snapshot_id", "")
+    taken = getattr(lineage, "forked_at", "")
+    with contextlib.suppress(WorkspaceError):
+        for snap in await svc.driver.list_snapshots(parent):
+            if snap.snapshot_id == snapshot_id:
+                taken = snap.created_at
+    runs = [
+        Experiment(**run.model_dump(), inherited_from=parent)
+        for run in await store.runs(parent)
+        if _instant(run.started_at) <= _instant(taken)
+    ]
+    return runs, (runs[-1].run_id if runs else None)
+
+
+def _rfc3339(stamp: object) -> str | None:
+    """An event's time as the records write times (`utc_now`'s form), if it is one."""
+    if not isinstance(stamp, str):
+        return None
+    instant = _instant(stamp)
+    if instant.year == datetime.max.year:
+        return None
+    return instant.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _instant(stamp: str | None) -> datetime:
+    try:
+        return datetime.fromisoformat((stamp or "").replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.max.replace(tzinfo=UTC)
+
+
+# The state of the workdir's repository, and the artifacts directory made, by the command's user
+# (what its git says is what the run records: the workspace's word, bounded).
+_PREPARE = (
+    'mkdir -p -- "$1" || exit 3; cd -- "$2" 2>/dev/null || exit 0; '
+    "head=$(git rev-parse --verify -q HEAD 2>/dev/null) || exit 0; "
+    'echo "$head"; '
+    'if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null | head -c 1)" ]; '
+    "then echo dirty; else echo clean; fi"
+)
+
+
+async def _repository_state(
+    svc: Service, ws: str, artifacts: str, workdir: str | None
+) -> tuple[str | None, bool | None]:
+    record = await svc.live_record(ws)
+    quiet = PROGRESS.set(None)
+    try:
+        done = await run_to_end(
+            svc,
+            record,
+            argv=[
+                "sh",
+                "-c",
+                _PREPARE,
+                "sh",
+                host_path(record, artifacts),
+                host_path(record, workdir) if workdir else record.root,
+            ],
+            env={"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"},
+            timeout_seconds=60,
+            cap=256,
+            head_only=True,
+            internal=True,
+        )
+    finally:
+        PROGRESS.reset(quiet)
+    lines = done.stdout.text().split()
+    head = report_head(lines[0]) if lines else None
+    if head is None:
+        return None, None
+    return head, (lines[1] == "dirty") if len(lines) > 1 else None
+
+
+# --- following a run -------------------------------------------------------------------------
+
+
+def _claim(run_id: str) -> str:
+    return f"experiment:{run_id}"
+
+
+async def follow_run(svc: Service, run: RunRecord) -> None:
+    """Reads the run's output to its end, folding in what it reports, and records the run as it
+    goes and once it ended. One follower per run in a process; never resumes its workspace."""
+    if not svc.claim(_claim(run.run_id)):
+        return
+    RESUMES.set(False)
+    store = ExperimentStore(svc.shared_store)
+    metrics = MetricLog()
+    started = _instant(run.started_at)
+    cursor, at, written = 0, 0.0, time.monotonic()
+    ended: str | None = None  # the exit event's time
+    try:
+        while True:
+            page = await svc.read_events(
+                run.workspace_id,
+                run.exec_id,
+                cursor,
+                max_events=10_000,
+                max_bytes=_PAGE_BYTES,
+                wait_seconds=20,
+            )
+            for event in page.events:
+                at = max(at, (_instant(event.get("timestamp")) - started).total_seconds())
+                if event.get("type") == "exit":
+                    ended = event.get("timestamp")
+                if event.get("type") in ("stdout", "stderr"):
+                    metrics.feed(str(event["type"]), event_bytes(event), at)
+            cursor = page.next_cursor
+            if page.done:
+                break
+            if time.monotonic() - written >= WRITE_EVERY_SECONDS:
+                await _record(store, run, metrics, None)
+                written = time.monotonic()
+        metrics.finish(at)
+        status, _ = await svc.request(run.workspace_id, "exec.status", {"exec_id": run.exec_id})
+        await _record(store, run, metrics, status, ended)
+    except WorkspaceError as exc:
+        # Its workspace ended (or cannot be reached without resuming it): what was read stays.
+        log.info("run %s of %s: %s", run.run_id, run.workspace_id, exc)
+        metrics.finish(at)
+        lost: dict[str, object] = {"state": "lost", "error": str(exc)[:300]}
+        await _record(store, run, metrics, lost, None)
+    finally:
+        svc.release(_claim(run.run_id))
+
+
+async def _record(
+    store: ExperimentStore,
+    run: RunRecord,
+    metrics: MetricLog,
+    status: dict[str, object] | None,
+    ended_at: str | None = None,
+) -> None:
+    """The run as read so far; with `status` (the exec's, once it ended), how it ended."""
+    update: dict[str, object] = {
+        "metrics": dict(metrics.summary),
+        "metric_lines_refused": metrics.refused,
+    }
+    if status is not None:
+        ended = _rfc3339(ended_at) or utc_now()
+        update |= {
+            "state": _STATES.get(str(status.get("state")), "lost"),
+            "ended_at": ended,
+            "returncode": status.get("returncode"),
+            "error": (str(status["error"])[:300] if status.get("error") else None),
+            "wall_seconds": round((_instant(ended) - _instant(run.started_at)).total_seconds(), 3),
+        }
+    await store.write_series(run.workspace_id, run.run_id, RunSeries(points=metrics.points()))
+    await store.write(run.model_copy(update=update))
