@@ -49,8 +49,7 @@ class Resources(Input):
     gpu: Gpu | None = Field(
         None,
         pattern=r"^[A-Za-z0-9:._-]{1,32}$",
-        description="Modal GPU: T4, L4, A10, L40S, A100, A100-80GB, H100, H200, B200; :N for N. "
-        "Operator-allowlisted.",
+        description="Modal GPU, e.g. T4, L40S or H100:2 (two); operator-allowed only.",
     )
     timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Lifetime limit.")
     idle_timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Idle limit.")
