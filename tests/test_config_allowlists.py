@@ -1,6 +1,6 @@
 """The allowlist settings as the gateway reads them at start: secret names with the variables
-they hold (`openai:OPENAI_API_KEY`), volume names, and a bad entry stopping the start with a
-message that names the variable."""
+they hold (`openai:OPENAI_API_KEY`), volume names, GPU types with the most of each, and a bad
+entry stopping the start with a message that names the variable."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from modal_workspace_core.config import ConfigError, load_settings
 
 SECRETS = "MODAL_WORKSPACE_ALLOWED_SECRETS"
 VOLUMES = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
+GPUS = "MODAL_WORKSPACE_ALLOWED_GPUS"
 
 
 def test_secret_names_and_their_listed_variables_are_read_once() -> None:
@@ -47,6 +48,9 @@ def test_the_modal_driver_holds_the_same_allowlists_read_once() -> None:
         (SECRETS, "open ai", "Modal object name"),
         (SECRETS, "openai,openai:KEY", "listed twice"),
         (VOLUMES, "cache:KEY", "names only"),
+        (GPUS, "T4,V100", "Modal's types"),
+        (GPUS, "A10:8", "from 1 to 4 for A10"),
+        (GPUS, "H100:2,h100", "listed twice"),
     ],
 )
 def test_a_bad_allowlist_entry_stops_the_start_naming_the_variable(
@@ -60,6 +64,14 @@ def test_a_bad_allowlist_entry_stops_the_start_naming_the_variable(
     # The Modal driver's section is read from the same parse: it stops the start the same way.
     with pytest.raises(ConfigError, match=f"^{variable}: entry '"):
         load_settings({variable: value}, driver="modal")
+
+
+def test_gpu_types_are_read_canonical_and_none_by_default() -> None:
+    assert load_settings({}).allowed_gpus == ()
+    settings = load_settings({GPUS: " t4, H100:2 ,a100-80gb:1,"}, driver="modal")
+
+    assert settings.allowed_gpus == ("T4", "H100:2", "A100-80GB:1")
+    assert settings.modal is not None and settings.modal.allowed_gpus == settings.allowed_gpus
 
 
 def test_local_secret_values_must_hold_the_variables_listed_for_them(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ def _settings(**overrides: object) -> ModalSettings:
         "agent_command": (sys.executable, str(ECHO_AGENT)),
         "allowed_secrets": ("github", "openai"),
         "allowed_volumes": ("cache",),
+        "allowed_gpus": ("T4",),
         "default_image_name": IMAGE,
     }
     values.update(overrides)

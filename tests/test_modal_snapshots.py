@@ -52,6 +52,7 @@ def _settings(**overrides: object) -> ModalSettings:
     values: dict[str, object] = {
         "app_name": "snapshot-tests",
         "agent_command": (sys.executable, str(ECHO_AGENT)),
+        "allowed_gpus": ("T4",),
         "default_image_name": IMAGE,
     }
     values.update(overrides)

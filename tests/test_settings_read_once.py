@@ -203,6 +203,7 @@ def _every_setting(tmp_path: Path) -> dict[str, str]:
         f"{PREFIX}DATA_ROOT": str(tmp_path / "data"),
         f"{PREFIX}ALLOWED_SECRETS": "openai:OPENAI_API_KEY,github",
         f"{PREFIX}ALLOWED_VOLUMES": "cache",
+        f"{PREFIX}ALLOWED_GPUS": "T4,H100:2",
         f"{PREFIX}LOCAL_SECRETS_FILE": str(secrets),
         f"{PREFIX}ALLOWED_HOSTS": "gateway.example.com",
         f"{PREFIX}TRUSTED_PROXIES": "10.0.0.5",

@@ -9,11 +9,13 @@ __all__ = [
     "AGENT_OPS",
     "CHANNEL_KEEPALIVE_SECONDS",
     "FINAL_STATES",
+    "GPU_TYPES",
     "IDEMPOTENCY_TAG",
     "MANAGED_TAGS",
     "MANAGED_TAG_PREFIXES",
     "MAX_ALLOWLIST_ENTRIES",
     "MAX_CPU_CORES",
+    "MAX_GPU_COUNT",
     "MAX_IMAGE_PACKAGES",
     "MAX_MEMORY_MIB",
     "MAX_REGIONS",
@@ -39,6 +41,7 @@ __all__ = [
     "agent_main",
     "allowed",
     "allowed_function",
+    "allowed_gpu",
     "author_email",
     "author_name",
     "caller_tags",
@@ -55,6 +58,8 @@ __all__ = [
     "git_ref",
     "github_base",
     "github_repo",
+    "gpu",
+    "gpu_allowlist",
     "id_pattern",
     "idempotency_key",
     "image_id",
@@ -361,7 +366,31 @@ def outbound_allowlists(
     `block_network`. Raises `PolicyError` (rules `cidr.*`, `domain.*`, `network.*`,
     `resources.too-many`) naming the field and entry."""
 
+GPU_TYPES: tuple[tuple[str, int], ...]
+"""Modal's GPU types a workspace may ask for, as Modal writes them, each with the most one
+workspace may have (`("T4", 8)`, …, `("A10", 4)`, …)."""
+MAX_GPU_COUNT: int
+"""The most GPUs of any type one workspace may ask for (8)."""
+
+def gpu(text: str) -> str:
+    """Check a GPU request, `TYPE` or `TYPE:N` (a type of `GPU_TYPES` in any case, or `A10G`
+    for the A10; N from 1 to the type's bound, digits only), and return it as Modal writes it,
+    without a count of 1 (`h100:1` -> `H100`). Raises `PolicyError` (rules `gpu.type`,
+    `gpu.count`)."""
+
 # --- allowlist settings ---------------------------------------------------------------------
+
+def gpu_allowlist(text: str) -> list[str]:
+    """Parse the GPU allowlist setting: comma-separated `TYPE` (any count up to Modal's bound)
+    or `TYPE:N` (at most N) entries, e.g. `T4,H100:2`; returns them canonical (`TYPE:N` kept
+    even for N = 1). Empty entries are skipped; an empty setting allows no GPU. Raises
+    `PolicyError` for an entry `gpu` refuses or a type listed twice (`allowlist.duplicate`)."""
+
+def allowed_gpu(request: str, allowlist: Sequence[str], setting: str) -> str:
+    """Check a GPU request (as `gpu`) against `allowlist` (entries as `gpu_allowlist` returns
+    them), the value of the setting `setting`, and return it canonical. Deny by default. The
+    message lists what is allowed and names `setting` (rules `allowlist.denied` for a type not
+    listed or an empty allowlist, `allowlist.count` for more than an entry allows)."""
 
 def secret_allowlist(text: str) -> dict[str, tuple[str, ...]]:
     """Parse the secret allowlist setting: comma-separated `NAME[:VAR[:VAR...]]` entries, e.g.

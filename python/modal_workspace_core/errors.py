@@ -214,9 +214,10 @@ def from_agent_error(code: str, message: str, field: str | None = None) -> Works
 
 
 # The core's rules whose refusal is a permission's, not a malformed input's: an allowlist's
-# denial, and a download link whose signature or lifetime does not hold (one that cannot even be
-# read, `link.malformed`, is the caller's malformed input).
-_PERMISSION_RULES = ("allowlist.denied", "link.")
+# denial (of a name, or of more GPUs than it allows), and a download link whose signature or
+# lifetime does not hold (one that cannot even be read, `link.malformed`, is the caller's
+# malformed input).
+_PERMISSION_RULES = ("allowlist.denied", "allowlist.count", "link.")
 
 
 def from_policy_error(

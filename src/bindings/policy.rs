@@ -369,6 +369,31 @@ fn outbound_allowlists(
         .map_err(policy_error)
 }
 
+/// Checks a GPU request (`TYPE` or `TYPE:N`) and returns it as Modal writes it.
+#[pyfunction]
+fn gpu(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::gpu(self::text(text)?).map_err(policy_error)
+}
+
+/// Parses the GPU allowlist setting (`T4,H100:2`) into its canonical entries.
+#[pyfunction]
+fn gpu_allowlist(text: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
+    policy::gpu_allowlist(self::text(text)?).map_err(policy_error)
+}
+
+/// Checks a GPU request against the allowlist's entries; returns the request canonical.
+#[pyfunction]
+fn allowed_gpu(
+    request: &Bound<'_, PyString>,
+    allowlist: Vec<Bound<'_, PyString>>,
+    setting: &Bound<'_, PyString>,
+) -> PyResult<String> {
+    // An entry that is not valid Unicode can never be a GPU type; lossy is exact enough.
+    let allowlist: Vec<_> = allowlist.iter().map(|s| s.to_string_lossy()).collect();
+    policy::allowed_gpu(text(request)?, &allowlist, &setting.to_string_lossy())
+        .map_err(policy_error)
+}
+
 /// Checks a published image's name (`NAME` or `NAME:TAG`).
 #[pyfunction]
 fn image_name(text: &Bound<'_, PyString>) -> PyResult<String> {
@@ -457,6 +482,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(outbound_domain, m)?)?;
     m.add_function(wrap_pyfunction!(regions, m)?)?;
     m.add_function(wrap_pyfunction!(outbound_allowlists, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_allowlist, m)?)?;
+    m.add_function(wrap_pyfunction!(allowed_gpu, m)?)?;
     // The managed tag names have this one home; Python reads them from here.
     let py = m.py();
     m.add("MANAGED_TAGS", PyTuple::new(py, policy::MANAGED_TAGS)?)?;
@@ -474,5 +502,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_MEMORY_MIB", policy::MAX_MEMORY_MIB)?;
     m.add("MAX_REGIONS", policy::MAX_REGIONS)?;
     m.add("MAX_ALLOWLIST_ENTRIES", policy::MAX_LIST_ENTRIES)?;
+    let gpu_types: Vec<(&str, u32)> = policy::GPU_TYPES.to_vec();
+    m.add("GPU_TYPES", PyTuple::new(py, gpu_types)?)?;
+    m.add("MAX_GPU_COUNT", policy::MAX_GPU_COUNT)?;
     Ok(())
 }

@@ -42,10 +42,10 @@ pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAM
 pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
 pub use repo::{github_base, github_repo, GitHubRepo, MAX_BASE_URL_CHARS, MAX_REPO_INPUT_CHARS};
 pub use resources::{
-    cpu_cores, cpu_limit, memory_limit_mib, memory_mib, outbound_allowlists, outbound_cidr,
-    outbound_domain, region, regions, Allowlists, MAX_CPU_CORES, MAX_DOMAIN_CHARS,
-    MAX_LIST_ENTRIES, MAX_MEMORY_MIB, MAX_REGIONS, MAX_REGION_CHARS, MIN_CPU_CORES, MIN_MEMORY_MIB,
-    REFUSED_RANGES,
+    allowed_gpu, cpu_cores, cpu_limit, gpu, gpu_allowlist, memory_limit_mib, memory_mib,
+    outbound_allowlists, outbound_cidr, outbound_domain, region, regions, Allowlists, GPU_TYPES,
+    MAX_CPU_CORES, MAX_DOMAIN_CHARS, MAX_GPU_COUNT, MAX_LIST_ENTRIES, MAX_MEMORY_MIB, MAX_REGIONS,
+    MAX_REGION_CHARS, MIN_CPU_CORES, MIN_MEMORY_MIB, REFUSED_RANGES,
 };
 pub use tags::{
     caller_tags, idempotency_key, is_managed_tag, snapshot_label, stored_tag, tag_key,

@@ -10,7 +10,7 @@ names below are those the rest of the package uses; each section's module has th
 from __future__ import annotations
 
 from .access import TOKEN_ENV, TOKEN_FILE_ENV
-from .allowlists import ALLOWED_SECRETS_ENV, ALLOWED_VOLUMES_ENV
+from .allowlists import ALLOWED_GPUS_ENV, ALLOWED_SECRETS_ENV, ALLOWED_VOLUMES_ENV
 from .functions import ALLOWED_FUNCTIONS_ENV
 from .gateway import DriverName
 from .local import (
@@ -29,6 +29,7 @@ from .settings import Settings, load_settings
 
 __all__ = [
     "ALLOWED_FUNCTIONS_ENV",
+    "ALLOWED_GPUS_ENV",
     "ALLOWED_SECRETS_ENV",
     "ALLOWED_VOLUMES_ENV",
     "DEFAULT_DISK_MB",

@@ -1,5 +1,5 @@
-"""What the operator lets workspaces name: secrets (with the variables each holds) and volumes;
-and, on the local driver, the secrets' values, from a file the gateway alone reads.
+"""What the operator lets workspaces name: secrets (with the variables each holds), volumes and
+GPUs; and, on the local driver, the secrets' values, from a file the gateway alone reads.
 
 Deny by default: an empty allowlist allows nothing. The values are held in memory only.
 """
@@ -13,10 +13,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import core_refusal
-from ..policy import env_name, name_allowlist, secret_allowlist
+from ..policy import env_name, gpu_allowlist, name_allowlist, secret_allowlist
 from .reading import ConfigError, Environ, setting_error
 
 __all__ = [
+    "ALLOWED_GPUS_ENV",
     "ALLOWED_SECRETS_ENV",
     "ALLOWED_VOLUMES_ENV",
     "LOCAL_SECRETS_FILE_ENV",
@@ -26,12 +27,16 @@ __all__ = [
 
 ALLOWED_SECRETS_ENV = "MODAL_WORKSPACE_ALLOWED_SECRETS"
 ALLOWED_VOLUMES_ENV = "MODAL_WORKSPACE_ALLOWED_VOLUMES"
+# GPU types (`T4,H100:2`: a type alone for any count up to Modal's bound, `:N` for at most N);
+# empty, the default: no GPU workspaces, since each one bills a GPU for as long as it runs.
+ALLOWED_GPUS_ENV = "MODAL_WORKSPACE_ALLOWED_GPUS"
 LOCAL_SECRETS_FILE_ENV = "MODAL_WORKSPACE_LOCAL_SECRETS_FILE"
 _SHAPE = '{"secret-name": {"ENV_NAME": "value"}}'
 
 
 class AllowlistSettings(BaseModel):
-    """The secret and volume allowlists, and the secrets' values where the gateway holds them."""
+    """The secret, volume and GPU allowlists, and the secrets' values where the gateway holds
+    them."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -40,6 +45,8 @@ class AllowlistSettings(BaseModel):
     # (`openai:OPENAI_API_KEY`): their values are redacted from every command's output.
     secret_keys: Mapping[str, tuple[str, ...]] = {}
     allowed_volumes: tuple[str, ...] = ()
+    # Canonical entries, `H100` or `H100:2` (`policy.gpu_allowlist`).
+    allowed_gpus: tuple[str, ...] = ()
     # secret name -> {ENV_NAME: value}; locally from MODAL_WORKSPACE_LOCAL_SECRETS_FILE.
     secret_values: Mapping[str, Mapping[str, str]] = Field(default={}, repr=False)
     # The file those values came from, which a sandbox must never see (`private_files`).
@@ -51,6 +58,8 @@ def read_allowlists(env: Environ) -> AllowlistSettings:
         secrets = secret_allowlist(env.get(ALLOWED_SECRETS_ENV, ""))
     with core_refusal(ALLOWED_VOLUMES_ENV, error=setting_error):
         volumes = name_allowlist(env.get(ALLOWED_VOLUMES_ENV, ""))
+    with core_refusal(ALLOWED_GPUS_ENV, error=setting_error):
+        gpus = gpu_allowlist(env.get(ALLOWED_GPUS_ENV, ""))
     keys = {name: listed for name, listed in secrets.items() if listed}
     path = env.get(LOCAL_SECRETS_FILE_ENV)
     values = _secret_values(path) if path else {}
@@ -59,6 +68,7 @@ def read_allowlists(env: Environ) -> AllowlistSettings:
         allowed_secrets=tuple(secrets),
         secret_keys=keys,
         allowed_volumes=tuple(volumes),
+        allowed_gpus=tuple(gpus),
         secret_values=values,
         local_secrets_file=Path(path).expanduser() if path else None,
     )

@@ -104,6 +104,7 @@ SETTINGS: dict[str, Route] = {
     # What workspaces may name (config/allowlists.py).
     "MODAL_WORKSPACE_ALLOWED_SECRETS": _forwarded(),
     "MODAL_WORKSPACE_ALLOWED_VOLUMES": _forwarded(),
+    "MODAL_WORKSPACE_ALLOWED_GPUS": _forwarded(),
     "MODAL_WORKSPACE_LOCAL_SECRETS_FILE": Route(
         NOT_DEPLOYED,
         f"{_LOCAL} secret values; on Modal a workspace's secrets are Modal Secrets by name",

@@ -64,6 +64,9 @@ class ModalSettings:
     # secret name -> the variables the allowlist lists for it (`openai:OPENAI_API_KEY`).
     secret_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     allowed_volumes: tuple[str, ...] = ()
+    # GPU types, canonical, each with the most a workspace may ask for where it says
+    # (`H100:2`); empty: no GPU workspaces.
+    allowed_gpus: tuple[str, ...] = ()
     default_image_name: str | None = None
     # The wheel the default image installs (`WHEEL_ENV`); None: built from the checkout.
     wheel: Path | None = None
@@ -99,6 +102,7 @@ def read_modal(env: Environ, allowlists: AllowlistSettings) -> ModalSettings:
         allowed_secrets=allowlists.allowed_secrets,
         secret_keys=dict(allowlists.secret_keys),
         allowed_volumes=allowlists.allowed_volumes,
+        allowed_gpus=allowlists.allowed_gpus,
         default_image_name=env.get(DEFAULT_IMAGE_NAME_ENV) or None,
         wheel=Path(wheel) if wheel else None,
         channel_idle_seconds=_idle_seconds(env.get(CHANNEL_IDLE_ENV)),

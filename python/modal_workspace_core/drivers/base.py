@@ -272,7 +272,9 @@ class Driver(Protocol):
     their workspace's sandbox (the lifecycle sweep calls it). One that keeps sandboxes started
     ahead of creates has `async keep_warm()`, background work while it serves. One that can
     open a channel to a workspace it made moments ago without looking it up has
-    `just_made(workspace_id)`, the record its create answered (or None)."""
+    `just_made(workspace_id)`, the record its create answered (or None). One that attaches the
+    GPU `resources.gpu` asks for says `attaches_gpus = True`: the service then holds the request
+    to the GPU allowlist before anything is looked up; any other driver refuses the field."""
 
     name: str
     # Whether `workspace_terminate` keeps a snapshot unless told otherwise (Modal: a sandbox

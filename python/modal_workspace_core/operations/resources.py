@@ -18,6 +18,7 @@ __all__ = ["IMAGE_FIELDS", "Resources"]
 Region = Annotated[str, AfterValidator(policy.region)]
 OutboundCidr = Annotated[str, AfterValidator(policy.outbound_cidr)]
 OutboundDomain = Annotated[str, AfterValidator(policy.outbound_domain)]
+Gpu = Annotated[str, AfterValidator(policy.gpu)]
 ImageName = Annotated[str, AfterValidator(policy.image_name)]
 ImageId = Annotated[str, AfterValidator(policy.image_id)]
 AptPackages = Annotated[
@@ -45,8 +46,10 @@ class Resources(Input):
         le=policy.MAX_MEMORY_MIB,
         description="MiB reserved.",
     )
-    gpu: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9:._-]{1,32}$", description="GPU type (Modal)."
+    gpu: Gpu | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9:._-]{1,32}$",
+        description="Modal GPU, e.g. T4, L40S or H100:2 (two); operator-allowed only.",
     )
     timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Lifetime limit.")
     idle_timeout_seconds: int | None = Field(None, ge=5, le=86_400, description="Idle limit.")

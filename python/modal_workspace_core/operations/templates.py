@@ -168,6 +168,7 @@ def template_out(definition: TemplateDefinition, builds: list[Build]) -> Templat
 async def template_create(svc: Service, inp: TemplateCreate) -> Template:
     resources = inp.resources.model_dump(exclude_none=True)
     _check_token(svc, inp.use_github_token, resources)
+    svc.gpu(inp.resources.gpu)
     store = TemplateStore(svc.shared_store)
     definition = TemplateDefinition(
         name=inp.name,

@@ -108,6 +108,7 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
     # Everything that can refuse the request is checked before the driver is called.
     secrets = svc.workspace_secrets(inp.secret_names)
     volumes = svc.volumes(inp.volumes)
+    svc.gpu(inp.resources.gpu)
     resources = inp.resources.model_dump(exclude_none=True)
     if inp.template is not None:
         for name in IMAGE_FIELDS:

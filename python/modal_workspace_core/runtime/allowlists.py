@@ -1,6 +1,6 @@
-"""The inputs only the operator's configuration can allow: secrets and volumes by name, and the
-GitHub token for one exec. Deny by default: a name outside its allowlist is refused (403) before
-the driver is called.
+"""The inputs only the operator's configuration can allow: secrets and volumes by name, a GPU,
+and the GitHub token for one exec. Deny by default: a name outside its allowlist is refused (403)
+before the driver is called.
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import policy
-from ..config import Settings
+from ..config import ALLOWED_GPUS_ENV, Settings
 from ..drivers.base import Driver, ExecSecret, WorkspaceSecrets, secret_source
 from ..drivers.mounts import volume_mount
-from ..errors import PermissionDeniedError, core_refusal
+from ..errors import PermissionDeniedError, core_refusal, denied
 
 __all__ = ["Allowlists"]
 
@@ -23,6 +23,9 @@ class Allowlists:
         self.settings = settings
         # Each driver resolves secrets its own way; only the allowlist is checked here.
         self.secrets = secret_source(driver, settings)
+        # Where the driver cannot attach a GPU at all it refuses `resources.gpu` itself, saying
+        # why, rather than this pointing the operator at an allowlist that could not help.
+        self.checks_gpus = bool(getattr(driver, "attaches_gpus", False))
 
     def workspace_secrets(self, names: list[str]) -> WorkspaceSecrets:
         """Allowlisted secrets for a new workspace, as its driver hands them over; a name
@@ -52,6 +55,14 @@ class Allowlists:
     def _check_secret(self, name: str, field: str) -> None:
         with core_refusal(field):
             policy.allowed(name, self.settings.allowed_secrets, "MODAL_WORKSPACE_ALLOWED_SECRETS")
+
+    def gpu(self, request: str | None) -> None:
+        """Refuses (403) a GPU the allowlist does not cover, before anything is looked up (an
+        idempotency key's workspace, a template's store); the driver checks it again."""
+        if request is None or not self.checks_gpus:
+            return
+        with core_refusal("resources.gpu", error=denied):
+            policy.allowed_gpu(request, self.settings.allowed_gpus, ALLOWED_GPUS_ENV)
 
     def volumes(self, volumes: Mapping[str, str]) -> dict[str, str]:
         """The allowlisted volumes by their checked mount path; refuses any other."""

@@ -173,6 +173,10 @@ class Service:
         """The allowlisted volumes by their checked mount path."""
         return self.allowlists.volumes(volumes)
 
+    def gpu(self, request: str | None) -> None:
+        """Refuses a GPU request the allowlist does not cover (where the driver attaches GPUs)."""
+        self.allowlists.gpu(request)
+
     # --- background work (`tasks.Tasks`) ----------------------------------------------------
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:

@@ -1,10 +1,11 @@
 //! What a workspace may ask of its machine beyond the defaults: CPU and memory requests with
-//! their hard limits, where it runs, and the only places its outbound traffic may go.
+//! their hard limits, a GPU, where it runs, and the only places its outbound traffic may go.
 //! Each rule returns the canonical value the Modal driver sends, or a [`PolicyError`]; the
 //! caller names the `resources.*` field (a list's rule names the entry by its index).
 
 mod compute;
 mod domain;
+mod gpu;
 mod network;
 mod region;
 
@@ -13,6 +14,7 @@ pub use compute::{
     MIN_CPU_CORES, MIN_MEMORY_MIB,
 };
 pub use domain::{outbound_domain, MAX_DOMAIN_CHARS};
+pub use gpu::{allowed_gpu, gpu, gpu_allowlist, GPU_TYPES, MAX_GPU_COUNT};
 pub use network::{outbound_cidr, REFUSED_RANGES};
 pub use region::{region, MAX_REGION_CHARS};
 

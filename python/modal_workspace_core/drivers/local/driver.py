@@ -557,6 +557,8 @@ _WHY_NOT = {
     "cpu": "this machine offers no CPU controller to reserve cores with",
     "cpu_limit": "this machine offers no CPU controller to throttle with",
     "region": "a local workspace runs on this machine",
+    # Its sandboxes are given no GPU device and no driver to reach one, so none could be used.
+    "gpu": "it passes no GPU into its sandboxes; GPU workspaces run on the Modal driver",
     RUN_AS_ROOT: "its commands never run as root",
     "outbound_cidr_allowlist": "its only network rule is block_network (all or nothing)",
     "outbound_domain_allowlist": "its only network rule is block_network (all or nothing)",

@@ -106,6 +106,8 @@ class ModalDriver(WorkspaceLookup, ModalLifecycle):
     keeps_snapshots = True
     hidden_paths: tuple[str, ...] = ()
     ends_idle_workspaces = True
+    # Modal attaches the GPU a workspace asks for: the service holds it to the allowlist first.
+    attaches_gpus = True
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """How a workspace's requested resources become `Sandbox.create` arguments: defaults, bounds,
-and the secret and volume allowlists of the driver's settings, all checked before any call to
-Modal.
+and the secret, volume and GPU allowlists of the driver's settings, all checked before any call
+to Modal.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ... import policy
-from ...config import ALLOWED_SECRETS_ENV, ALLOWED_VOLUMES_ENV, ModalSettings
+from ...config import ALLOWED_GPUS_ENV, ALLOWED_SECRETS_ENV, ALLOWED_VOLUMES_ENV, ModalSettings
 from ...errors import InvalidArgumentError, core_refusal, denied
 from ...policy import allowed, env_name
 from ..command_user import RUN_AS_ROOT, commands_run_as_root
 from ..mounts import volume_mount
 from .image_request import image_request
 
-__all__ = ["SandboxOptions", "check_env", "sandbox_options"]
+__all__ = ["GPU_FIELD", "SandboxOptions", "allowed_gpu", "check_env", "sandbox_options"]
 
 # The predecessor's defaults: (request, limit).
 DEFAULT_CPU = (2.0, 4.0)
@@ -25,6 +25,9 @@ DEFAULT_MEMORY_MIB = (4096, 8192)
 DEFAULT_TIMEOUT_SECONDS = 3600
 MAX_TIMEOUT_SECONDS = 24 * 3600
 T = TypeVar("T")
+# Named as the request names it: the service leaves the GPU allowlist to this driver, so this
+# refusal is the one a client reads.
+GPU_FIELD = "resources.gpu"
 
 
 @dataclass
@@ -182,6 +185,22 @@ def _strings(value: Any, field_name: str) -> list[str] | None:
     return list(value)
 
 
+def allowed_gpu(value: Any, allowlist: tuple[str, ...]) -> str | None:
+    """A GPU request (`H100:2`) in Modal's canonical form, held to the GPU allowlist (deny by
+    default): a bad name or count is a 400, one the allowlist does not cover a 403, both before
+    any call to Modal. None: no GPU."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError(
+            "invalid_argument", f"{GPU_FIELD} must be a GPU type such as T4 or H100:2", GPU_FIELD
+        )
+    # The request's own rules first (400), so that a typo is not reported as a denial.
+    canonical = _checked(policy.gpu, GPU_FIELD, value)
+    with core_refusal(GPU_FIELD, error=denied):
+        return policy.allowed_gpu(canonical, allowlist, ALLOWED_GPUS_ENV)
+
+
 def _text(value: Any, field_name: str) -> str | None:
     if value is None:
         return None
@@ -201,8 +220,9 @@ def sandbox_options(
 ) -> SandboxOptions:
     """Check a workspace's requested resources and turn them into sandbox options.
 
-    Secrets and volumes must be on their allowlists (deny by default): a name that is not is
-    refused here, before the driver makes any call to Modal. So are limits below their
+    Secrets, volumes and a GPU must be on their allowlists (deny by default): one that is not
+    is refused here, before the driver makes any call to Modal (a resume and a fork too: what
+    the operator no longer allows is not started again). So are limits below their
     requests, regions, CIDRs and domains the core's rules refuse, and an outbound allowlist on a
     workspace whose network is blocked (`block_network`, or the one a record holds).
 
@@ -229,7 +249,7 @@ def sandbox_options(
             settings.default_idle_timeout_seconds if new_workspace else None,
             MAX_TIMEOUT_SECONDS,
         ),
-        gpu=_text(r.get("gpu"), "gpu"),
+        gpu=allowed_gpu(r.get("gpu"), settings.allowed_gpus),
         cloud=_text(r.get("cloud"), "cloud"),
         outbound_cidr_allowlist=cidrs,
         outbound_domain_allowlist=domains,
