@@ -196,4 +196,3 @@ async def test_a_run_outlives_its_gateway_and_its_workspace_and_travels_with_a_f
             (going.run_id, ws.id),
         ]
         await (await wss.get(child_id)).terminate()
-

@@ -78,6 +78,9 @@ SHARED: dict[str, str] = {
     "operations.template_builds": "a template's builds, made and started from: the templates "
     "domain and the sweep's rebuilds make them, the workspaces domain starts workspaces from "
     "them (workspace_create's template)",
+    "operations.experiment_records": "experiment runs in the shared store: the experiments "
+    "domain records and reads them, a purge (the workspaces domain's terminate, the sweep) "
+    "forgets a workspace's",
     "operations.template_checks": "whether a template's branch moved, and its rebuild: the sweep "
     "(janitor.py) runs it beside its other lifecycle steps, as it takes lifecycle's snapshots",
 }
@@ -89,6 +92,10 @@ ASSEMBLY: dict[str, str] = {
 }
 # A domain's module whose name is not the domain's, with why.
 DOMAIN_OF: dict[str, tuple[str, str]] = {
+    "operations.experiment_lines": (
+        "experiments",
+        "the metric lines a run prints, read by the experiments domain's follower of each run",
+    ),
     "operations.artifact_transfer": (
         "artifacts",
         "the artifacts' agent steps and signed links, which REST and the Python client use too",

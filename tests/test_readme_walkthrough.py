@@ -2,8 +2,8 @@
 directory of its own), its printed lines pasted into one terminal, then every block the README
 asks the reader to run, in the README's order, in that terminal: the REST walkthrough, the MCP
 walkthrough, the Python examples (saved under the names the README gives), artifacts, snapshots,
-templates and delivery. What each console command prints must match its transcript (`support/
-readme_session.py` says how), and the journey leaves no workspace behind.
+templates, experiments and delivery. What each console command prints must match its transcript
+(`support/readme_session.py` says how), and the journey leaves no workspace behind.
 
 Blocks that are not run here are named below with the reason; a new block must be added to one
 list or the other."""
@@ -134,6 +134,13 @@ def check_templates(lines: list[str]) -> None:
     assert json.loads(lines[5]) == {"name": "hello", "deleted": True, "builds_deleted": 1}
 
 
+def check_experiments(lines: list[str]) -> None:
+    loss = {"last": 4, "min": 4, "max": 12, "count": 3}
+    run = {"name": "three steps", "state": "finished", "returncode": 0, "loss": loss}
+    assert json.loads(lines[0]) == run
+    assert lines[1:] == ["1", "true"]
+
+
 def check_delivery(lines: list[str]) -> None:
     assert lines[0] == "0"
     assert json.loads(lines[1]) == {"branch": "main", "files": ["answer.py"]}
@@ -154,6 +161,7 @@ def check_delivery(lines: list[str]) -> None:
 SH_CHECKS = {
     "snapshots": check_snapshots,
     "templates": check_templates,
+    "experiments": check_experiments,
     "delivery": check_delivery,
 }
 
@@ -218,7 +226,7 @@ def test_every_readme_block_runs_in_order_after_make_demo(
     finally:
         session.close()
     assert ran_blocks.count("console") >= 5
-    assert {"snapshots", "templates", "delivery"} <= set(ran_blocks)
+    assert {"snapshots", "templates", "experiments", "delivery"} <= set(ran_blocks)
     auth = {"Authorization": f"Bearer {token[1]}"}
     left = httpx2.get(f"http://127.0.0.1:{port}/api/workspaces", headers=auth, timeout=60)
     assert left.json()["workspaces"] == [], "the README's blocks left a workspace behind"

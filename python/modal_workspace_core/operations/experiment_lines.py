@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, Field
+from .experiment_records import MetricSummary
 
 __all__ = ["MAX_NAMES", "MAX_POINTS", "PREFIX", "MetricLog", "MetricSummary", "parse_line"]
 
@@ -31,13 +31,6 @@ MAX_LINE_BYTES = 4096
 MAX_NAMES = 32
 MAX_POINTS = 240
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,63}")
-
-
-class MetricSummary(BaseModel):
-    last: float = Field(description="The last value reported.")
-    min: float
-    max: float
-    count: int = Field(description="How many values were reported.")
 
 
 def _number(value: object) -> float | None:

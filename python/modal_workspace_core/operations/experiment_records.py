@@ -15,13 +15,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from ..shared_store import SharedStore
-from .experiment_lines import MetricSummary
 
-__all__ = ["EXPERIMENTS", "ExperimentStore", "RunRecord", "RunSeries", "RunState"]
+__all__ = ["EXPERIMENTS", "ExperimentStore", "MetricSummary", "RunRecord", "RunSeries", "RunState"]
 
 EXPERIMENTS = "experiments"
 
 RunState = Literal["running", "finished", "failed", "cancelled", "timed_out", "lost"]
+
+
+class MetricSummary(BaseModel):
+    last: float = Field(description="The last value reported.")
+    min: float
+    max: float
+    count: int = Field(description="How many values were reported.")
 
 
 class RunRecord(BaseModel):
