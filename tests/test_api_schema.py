@@ -230,6 +230,7 @@ FLOWS: dict[str, list[str]] = {
     "exec_id": [new_id("ex")],
     "watch_id": [new_id("fw")],
     "snapshot_id": [new_id("sn")],
+    "run_id": [new_id("xp")],
     "stream_id": [new_id("ex"), new_id("fw"), new_id("tk")],
     "function_call_id": ["fc-" + "A1" * 11],
     "app_name": ["my-app.v2"],

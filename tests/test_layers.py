@@ -96,6 +96,10 @@ DOMAIN_OF: dict[str, tuple[str, str]] = {
         "experiments",
         "the metric lines a run prints, read by the experiments domain's follower of each run",
     ),
+    "operations.experiment_plot": (
+        "experiments",
+        "a run drawn as a PNG, for experiment_plot",
+    ),
     "operations.artifact_transfer": (
         "artifacts",
         "the artifacts' agent steps and signed links, which REST and the Python client use too",

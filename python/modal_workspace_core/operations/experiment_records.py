@@ -64,6 +64,9 @@ class RunSeries(BaseModel):
     """The reported metrics over the run: per name, [seconds since its start, value] points."""
 
     points: dict[str, list[tuple[float, float]]] = {}
+    # The workspace's own use over the run (`cpu_percent`, `memory_used_gib`, …), from its
+    # metrics stream.
+    system: dict[str, list[tuple[float, float]]] = {}
 
 
 class ExperimentStore:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pydantic import Field
 
@@ -32,10 +33,12 @@ from ..policy import WORKSPACE_ROOT
 from ..runtime.call import PROGRESS, RESUMES
 from .exec_engine import event_bytes, exec_args, run_to_end
 from .experiment_lines import MetricLog
+from .experiment_plot import panels, render_png
 from .experiment_records import ExperimentStore, RunRecord, RunSeries, RunState
 from .machinery.fields import (
     Command,
     Env,
+    ImageAnswer,
     Input,
     Label,
     Output,
@@ -43,12 +46,18 @@ from .machinery.fields import (
     WorkspaceId,
     WorkspacePath,
 )
-from .machinery.table import READ, RUN, WS, Declarations
+from .machinery.table import READ, RUN, WS, Declarations, RawReply, RawRest
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
 
-__all__ = ["experiment_get", "experiment_list", "experiment_start", "follow_run"]
+__all__ = [
+    "experiment_get",
+    "experiment_list",
+    "experiment_plot",
+    "experiment_start",
+    "follow_run",
+]
 
 log = logging.getLogger(__name__)
 declare = Declarations()
@@ -83,6 +92,12 @@ class ExperimentStart(Input):
 class ExperimentRef(Input):
     workspace_id: WorkspaceId
     run_id: RunId
+
+
+class ExperimentPlot(ImageAnswer):
+    run_id: str
+    state: RunState
+    panels: list[str] = Field(description="What it draws, one panel each.")
 
 
 class ExperimentListInput(Input):
@@ -311,6 +326,46 @@ async def _repository_state(
     if head is None:
         return None, None
     return head, (lines[1] == "dirty") if len(lines) > 1 else None
+
+
+async def _plot_bytes(
+    svc: Service, inp: ExperimentRef, body: AsyncIterator[bytes], headers: Mapping[str, str]
+) -> RawReply | None:
+    """REST's answer: the PNG itself, unless the client asks for JSON."""
+    if "application/json" in headers.get("accept", ""):
+        return None
+    image = (await experiment_plot(svc, inp)).image
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield image
+
+    return RawReply(chunks=chunks(), length=len(image), media_type="image/png")
+
+
+@declare(
+    method="GET",
+    path=XP + "/{run_id}/plot",
+    hints=READ,
+    summary="Draw an experiment's run: its reported metrics and the workspace's CPU and "
+    "memory over time, as a PNG.",
+    limits="MCP: image content; REST: the PNG (Accept: application/json for this answer).",
+    in_actions=False,
+    raw=RawRest(serve=_plot_bytes, response_media=("image/png",)),
+)
+async def experiment_plot(svc: Service, inp: ExperimentRef) -> ExperimentPlot:
+    run = await experiment_get(svc, inp)
+    owner = run.inherited_from or run.workspace_id
+    series = await ExperimentStore(svc.shared_store).series(owner, run.run_id)
+    png = await render_png(run, series)
+    drawn = [name for name, _ in panels(run, series)]
+    plot = ExperimentPlot(
+        run_id=run.run_id,
+        state=run.state,
+        panels=drawn,
+        media_type="image/png",
+        size_bytes=len(png),
+    )
+    return cast(ExperimentPlot, plot.carrying(png))
 
 
 # --- following a run -------------------------------------------------------------------------

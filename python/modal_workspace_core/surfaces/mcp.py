@@ -7,6 +7,7 @@ is declared twice; the FastAPI app mounts the returned ASGI app at `/mcp/`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -23,6 +24,7 @@ from .. import __version__
 from ..config import Settings
 from ..errors import WorkspaceError
 from ..operations import OPERATIONS, Operation, call, offered, operation, parse_request
+from ..operations.machinery.fields import ImageAnswer
 from ..runtime.call import PROGRESS, Reporter
 from ..runtime.service import Service
 from .tool_schema import InputSchemas, OutputSchemas
@@ -127,9 +129,12 @@ def build_server(service: Service) -> Server[Any]:
         finally:
             PROGRESS.reset(reset)
         data = result.model_dump(mode="json")
-        return types.CallToolResult(
-            content=[types.TextContent(text=json.dumps(data))], structured_content=data
-        )
+        content: list[types.ContentBlock] = [types.TextContent(text=json.dumps(data))]
+        if isinstance(result, ImageAnswer):
+            # A picture (a run's plot) goes as image content, which models with vision read.
+            image = base64.b64encode(result.image).decode()
+            content.insert(0, types.ImageContent(data=image, mime_type=result.media_type))
+        return types.CallToolResult(content=content, structured_content=data)
 
     return Server(
         "modal-workspace",

@@ -16,7 +16,15 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+)
 
 from ... import policy
 from ..._core import StreamKind
@@ -223,6 +231,24 @@ class Output(BaseModel):
         exclude_if=lambda v: v is None,
         description="The snapshot this call resumed the suspended workspace from, when it did.",
     )
+
+
+class ImageAnswer(Output):
+    """An answer that carries a picture: MCP sends it as image content beside this JSON, REST as
+    the bytes themselves (`media_type`), the Python API as `image`. The bytes are never in the
+    JSON (nor its schema)."""
+
+    media_type: str = Field(description="The picture's type.")
+    size_bytes: int = Field(description="Its size.")
+    _image: bytes = PrivateAttr(default=b"")
+
+    @property
+    def image(self) -> bytes:
+        return self._image
+
+    def carrying(self, image: bytes) -> ImageAnswer:
+        self._image = image
+        return self
 
 
 class Open(BaseModel):
