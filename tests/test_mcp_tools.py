@@ -104,18 +104,19 @@ async def test_the_sdk_client_lists_one_tool_per_operation(base_url: str, mode: 
     assert (pull.read_only_hint, pull.open_world_hint, pull.idempotent_hint) == (False, True, True)
 
 
-# What the tool list may cost a host, in bytes of its answer, for today's 41 tools. (It was
+# What the tool list may cost a host, in bytes of its answer, for today's 42 tools. (It was
 # 114 600 bytes before the schemas were made as short as they can be while complete; the three
-# template tools fitted once what several tools' inputs share was said once, `InputSchemas`.)
-TOOL_LIST_BUDGET = 40_000
+# template tools fitted once what several tools' inputs share was said once, `InputSchemas`.
+# 41 tools took 39 992 of 40 000 bytes; workspace_metrics, as short as it can be, costs 720.)
+TOOL_LIST_BUDGET = 41_000
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_the_tool_list_costs_a_host_at_most_40000_bytes(base_url: str, mode: str) -> None:
+async def test_the_tool_list_costs_a_host_at_most_41000_bytes(base_url: str, mode: str) -> None:
     recorder = RecordingTransport()
     async with mcp_client(base_url, mode, transport=recorder) as client:
         listed = (await client.list_tools()).tools
-    assert len(listed) == 41, "a new tool: see whether the budget still holds it"
+    assert len(listed) == 42, "a new tool: see whether the budget still holds it"
     (answer,) = [m for m in recorder.messages() if "tools" in json.loads(m).get("result", {})]
     assert len(answer) <= TOOL_LIST_BUDGET, f"tools/list is {len(answer)} bytes"
 

@@ -11,6 +11,7 @@ from . import (
     execs,
     files,
     functions,
+    metrics,
     repo,
     snapshots,
     streams,
@@ -49,6 +50,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         artifacts,
         watches,
         streams,
+        metrics,
         functions,
     )
     for op in domain.declare.operations

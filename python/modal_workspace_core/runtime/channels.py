@@ -156,6 +156,27 @@ class Channels:
 
         return await self._with_channel(workspace_id, once, what=op, retry=op in REPEATABLE_OPS)
 
+    def is_open(self, workspace_id: str) -> bool:
+        """Whether this process holds an open channel to the workspace's agent now."""
+        client = self._clients.get(workspace_id)
+        return client is not None and not client.closed
+
+    async def request_if_open(
+        self, workspace_id: str, op: str, args: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """One agent request on the workspace's channel if one is open now, for what is worth
+        asking only when it costs nothing: no channel is opened, no workspace resumed, no use
+        recorded. None without an open channel, or when the request fails (the next operation
+        that needs the channel finds out why)."""
+        client = self._clients.get(workspace_id)
+        if client is None or client.closed:
+            return None
+        try:
+            result, _ = await client.request(op, dict(args), timeout=self.agent_timeout)
+        except (WorkspaceError, OSError):
+            return None
+        return dict(result or {})
+
     async def read_events(
         self,
         workspace_id: str,
