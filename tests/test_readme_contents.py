@@ -17,6 +17,7 @@ HOW_TOS = [
     "Snapshots and forks",
     "Templates",
     "Delivering the work",
+    "Metrics",
     "Modal Functions",
     "Deploying on Modal",
 ]
