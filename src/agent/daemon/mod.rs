@@ -358,7 +358,6 @@ async fn shutdown(daemon: &Daemon, listener: UnixListener, socket: &Path) {
     let mut askpass = socket.as_os_str().to_owned();
     askpass.push(".askpass");
     let _ = std::fs::remove_file(askpass);
-    daemon.metrics.stop();
     let running = daemon.execs.running();
     let waits: Vec<_> = running
         .iter()
@@ -374,6 +373,8 @@ async fn shutdown(daemon: &Daemon, listener: UnixListener, socket: &Path) {
         }
     };
     let _ = tokio::time::timeout(SHUTDOWN_GRACE * 3, all).await;
+    // After the execs: stopping the GPU readers may wait a moment for a driver.
+    daemon.metrics.stop();
 }
 
 /// Gives the agent's directory to the user its steps run as: it writes the mirrors and its home

@@ -100,11 +100,6 @@ impl MetricsStream {
         Ok(stream)
     }
 
-    #[cfg(test)]
-    pub(crate) fn id(&self) -> &str {
-        &self.id
-    }
-
     /// The ring of the stream `id` names: this daemon's, or `not_found` (an earlier daemon's
     /// stream ended with it).
     pub(crate) fn entry(&self, id: &str) -> Result<Arc<EventRing>, ErrorBody> {

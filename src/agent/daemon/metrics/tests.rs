@@ -29,9 +29,10 @@ fn samples(ring: &EventRing, cursor: u64) -> (crate::ring::Page, Vec<Value>) {
 #[test]
 fn the_stream_samples_at_its_interval_and_its_status_has_the_latest() {
     let stream = MetricsStream::open(std::env::temp_dir(), &config(500, 1 << 20)).unwrap();
-    assert!(stream.id().starts_with("mt-"));
-    assert_eq!(StreamKind::of(stream.id()).unwrap(), StreamKind::Metrics);
     let before = stream.status();
+    let id = before["stream_id"].as_str().unwrap();
+    assert!(id.starts_with("mt-"));
+    assert_eq!(StreamKind::of(id).unwrap(), StreamKind::Metrics);
     assert_eq!(before["state"], "running");
     assert_eq!(before["interval_seconds"], 0.5);
     wait_for_seq(&stream, 2);
@@ -91,7 +92,7 @@ fn a_reader_behind_a_small_ring_is_told_exactly_what_it_lost() {
 #[test]
 fn only_this_daemons_stream_is_found() {
     let stream = MetricsStream::open(std::env::temp_dir(), &config(60_000, 1 << 20)).unwrap();
-    assert!(stream.entry(stream.id()).is_ok());
+    assert!(stream.entry(&stream.id).is_ok());
     let other = policy::new_id("mt").unwrap();
     assert_eq!(stream.entry(&other).unwrap_err().code, ErrorCode::NotFound);
     let bad = stream.entry("mt-nope").unwrap_err();

@@ -31,6 +31,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const RAN_WELL: Duration = Duration::from_secs(60);
 /// The longest line read; a longer one is garbage.
 const MAX_LINE: usize = 1024;
+/// How long a stop waits for a reader to end (its process killed, its output closed) before it
+/// leaves the reader to end on its own: the daemon's shutdown must not hang on a GPU driver.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 /// GPUs, and processes using them, kept at most (a machine has at most a few dozen GPUs).
 const MAX_GPUS: usize = 64;
 const MAX_APPS: usize = 1024;
@@ -155,6 +158,8 @@ struct FeedState<K, V> {
     stop: bool,
     /// The running process (its own group's leader), while it runs.
     child: Option<libc::pid_t>,
+    /// The reader has ended (after a stop).
+    done: bool,
 }
 
 impl<K, V> Feed<K, V>
@@ -172,13 +177,18 @@ where
                 restart: false,
                 stop: false,
                 child: None,
+                done: false,
             }),
             wake: Condvar::new(),
         });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(format!("metrics-{}", query.kind))
-            .spawn(move || run(&worker, &query))
+            .spawn(move || {
+                run(&worker, &query);
+                worker.state.lock().done = true;
+                worker.wake.notify_all();
+            })
             .map_err(|e| tracing::warn!(error = %e, "cannot start a GPU reader"))
             .ok();
         Self { shared, thread }
@@ -200,15 +210,22 @@ where
     }
 
     fn stop(&mut self) {
-        {
-            let mut state = self.shared.state.lock();
-            state.stop = true;
-            end(&state);
-            self.shared.wake.notify_all();
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        let until = Instant::now() + STOP_WAIT;
+        let mut state = self.shared.state.lock();
+        state.stop = true;
+        end(&state);
+        self.shared.wake.notify_all();
+        while !state.done {
+            if self.shared.wake.wait_until(&mut state, until).timed_out() {
+                tracing::warn!("a GPU reader did not end in time; it ends with its process");
+                return;
+            }
         }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        drop(state);
+        let _ = thread.join();
     }
 }
 

@@ -138,21 +138,6 @@ pub(crate) fn parse_app(line: &str) -> Line<AppReading> {
     parse().map_or(Line::Garbage, Line::Reading)
 }
 
-/// Every GPU of a block of `--query-gpu` lines, and how many lines were garbage.
-#[cfg(test)]
-pub(crate) fn parse_gpus(text: &str) -> (Vec<GpuReading>, u64) {
-    let mut gpus = Vec::new();
-    let mut garbage = 0;
-    for line in text.lines() {
-        match parse_gpu(line) {
-            Line::Reading(gpu) => gpus.push(gpu),
-            Line::Nothing => {}
-            Line::Garbage => garbage += 1,
-        }
-    }
-    (gpus, garbage)
-}
-
 /// The newest reading of each thing a feed reports, with when it came: one that has not been
 /// reported again for `max_age` is gone (a GPU that fell off the bus, a process that ended).
 #[derive(Debug)]
@@ -229,6 +214,20 @@ pub(crate) fn gpus_json(gpus: &[&GpuReading], apps: &[&AppReading]) -> Vec<Value
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every GPU of a block of `--query-gpu` lines, and how many lines were garbage.
+    fn parse_gpus(text: &str) -> (Vec<GpuReading>, u64) {
+        let mut gpus = Vec::new();
+        let mut garbage = 0;
+        for line in text.lines() {
+            match parse_gpu(line) {
+                Line::Reading(gpu) => gpus.push(gpu),
+                Line::Nothing => {}
+                Line::Garbage => garbage += 1,
+            }
+        }
+        (gpus, garbage)
+    }
 
     fn line(index: u32) -> String {
         format!(
