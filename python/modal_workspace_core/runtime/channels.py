@@ -36,6 +36,8 @@ REPEATABLE_OPS = REPEATABLE_AGENT_OPS
 Resume = Callable[[str], Awaitable[str | None]]
 # Called the first time this process reaches a workspace's agent (again after a resume).
 FirstReach = Callable[[str], None]
+# The longest a request asked only because a channel is open (`request_if_open`) may take.
+_IF_OPEN_SECONDS = 2.0
 
 
 class Channels:
@@ -172,7 +174,9 @@ class Channels:
         if client is None or client.closed:
             return None
         try:
-            result, _ = await client.request(op, dict(args), timeout=self.agent_timeout)
+            # Briefly: what it asks for is an extra, and a busy agent must not hold up the call.
+            timeout = min(self.agent_timeout, _IF_OPEN_SECONDS)
+            result, _ = await client.request(op, dict(args), timeout=timeout)
         except (WorkspaceError, OSError):
             return None
         return dict(result or {})

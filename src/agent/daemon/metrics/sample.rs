@@ -70,7 +70,7 @@ impl Sources {
         }
     }
 
-    fn scan(&mut self, at: Instant) -> Option<super::cpu::CpuSample> {
+    fn scan(&mut self, at: Instant) -> (Option<super::cpu::CpuSample>, bool) {
         let scan = processes::scan(&self.proc_root);
         self.unparsed = self.unparsed.saturating_add(scan.unparsed);
         let helpers = self
@@ -78,7 +78,10 @@ impl Sources {
             .as_ref()
             .map(GpuSource::helper_pids)
             .unwrap_or_default();
-        self.cpu.observe(&scan, self.daemon, &helpers, at)
+        (
+            self.cpu.observe(&scan, self.daemon, &helpers, at),
+            scan.truncated,
+        )
     }
 
     /// The fields of one `metrics` event, sampled now at `interval`.
@@ -86,7 +89,11 @@ impl Sources {
         let now = Instant::now();
         let mut fields = Map::new();
         fields.insert("interval_seconds".into(), json!(interval.as_secs_f64()));
-        let cpu = self.scan(now);
+        let (cpu, truncated) = self.scan(now);
+        if truncated {
+            // More processes than a scan reads: the figures count the first ones only.
+            fields.insert("processes_truncated".into(), json!(true));
+        }
         let mut cpu_json =
             json!({"percent": cpu.as_ref().map(|c| round1(c.percent)), "cores": self.cores});
         if let Some(cpu) = &cpu {
