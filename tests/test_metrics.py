@@ -1,10 +1,13 @@
 """A workspace's metrics stream against real daemons: a command that allocates 300 MiB and burns
 a core shows in the samples within two intervals (through the operations, on the local driver);
 a read after a gap gets `cursor_expired` with exact counts; the interval's bounds; the latest
-sample in workspace_get only while a channel is open. GPUs are sampled here with a fake
-`nvidia-smi` put first on the daemon's PATH (a shell script that prints, at each interval, the
-lines a test writes beside it): one GPU, eight, a GPU that disappears mid-run, garbage lines
-(ignored and counted)."""
+sample in workspace_get only while a channel is open and the workspace was used lately.
+
+GPUs are sampled here with a fake `nvidia-smi` put first on the PATH of a daemon started
+directly (a shell script that prints, at each interval, the lines a test writes beside it): one
+GPU, eight, a GPU that disappears mid-run, garbage lines (ignored and counted). Not through the
+local driver: its daemon runs in the sandbox, whose PATH holds only system directories, and the
+agent never runs an `nvidia-smi` the workspace could have written."""
 
 from __future__ import annotations
 
@@ -104,7 +107,7 @@ async def test_an_interval_out_of_bounds_is_refused_naming_it(wss: mwc.Workspace
 
 
 async def test_workspace_get_carries_the_latest_sample_only_while_a_channel_is_open(
-    wss: mwc.Workspaces,
+    wss: mwc.Workspaces, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = await wss.create()
     first = await ws.metrics(interval_seconds=0.5)
@@ -115,6 +118,12 @@ async def test_workspace_get_carries_the_latest_sample_only_while_a_channel_is_o
     assert sample is not None and sample["type"] == "metrics" and sample["seq"] >= 1
     assert first.stream_id
     svc = wss.service
+    # Unused for a while, the workspace's open channel is not asked (asking would keep it open).
+    unused_since = time.monotonic() - 60
+    with monkeypatch.context() as patch:
+        patch.setattr(svc.usage, "last_used", lambda _workspace_id: unused_since)
+        assert (await ws.refresh()).metrics is None
+    assert svc.channels.is_open(ws.id)
     await svc.drop_agent(ws.id)
     info = await ws.refresh()
     assert info.metrics is None

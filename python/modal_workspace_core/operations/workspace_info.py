@@ -71,9 +71,10 @@ class Workspace(Output):
     metrics: MetricsSample | None = Field(
         default=None,
         exclude_if=lambda v: v is None,
-        description="Its latest metrics sample, only when this server already holds a channel "
-        "to its agent: getting a workspace opens none and resumes nothing for it "
-        f"(workspace_metrics does). Its fields: {SAMPLE_FIELDS}.",
+        description="Its latest metrics sample, only when this server holds a channel to its "
+        "agent already (for a while after the workspace was last used): getting a workspace "
+        "opens none, keeps none open and resumes nothing (workspace_metrics does). Its fields: "
+        f"{SAMPLE_FIELDS}.",
     )
 
 
@@ -89,8 +90,8 @@ def workspace_out(
 
 
 async def latest_metrics(svc: Service, workspace_id: str) -> MetricsSample | None:
-    """The workspace's latest metrics sample if its agent's channel is open already, else None:
-    asking costs no channel, no resume and no use of the workspace."""
+    """The workspace's latest metrics sample if its agent's channel is open already (and the
+    workspace was used lately), else None: asking costs no channel, no resume and no use."""
     status = await svc.request_if_open(workspace_id, "metrics.status", {})
     return metrics_sample((status or {}).get("sample"))
 

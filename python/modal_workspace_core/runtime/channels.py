@@ -38,6 +38,11 @@ Resume = Callable[[str], Awaitable[str | None]]
 FirstReach = Callable[[str], None]
 # The longest a request asked only because a channel is open (`request_if_open`) may take.
 _IF_OPEN_SECONDS = 2.0
+# How recently an operation must have used a workspace for `request_if_open` to ask its agent.
+# Any request counts as activity of the channel (on Modal an open channel keeps the sandbox
+# active), so a caller polling what is asked only if open would otherwise keep the channel
+# open for ever: this way it outlives the last real use by this long at most.
+_IF_USED_WITHIN_SECONDS = 30.0
 
 
 class Channels:
@@ -166,12 +171,14 @@ class Channels:
     async def request_if_open(
         self, workspace_id: str, op: str, args: Mapping[str, Any]
     ) -> dict[str, Any] | None:
-        """One agent request on the workspace's channel if one is open now, for what is worth
-        asking only when it costs nothing: no channel is opened, no workspace resumed, no use
-        recorded. None without an open channel, or when the request fails (the next operation
-        that needs the channel finds out why)."""
+        """One agent request on the workspace's channel if one is open now and an operation
+        used the workspace lately, for what is worth asking only when it costs nothing: no
+        channel is opened or kept open, no workspace resumed, no use recorded. None otherwise,
+        or when the request fails (the next operation that needs the channel finds out why)."""
         client = self._clients.get(workspace_id)
         if client is None or client.closed:
+            return None
+        if time.monotonic() - self.usage.last_used(workspace_id) > _IF_USED_WITHIN_SECONDS:
             return None
         try:
             # Briefly: what it asks for is an extra, and a busy agent must not hold up the call.
