@@ -78,6 +78,7 @@ bench: build
 	$(PY) bench/agent_bench.py --size $(BENCH_SIZE)
 	$(PY) bench/poller_bench.py
 	$(PY) bench/snapshot_bench.py --size $(BENCH_SNAPSHOT_SIZE)
+	$(PY) bench/metrics_bench.py
 
 # Longer property runs than `make test` does (PROPTEST_CASES / HYPOTHESIS profile).
 fuzz: build

@@ -102,13 +102,13 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def daemon() -> Iterator[Daemon]:
-    """An agent daemon on a fresh workspace and state directory."""
+def daemon(*extra: str) -> Iterator[Daemon]:
+    """An agent daemon on a fresh workspace and state directory, with `extra` options."""
     with temp_dir() as base:
         root, state, sock, log = base / "ws", base / "state", base / "a.sock", base / "daemon.log"
         root.mkdir()
         argv = [*AGENT, "daemon", "--root", str(root), "--state-dir", str(state)]
-        argv += ["--socket", str(sock)]
+        argv += ["--socket", str(sock), *extra]
         env = {**os.environ, "MWC_AGENT_LOG": "warn"}
         with log.open("wb") as out:
             process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=out)

@@ -255,13 +255,14 @@ class Daemon:
                 self.proc.wait(30)
 
 
-def start_daemon(base: Path, *extra: str) -> Daemon:
+def start_daemon(base: Path, *extra: str, env: dict[str, str] | None = None) -> Daemon:
+    """A daemon for `base`, with `extra` options, in this process's environment or `env`."""
     root, state = base / "ws", base / "state"
     root.mkdir(exist_ok=True)
     sock = str(base / "agent.sock")
     args = ["daemon", "--root", str(root), "--state-dir", str(state), "--socket", sock, *extra]
     log = open(base / "daemon.log", "ab")  # noqa: SIM115 - the process owns it
-    proc = subprocess.Popen([*AGENT, *args], stderr=log, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([*AGENT, *args], stderr=log, stdout=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:

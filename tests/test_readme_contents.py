@@ -16,6 +16,7 @@ HOW_TOS = [
     "Artifacts",
     "Snapshots and forks",
     "Templates",
+    "Metrics",
     "Experiments",
     "Delivering the work",
     "Modal Functions",

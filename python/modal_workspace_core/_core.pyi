@@ -123,7 +123,7 @@ class RingError(PolicyError):
 
 # --- policy -------------------------------------------------------------------------------------
 
-_IdKind = Literal["ws", "ex", "fw", "sn", "tk", "xp"]
+_IdKind = Literal["ws", "ex", "fw", "sn", "tk", "mt", "xp"]
 
 @final
 class GitHubRepo:
@@ -454,19 +454,21 @@ class StreamKind:
     EXEC: StreamKind
     WATCH: StreamKind
     TASK: StreamKind
+    METRICS: StreamKind
     @staticmethod
     def of(stream_id: str) -> StreamKind:
         """The kind of `stream_id`. Raises `PolicyError` (rule `stream.id`) unless it is an exec
-        id (`ex-…`), a watch id (`fw-…`) or a task id (`tk-…`)."""
+        id (`ex-…`), a watch id (`fw-…`), a task id (`tk-…`) or a metrics stream id
+        (`mt-…`)."""
     @staticmethod
     def id_pattern() -> str:
         """The shape of every stream id (a schema's `pattern`): what `of` accepts."""
     @property
-    def value(self) -> Literal["exec", "watch", "task"]: ...
+    def value(self) -> Literal["exec", "watch", "task", "metrics"]: ...
     @property
     def has_log(self) -> bool:
-        """The agent keeps the stream's events on disk (an exec's log); a watch or a task has
-        only its ring."""
+        """The agent keeps the stream's events on disk (an exec's log); a watch, a task or a
+        metrics stream has only its ring."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 

@@ -10,6 +10,7 @@ usage: mwc-agent daemon --root DIR --state-dir DIR --socket PATH
                         [--max-log-bytes N] [--max-total-log-bytes N] [--max-watches N]
                         [--max-ended-execs N] [--redact-env NAME,...] [--config -]
                         [--agent-dir DIR] [--askpass PATH] [--python PATH]
+                        [--metrics-interval SECONDS|off] [--metrics-ring-bytes N]
        mwc-agent connect --socket PATH
        mwc-agent askpass PROMPT
        mwc-agent stage --root DIR --path PATH --to FILE --max-bytes N
@@ -33,6 +34,10 @@ daemon   supervise the workspace's processes, files and watches, keep durable ex
          A step given a credential gets its token from the daemon through that program, over
          the socket PATH.askpass, and only while it runs; --python is the interpreter the
          program runs this agent with.
+         --metrics-interval (default 2, from 0.5 to 60; off: not until metrics.set asks)
+         is how often the workspace's metrics stream (mt-…) is sampled: CPU, memory, disk,
+         processes, network, and the GPUs where nvidia-smi is on the daemon's PATH;
+         --metrics-ring-bytes (default 1M) bounds the samples it keeps.
 connect  copy stdin to the daemon's socket and the socket to stdout until either side closes;
          exits 0 when the daemon closes the connection.
 askpass  git's GIT_ASKPASS inside an authenticated step: ask the daemon (MWC_ASKPASS_SOCKET)
@@ -148,6 +153,8 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
         "--agent-dir",
         "--askpass",
         "--python",
+        "--metrics-interval",
+        "--metrics-ring-bytes",
     ];
     let Some(opts) = options(args, &known)? else {
         return Ok(None);
@@ -184,6 +191,24 @@ fn parse_daemon(args: &[String]) -> Result<Option<DaemonConfig>, String> {
             return Err("--config takes '-' (read the launch configuration from stdin)".into());
         }
         config.config_stdin = true;
+    }
+    if let Some(v) = get("--metrics-interval") {
+        config.metrics.interval = match v.as_str() {
+            "off" => None,
+            seconds => {
+                let seconds: f64 = seconds
+                    .parse()
+                    .map_err(|_| "--metrics-interval is a number of seconds or 'off'")?;
+                let interval = crate::agent::ops::metrics_interval("--metrics-interval", seconds)
+                    .map_err(|e| e.message)?;
+                Some(interval)
+            }
+        };
+    }
+    if let Some(v) = get("--metrics-ring-bytes") {
+        let n = bytes("--metrics-ring-bytes", v)?;
+        config.metrics.ring_bytes =
+            usize::try_from(n).map_err(|_| "--metrics-ring-bytes is too large")?;
     }
     if let Some(v) = get("--askpass") {
         config.askpass = Some(PathBuf::from(v));
@@ -397,6 +422,30 @@ mod tests {
         assert_eq!(config.max_watches, 3);
         assert_eq!(config.max_ended_execs, 50);
         assert_eq!(config.redact_env, ["GH_TOKEN", "DB_PASSWORD"]);
+        assert_eq!(
+            config.metrics.interval,
+            Some(crate::agent::ops::DEFAULT_METRICS_INTERVAL)
+        );
+    }
+
+    #[test]
+    fn the_metrics_options_take_an_interval_within_bounds_or_off() {
+        let base = ["--root", "/w", "--state-dir", "/s", "--socket", "/k"];
+        let parse = |extra: &[&str]| parse_daemon(&strings(&[&base[..], extra].concat()));
+        let config = parse(&["--metrics-interval", "0.5", "--metrics-ring-bytes", "16K"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            config.metrics.interval,
+            Some(std::time::Duration::from_millis(500))
+        );
+        assert_eq!(config.metrics.ring_bytes, 16 << 10);
+        let off = parse(&["--metrics-interval", "off"]).unwrap().unwrap();
+        assert_eq!(off.metrics.interval, None);
+        for bad in ["0.1", "61", "soon", "NaN"] {
+            let err = parse(&["--metrics-interval", bad]).unwrap_err();
+            assert!(err.contains("--metrics-interval"), "{bad}: {err}");
+        }
     }
 
     #[test]

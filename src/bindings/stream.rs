@@ -24,6 +24,8 @@ pub enum PyStreamKind {
     Watch,
     #[pyo3(name = "TASK")]
     Task,
+    #[pyo3(name = "METRICS")]
+    Metrics,
 }
 
 impl PyStreamKind {
@@ -32,6 +34,7 @@ impl PyStreamKind {
             Self::Exec => StreamKind::Exec,
             Self::Watch => StreamKind::Watch,
             Self::Task => StreamKind::Task,
+            Self::Metrics => StreamKind::Metrics,
         }
     }
 }
@@ -42,6 +45,7 @@ impl From<StreamKind> for PyStreamKind {
             StreamKind::Exec => Self::Exec,
             StreamKind::Watch => Self::Watch,
             StreamKind::Task => Self::Task,
+            StreamKind::Metrics => Self::Metrics,
         }
     }
 }
@@ -49,7 +53,7 @@ impl From<StreamKind> for PyStreamKind {
 #[pymethods]
 impl PyStreamKind {
     /// The kind of the stream `stream_id` names; `PolicyError` (rule `stream.id`) for anything
-    /// that is not an exec, a watch or a task id.
+    /// that is not an exec, a watch, a task or a metrics stream id.
     #[staticmethod]
     fn of(stream_id: &str) -> PyResult<Self> {
         StreamKind::of(stream_id)
@@ -63,14 +67,14 @@ impl PyStreamKind {
         StreamKind::id_pattern()
     }
 
-    /// `"exec"`, `"watch"` or `"task"`.
+    /// `"exec"`, `"watch"`, `"task"` or `"metrics"`.
     #[getter]
     fn value(&self) -> &'static str {
         self.kind().as_str()
     }
 
-    /// The agent keeps the stream's events on disk (an exec's log); a watch or a task has only
-    /// its ring.
+    /// The agent keeps the stream's events on disk (an exec's log); a watch, a task or a
+    /// metrics stream has only its ring.
     #[getter]
     fn has_log(&self) -> bool {
         self.kind().has_log()

@@ -72,7 +72,7 @@ pub trait Service: Send + Sync + 'static {
     /// task, concurrently with other requests.
     fn handle(&self, request: Request) -> ReplyFuture;
 
-    /// The stream named `id` (an exec, a watch or a task), for `subscribe`.
+    /// The stream named `id` (an exec, a watch, a task or a metrics stream), for `subscribe`.
     fn stream(&self, id: &str) -> Result<Arc<dyn EventSource>, ErrorBody>;
 
     /// The key a peer's `Hello` must carry, when the service has one.
@@ -348,8 +348,10 @@ fn channel_op(
     let stream = match request.args.get("stream").and_then(Value::as_str) {
         Some(s) => s.to_owned(),
         None => {
-            let error =
-                ErrorBody::invalid("stream", "'stream' must name an exec, watch or task id");
+            let error = ErrorBody::invalid(
+                "stream",
+                "'stream' must name an exec, watch, task or metrics id",
+            );
             return Box::pin(async move {
                 let _ = out.send(response_bytes(id, Err(error), Vec::new())).await;
             });

@@ -7,7 +7,7 @@ use super::{Event, EventType};
 use crate::policy::{check_id, IdKind, PolicyError};
 
 /// The kinds of event stream. Every place that treats streams differently asks this, never the
-/// id's prefix. (Metrics and git progress are to join as kinds of their own.)
+/// id's prefix. (Git progress is to join as a kind of its own.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StreamKind {
     Exec,
@@ -15,12 +15,16 @@ pub enum StreamKind {
     /// The progress of a long operation the gateway does (a snapshot), kept by the agent so
     /// that any gateway can read it: `progress` events, then an `exit` with its result.
     Task,
+    /// A workspace's resource samples (`metrics` events), one stream per agent daemon, taken
+    /// at an interval for as long as the daemon runs.
+    Metrics,
 }
 
 impl StreamKind {
-    pub const ALL: [StreamKind; 3] = [Self::Exec, Self::Watch, Self::Task];
+    pub const ALL: [StreamKind; 4] = [Self::Exec, Self::Watch, Self::Task, Self::Metrics];
 
-    /// The kind of the stream `id` names, checked by the id rules (`ex-…`, `fw-…` or `tk-…`).
+    /// The kind of the stream `id` names, checked by the id rules (`ex-…`, `fw-…`, `tk-…` or
+    /// `mt-…`).
     pub fn of(id: &str) -> Result<Self, PolicyError> {
         for kind in Self::ALL {
             if check_id(kind.id_kind().prefix(), id).is_ok() {
@@ -29,8 +33,8 @@ impl StreamKind {
         }
         Err(PolicyError::new(
             "stream.id",
-            "a stream id is an exec id (ex-…), a watch id (fw-…) or a task id (tk-…), each \
-             followed by 32 lowercase hex digits",
+            "a stream id is an exec id (ex-…), a watch id (fw-…), a task id (tk-…) or a \
+             metrics stream id (mt-…), each followed by 32 lowercase hex digits",
             id,
         ))
     }
@@ -45,6 +49,7 @@ impl StreamKind {
             Self::Exec => IdKind::Exec,
             Self::Watch => IdKind::Watch,
             Self::Task => IdKind::Task,
+            Self::Metrics => IdKind::Metrics,
         }
     }
 
@@ -53,29 +58,32 @@ impl StreamKind {
             Self::Exec => "exec",
             Self::Watch => "watch",
             Self::Task => "task",
+            Self::Metrics => "metrics",
         }
     }
 
     /// The agent keeps the stream's events on disk (an exec's log), so a reader further behind
-    /// than a cache can still read them there; a watch or a task has only its ring.
+    /// than a cache can still read them there; a watch, a task or a metrics stream has only
+    /// its ring.
     pub fn has_log(self) -> bool {
         matches!(self, Self::Exec)
     }
 
     /// The state before any event says otherwise: an exec is `starting` until its `running`
-    /// status, a watch is `watching` and a task `running` from the start.
+    /// status, a watch is `watching` and a task or a metrics stream `running` from the start
+    /// (a metrics stream is `running` while it is sampled).
     pub fn initial_state(self) -> StreamState {
         match self {
             Self::Exec => StreamState::Starting,
             Self::Watch => StreamState::Watching,
-            Self::Task => StreamState::Running,
+            Self::Task | Self::Metrics => StreamState::Running,
         }
     }
 
     /// The state while the stream produces output or file events.
     pub fn live_state(self) -> StreamState {
         match self {
-            Self::Exec | Self::Task => StreamState::Running,
+            Self::Exec | Self::Task | Self::Metrics => StreamState::Running,
             Self::Watch => StreamState::Watching,
         }
     }
@@ -282,6 +290,10 @@ mod tests {
             StreamKind::of(&format!("tk-{hex}")).unwrap(),
             StreamKind::Task
         );
+        assert_eq!(
+            StreamKind::of(&format!("mt-{hex}")).unwrap(),
+            StreamKind::Metrics
+        );
         for bad in [
             "ex-",
             "fw-xyz",
@@ -292,14 +304,14 @@ mod tests {
             assert_eq!(StreamKind::of(bad).unwrap_err().rule, "stream.id", "{bad}");
         }
         assert!(StreamKind::Exec.has_log() && !StreamKind::Watch.has_log());
-        assert!(!StreamKind::Task.has_log());
+        assert!(!StreamKind::Task.has_log() && !StreamKind::Metrics.has_log());
     }
 
     #[test]
     fn the_id_pattern_matches_every_stream_id_and_nothing_else() {
         let pattern = regex::Regex::new(&StreamKind::id_pattern()).unwrap();
         let hex = "0123456789abcdef0123456789abcdef";
-        for prefix in ["ex", "fw", "tk"] {
+        for prefix in ["ex", "fw", "tk", "mt"] {
             assert!(pattern.is_match(&format!("{prefix}-{hex}")), "{prefix}");
         }
         for bad in [
@@ -314,7 +326,7 @@ mod tests {
     #[test]
     fn kinds_and_states_have_their_protocol_names() {
         let kinds = StreamKind::ALL.map(StreamKind::as_str);
-        assert_eq!(kinds, ["exec", "watch", "task"]);
+        assert_eq!(kinds, ["exec", "watch", "task", "metrics"]);
         for state in StreamState::ALL {
             assert_eq!(StreamState::parse(state.as_str()), Some(state));
         }
@@ -394,6 +406,19 @@ mod tests {
             fold(watch, &[fs, end]),
             status(StreamState::RootRemoved, None)
         );
+    }
+
+    #[test]
+    fn a_metrics_stream_runs_and_its_samples_change_nothing() {
+        let metrics = Some(StreamKind::Metrics);
+        let sample = event(
+            1,
+            EventType::Metrics,
+            json!({"state": "finished", "processes": 3}),
+        );
+        let running = status(StreamState::Running, None);
+        assert_eq!(fold(metrics, &[]), running);
+        assert_eq!(fold(metrics, &[sample]), running);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Workspace, exec, watch and snapshot ids: `KIND-` and 32 lowercase hex digits of OS randomness.
+//! Workspace, exec, watch, snapshot, task and metrics ids: `KIND-` and 32 lowercase hex digits of OS randomness.
 //! Ids are capabilities in URLs and logs, so they are checked exactly before any lookup.
 
 use std::fs::File;
@@ -18,21 +18,24 @@ pub enum IdKind {
     Snapshot,
     /// A long gateway operation's progress stream (a snapshot being taken).
     Task,
+    /// A workspace's metrics stream: the samples one agent daemon takes while it runs.
+    Metrics,
     /// A run recorded by `experiment_start`.
     Experiment,
 }
 
 impl IdKind {
-    pub const ALL: [IdKind; 6] = [
+    pub const ALL: [IdKind; 7] = [
         Self::Workspace,
         Self::Exec,
         Self::Watch,
         Self::Snapshot,
         Self::Task,
+        Self::Metrics,
         Self::Experiment,
     ];
 
-    /// Parses a kind's wire name (`ws`, `ex`, `fw`, `sn`, `tk`, `xp`).
+    /// Parses a kind's wire name (`ws`, `ex`, `fw`, `sn`, `tk`, `mt`, `xp`).
     pub fn parse(kind: &str) -> Result<Self, PolicyError> {
         Self::ALL
             .into_iter()
@@ -41,7 +44,7 @@ impl IdKind {
                 PolicyError::new(
                     "id.kind",
                     "unknown id kind; the kinds are ws (workspace), ex (exec), fw (watch), sn (snapshot), \
-                     tk (task) and xp (experiment run)",
+                     tk (task), mt (metrics) and xp (experiment run)",
                     kind,
                 )
             })
@@ -54,6 +57,7 @@ impl IdKind {
             Self::Watch => "fw",
             Self::Snapshot => "sn",
             Self::Task => "tk",
+            Self::Metrics => "mt",
             Self::Experiment => "xp",
         }
     }
@@ -66,6 +70,7 @@ impl IdKind {
             Self::Watch => "a watch",
             Self::Snapshot => "a snapshot",
             Self::Task => "a task",
+            Self::Metrics => "a metrics stream",
             Self::Experiment => "an experiment run",
         }
     }
@@ -154,7 +159,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
         #[test]
         fn the_pattern_accepts_exactly_what_the_check_accepts(
-            text in "(ws|ex|fw|sn|tk|xx)-[0-9a-fA-F]{30,34}",
+            text in "(ws|ex|fw|sn|tk|mt|xx)-[0-9a-fA-F]{30,34}",
         ) {
             for kind in IdKind::ALL {
                 let pattern = regex::Regex::new(&id_pattern(&[kind])).unwrap();
@@ -231,7 +236,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(crate::policy::tests::test_cases()))]
 
         #[test]
-        fn check_id_never_panics_and_accepts_only_canonical_ids(kind in "ws|ex|fw|sn|tk|[a-z]{0,3}", text in any::<String>()) {
+        fn check_id_never_panics_and_accepts_only_canonical_ids(kind in "ws|ex|fw|sn|tk|mt|[a-z]{0,3}", text in any::<String>()) {
             if let Ok(out) = check_id(&kind, &text) {
                 prop_assert_eq!(&out, &text);
                 prop_assert_eq!(out.len(), 35);
@@ -240,7 +245,7 @@ mod tests {
         }
 
         #[test]
-        fn check_id_accepts_any_32_lowercase_hex_digits(kind in "ws|ex|fw|sn|tk", digits in "[0-9a-f]{32}") {
+        fn check_id_accepts_any_32_lowercase_hex_digits(kind in "ws|ex|fw|sn|tk|mt", digits in "[0-9a-f]{32}") {
             let id = format!("{kind}-{digits}");
             prop_assert_eq!(check_id(&kind, &id), Ok(id.clone()));
         }

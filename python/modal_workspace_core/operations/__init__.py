@@ -12,6 +12,7 @@ from . import (
     experiments,
     files,
     functions,
+    metrics,
     repo,
     snapshots,
     streams,
@@ -51,6 +52,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         artifacts,
         watches,
         streams,
+        metrics,
         functions,
     )
     for op in domain.declare.operations

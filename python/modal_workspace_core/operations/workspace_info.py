@@ -1,6 +1,8 @@
-"""A workspace as operations answer it (`Workspace`), and the one workspace an idempotency key
-makes (`once_per_key`): shared by the workspaces domain (create, list, get) and the snapshots
-domain (a resume answers a workspace; a fork is one, made once per key like a create)."""
+"""A workspace as operations answer it (`Workspace`, with its latest metrics sample where that
+costs nothing: `latest_metrics`), and the one workspace an idempotency key makes
+(`once_per_key`): shared by the workspaces domain (create, list, get), the snapshots domain (a
+resume answers a workspace; a fork is one, made once per key like a create) and the metrics
+domain (a sample as `workspace_metrics` answers it)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,28 @@ from .machinery.fields import Output, derived_id
 if TYPE_CHECKING:
     from ..runtime.service import Service
 
-__all__ = ["Workspace", "once_per_key", "workspace_out"]
+__all__ = [
+    "SAMPLE_FIELDS",
+    "MetricsSample",
+    "Workspace",
+    "latest_metrics",
+    "metrics_sample",
+    "once_per_key",
+    "workspace_out",
+]
+
+
+# A metrics sample as its agent took it (docs/protocol.md, "Metrics"), passed on as it is: a
+# model of its fields would cost every tool list that shows a workspace their schema.
+MetricsSample = dict[str, Any]
+SAMPLE_FIELDS = (
+    "seq, timestamp, interval_seconds; cpu (percent of one core, cores, top: the 5 processes "
+    "using most CPU with pid, name, cpu_percent, rss_bytes); memory (used_bytes, limit_bytes, "
+    "oom_kills, rss_bytes, source); disk (total_bytes, used_bytes, free_bytes); processes; "
+    "network (rx_bytes, tx_bytes); on GPU machines gpus (index, uuid, name, "
+    "utilization_percent, memory_used_bytes, memory_total_bytes, temperature_celsius, "
+    "power_watts, processes)"
+)
 
 
 class Workspace(Output):
@@ -45,10 +68,39 @@ class Workspace(Output):
     lifecycle: list[LifecycleNote] = Field(
         default=[], description="What the server's lifecycle did to it on its own, newest last."
     )
+    metrics: MetricsSample | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Its latest metrics sample, only when this server holds a channel to its "
+        "agent already (for a while after the workspace was last used): getting a workspace "
+        "opens none, keeps none open and resumes nothing (workspace_metrics does). Its fields: "
+        f"{SAMPLE_FIELDS}.",
+    )
 
 
-def workspace_out(record: WorkspaceRecord, *, resumed_from: str | None = None) -> Workspace:
-    return Workspace.model_validate({**record.model_dump(), "resumed_from": resumed_from})
+def workspace_out(
+    record: WorkspaceRecord,
+    *,
+    resumed_from: str | None = None,
+    metrics: MetricsSample | None = None,
+) -> Workspace:
+    return Workspace.model_validate(
+        {**record.model_dump(), "resumed_from": resumed_from, "metrics": metrics}
+    )
+
+
+async def latest_metrics(svc: Service, workspace_id: str) -> MetricsSample | None:
+    """The workspace's latest metrics sample if its agent's channel is open already (and the
+    workspace was used lately), else None: asking costs no channel, no resume and no use."""
+    status = await svc.request_if_open(workspace_id, "metrics.status", {})
+    return metrics_sample((status or {}).get("sample"))
+
+
+def metrics_sample(sample: object) -> MetricsSample | None:
+    """An agent's sample as answered, or None for none (or for what is not a sample)."""
+    if not isinstance(sample, dict) or not isinstance(sample.get("seq"), int):
+        return None
+    return sample
 
 
 # How long a gateway that lost the race for a key waits for the winner's workspace to show.

@@ -16,7 +16,7 @@ from .machinery.fitting import KeepFirst
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
 from .resources import IMAGE_FIELDS, Resources
 from .template_builds import start_from_template
-from .workspace_info import Workspace, once_per_key, workspace_out
+from .workspace_info import Workspace, latest_metrics, once_per_key, workspace_out
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
@@ -167,7 +167,8 @@ async def workspace_list(svc: Service, inp: WorkspaceList) -> WorkspaceListResul
     limits="A stopped or suspended one starts again on its next use.",
 )
 async def workspace_get(svc: Service, inp: WorkspaceRef) -> Workspace:
-    return workspace_out(await svc.record(inp.workspace_id))
+    record = await svc.record(inp.workspace_id)
+    return workspace_out(record, metrics=await latest_metrics(svc, inp.workspace_id))
 
 
 @declare(

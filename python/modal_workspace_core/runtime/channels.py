@@ -36,6 +36,13 @@ REPEATABLE_OPS = REPEATABLE_AGENT_OPS
 Resume = Callable[[str], Awaitable[str | None]]
 # Called the first time this process reaches a workspace's agent (again after a resume).
 FirstReach = Callable[[str], None]
+# The longest a request asked only because a channel is open (`request_if_open`) may take.
+_IF_OPEN_SECONDS = 2.0
+# How recently an operation must have used a workspace for `request_if_open` to ask its agent.
+# Any request counts as activity of the channel (on Modal an open channel keeps the sandbox
+# active), so a caller polling what is asked only if open would otherwise keep the channel
+# open for ever: this way it outlives the last real use by this long at most.
+_IF_USED_WITHIN_SECONDS = 30.0
 
 
 class Channels:
@@ -155,6 +162,31 @@ class Channels:
             return dict(result or {}), bytes(data or b"")
 
         return await self._with_channel(workspace_id, once, what=op, retry=op in REPEATABLE_OPS)
+
+    def is_open(self, workspace_id: str) -> bool:
+        """Whether this process holds an open channel to the workspace's agent now."""
+        client = self._clients.get(workspace_id)
+        return client is not None and not client.closed
+
+    async def request_if_open(
+        self, workspace_id: str, op: str, args: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """One agent request on the workspace's channel if one is open now and an operation
+        used the workspace lately, for what is worth asking only when it costs nothing: no
+        channel is opened or kept open, no workspace resumed, no use recorded. None otherwise,
+        or when the request fails (the next operation that needs the channel finds out why)."""
+        client = self._clients.get(workspace_id)
+        if client is None or client.closed:
+            return None
+        if time.monotonic() - self.usage.last_used(workspace_id) > _IF_USED_WITHIN_SECONDS:
+            return None
+        try:
+            # Briefly: what it asks for is an extra, and a busy agent must not hold up the call.
+            timeout = min(self.agent_timeout, _IF_OPEN_SECONDS)
+            result, _ = await client.request(op, dict(args), timeout=timeout)
+        except (WorkspaceError, OSError):
+            return None
+        return dict(result or {})
 
     async def read_events(
         self,

@@ -138,6 +138,14 @@ class Service:
         """One agent request, within the agent timeout and the call's deadline."""
         return await self.channels.request(workspace_id, op, args, payload)
 
+    async def request_if_open(
+        self, workspace_id: str, op: str, args: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """One agent request only if the workspace's channel is open already and an operation
+        used it lately (no channel is opened or kept open, nothing resumed, no use recorded);
+        None otherwise or when it fails."""
+        return await self.channels.request_if_open(workspace_id, op, args)
+
     async def exec_ended(
         self,
         workspace_id: str,

@@ -1,5 +1,6 @@
-//! The workspace agent daemon: owns the supervisor, the workspace's files and watches and the
-//! exec registry with its durable logs, and serves the channel protocol on a unix socket.
+//! The workspace agent daemon: owns the supervisor, the workspace's files and watches, the
+//! exec registry with its durable logs and the metrics sampler, and serves the channel protocol
+//! on a unix socket.
 
 mod agent_env;
 mod archive_ops;
@@ -10,6 +11,7 @@ mod file_ops;
 mod fs_user;
 pub mod launch_config;
 mod lock;
+pub mod metrics;
 mod service;
 mod tasks;
 mod watches;
@@ -67,6 +69,8 @@ pub struct DaemonConfig {
     /// Read a [`launch_config::LaunchConfig`] from stdin at start: the execs' environment then
     /// comes from it, not from the daemon's own.
     pub config_stdin: bool,
+    /// How the workspace's metrics are sampled (see [`metrics`]).
+    pub metrics: metrics::MetricsConfig,
 }
 
 impl DaemonConfig {
@@ -84,6 +88,7 @@ impl DaemonConfig {
             max_ended_execs: DEFAULT_MAX_ENDED_EXECS,
             redact_env: Vec::new(),
             config_stdin: false,
+            metrics: metrics::MetricsConfig::default(),
         }
     }
     /// Where git's askpass asks the daemon for a step's token: beside the channel's socket.
@@ -191,7 +196,9 @@ impl Daemon {
             .load()
             .map_err(|e| format!("cannot load earlier execs: {e}"))?;
         tracing::info!(loaded, "loaded the execs of earlier agents");
+        let metrics = metrics::MetricsStream::open(root.clone(), &config.metrics)?;
         Ok(Arc::new(Self {
+            metrics,
             watches: watches::WatchStreams::new(
                 root_str.clone(),
                 Arc::clone(&ws),
@@ -366,6 +373,8 @@ async fn shutdown(daemon: &Daemon, listener: UnixListener, socket: &Path) {
         }
     };
     let _ = tokio::time::timeout(SHUTDOWN_GRACE * 3, all).await;
+    // After the execs: stopping the GPU readers may wait a moment for a driver.
+    daemon.metrics.stop();
 }
 
 /// Gives the agent's directory to the user its steps run as: it writes the mirrors and its home

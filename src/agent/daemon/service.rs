@@ -1,6 +1,6 @@
 //! The daemon as the channel's [`Service`]: each op of docs/protocol.md dispatched to the exec
-//! registry, the watch and task streams or the file operations, and the streams subscriptions
-//! read.
+//! registry, the watch, task and metrics streams or the file operations, and the streams
+//! subscriptions read.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::execs::ExecRegistry;
 use super::file_ops;
 use super::fs_user::AsUser;
+use super::metrics::MetricsStream;
 use super::tasks::TaskStreams;
 use super::watches::WatchStreams;
 use crate::agent::exec_log::ExecLog;
@@ -33,6 +34,8 @@ pub struct Daemon {
     pub(crate) execs: ExecRegistry,
     pub(crate) watches: WatchStreams,
     pub(crate) tasks: TaskStreams,
+    /// The workspace's metrics stream, sampled from the daemon's start.
+    pub(crate) metrics: MetricsStream,
     pub(crate) started: Instant,
     /// The user file operations run as (the commands'), when it is not the agent's.
     pub(crate) workspace_user: Option<CommandUser>,
@@ -117,6 +120,8 @@ impl Service for Daemon {
             AgentRequest::TaskProgress(progress) => ready(self.tasks.progress(progress)),
             AgentRequest::TaskEnd(end) => ready(self.tasks.end(end)),
             AgentRequest::TaskStatus(task) => ready(self.tasks.status(&task)),
+            AgentRequest::MetricsStatus => ready(Ok(self.metrics.status())),
+            AgentRequest::MetricsSet(set) => ready(self.metrics.set_interval(set.interval)),
             AgentRequest::Archive(request) => {
                 let cx = super::archive_ops::ArchiveContext {
                     ws: Arc::clone(&self.ws),
@@ -156,6 +161,9 @@ impl Service for Daemon {
             Some(StreamKind::Task) => {
                 let entry = self.tasks.entry(id)?;
                 return Ok(Arc::new(RingSource(Arc::clone(&entry.ring))));
+            }
+            Some(StreamKind::Metrics) => {
+                return Ok(Arc::new(RingSource(self.metrics.entry(id)?)));
             }
             Some(StreamKind::Exec) | None => {}
         }

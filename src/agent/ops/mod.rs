@@ -11,6 +11,7 @@ mod archive;
 mod args;
 mod exec;
 mod file;
+mod metrics;
 mod paths;
 mod task;
 mod watch;
@@ -27,6 +28,9 @@ pub(crate) use exec::{
     StepCredential, StepProgram, StepRequest,
 };
 pub(crate) use file::{FileOp, FileRequest};
+pub(crate) use metrics::{
+    interval as metrics_interval, MetricsSetRequest, DEFAULT_INTERVAL as DEFAULT_METRICS_INTERVAL,
+};
 pub(crate) use paths::under_root;
 pub use paths::{shown_path, CLIENT_ROOT};
 pub(crate) use task::{TaskEndRequest, TaskProgressRequest, TaskRef, TaskStartRequest};
@@ -62,6 +66,8 @@ pub enum AgentOp {
     TaskProgress,
     TaskEnd,
     TaskStatus,
+    MetricsStatus,
+    MetricsSet,
     ArchiveCreate,
     ArchiveRead,
     ArchiveWrite,
@@ -70,7 +76,7 @@ pub enum AgentOp {
 }
 
 impl AgentOp {
-    pub const ALL: [AgentOp; 32] = [
+    pub const ALL: [AgentOp; 34] = [
         AgentOp::Ping,
         AgentOp::ExecStart,
         AgentOp::ExecInput,
@@ -98,6 +104,8 @@ impl AgentOp {
         AgentOp::TaskProgress,
         AgentOp::TaskEnd,
         AgentOp::TaskStatus,
+        AgentOp::MetricsStatus,
+        AgentOp::MetricsSet,
         AgentOp::ArchiveCreate,
         AgentOp::ArchiveRead,
         AgentOp::ArchiveWrite,
@@ -135,6 +143,8 @@ impl AgentOp {
             AgentOp::TaskProgress => "task.progress",
             AgentOp::TaskEnd => "task.end",
             AgentOp::TaskStatus => "task.status",
+            AgentOp::MetricsStatus => "metrics.status",
+            AgentOp::MetricsSet => "metrics.set",
             AgentOp::ArchiveCreate => "archive.create",
             AgentOp::ArchiveRead => "archive.read",
             AgentOp::ArchiveWrite => "archive.write",
@@ -152,7 +162,8 @@ impl AgentOp {
     /// start of the same id answers the first. `exec.input` (stdin would be written twice),
     /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.remove`,
     /// `watch.start` and `task.progress` (a report would show twice) are not; `task.start` and
-    /// `task.end` are (the gateway names the task; a second end answers the first). The
+    /// `task.end` are (the gateway names the task; a second end answers the first), and so is
+    /// `metrics.set` (it sets a value: twice is once). The
     /// `archive.*` steps name their archive and offset, so they repeat safely, except
     /// `archive.extract` (a second one would find its own result in place).
     pub fn repeatable(self) -> bool {
@@ -203,6 +214,8 @@ impl AgentOp {
             AgentOp::TaskProgress => AgentRequest::TaskProgress(TaskProgressRequest::parse(&a)?),
             AgentOp::TaskEnd => AgentRequest::TaskEnd(TaskEndRequest::parse(&a)?),
             AgentOp::TaskStatus => AgentRequest::TaskStatus(TaskRef::parse(&a)?),
+            AgentOp::MetricsStatus => AgentRequest::MetricsStatus,
+            AgentOp::MetricsSet => AgentRequest::MetricsSet(MetricsSetRequest::parse(&a)?),
             AgentOp::ArchiveCreate
             | AgentOp::ArchiveRead
             | AgentOp::ArchiveWrite
@@ -237,6 +250,8 @@ pub(crate) enum AgentRequest {
     TaskProgress(TaskProgressRequest),
     TaskEnd(TaskEndRequest),
     TaskStatus(TaskRef),
+    MetricsStatus,
+    MetricsSet(MetricsSetRequest),
     Archive(ArchiveRequest),
 }
 

@@ -56,6 +56,8 @@ fn the_repeatable_ops_are_those_that_do_nothing_twice() {
             "task.start",
             "task.end",
             "task.status",
+            "metrics.status",
+            "metrics.set",
             "archive.create",
             "archive.read",
             "archive.write",
@@ -80,6 +82,17 @@ fn bad_arguments_are_refused_naming_the_argument() {
         ("exec.status", json!({}), "exec_id"),
         ("exec.status", json!({"exec_id": "ex-nope"}), "exec_id"),
         ("exec.read", json!({"exec_id": 7}), "exec_id"),
+        ("metrics.set", json!({}), "interval_seconds"),
+        (
+            "metrics.set",
+            json!({"interval_seconds": 0.1}),
+            "interval_seconds",
+        ),
+        (
+            "metrics.set",
+            json!({"interval_seconds": 61}),
+            "interval_seconds",
+        ),
         (
             "exec.resize",
             json!({"exec_id": "ex-0123456789abcdef0123456789abcdef", "rows": 0, "cols": 80}),

@@ -27,6 +27,9 @@ mod tests;
 pub use config::{agent_base_env, SupervisorConfig, DEFAULT_DRAIN_TIMEOUT};
 pub use confine::{CommandUser, Confinement, Limit};
 pub use exec::Exec;
+/// For the agent's own helpers (the metrics sampler's), which must be reaped by the one reaper.
+pub(crate) use group::signal_group;
+pub(crate) use reaper::reaper;
 pub use redact::{Redactor, REDACTED};
 pub use sink::{ChannelSink, OutputSink, SinkEvent, SinkFuture, StepReport, Stream, MAX_CHUNK};
 pub use spec::{

@@ -211,12 +211,12 @@ impl AgentChannel {
         }
     }
 
-    /// Starts caching `stream` (an exec, watch or task id) after `cursor` and subscribes to it.
-    /// `None` when it is already cached (or being subscribed): read it. Fails with `limit` when
-    /// the cache is full of streams that have readers ([`pin`](Self::pin)): read the exec's
-    /// log instead (`exec.read`, which long-polls by itself). A watch or a task has no log to
-    /// fall back on, so it is cached past the bound instead (by at most the streams being read
-    /// at once).
+    /// Starts caching `stream` (an exec, watch, task or metrics id) after `cursor` and
+    /// subscribes to it. `None` when it is already cached (or being subscribed): read it. Fails
+    /// with `limit` when the cache is full of streams that have readers ([`pin`](Self::pin)):
+    /// read the exec's log instead (`exec.read`, which long-polls by itself). A watch, a task
+    /// or a metrics stream has no log to fall back on, so it is cached past the bound instead
+    /// (by at most the streams being read at once).
     pub fn subscribe(
         &mut self,
         stream: &str,
@@ -410,7 +410,8 @@ fn stream_kind(stream: &str) -> Result<StreamKind, ChannelError> {
         ChannelError::new(
             ErrorCode::InvalidArgument,
             format!(
-                "stream must be an exec id (ex-…), a watch id (fw-…) or a task id (tk-…) (got {})",
+                "stream must be an exec id (ex-…), a watch id (fw-…), a task id (tk-…) or a \
+                 metrics stream id (mt-…) (got {})",
                 crate::policy::echo(stream)
             ),
         )

@@ -138,7 +138,7 @@ StreamId = Annotated[
     str,
     AfterValidator(_stream_id),
     core_pattern(StreamKind.id_pattern()),
-    Field(description="An exec_id, a watch_id or a progress_stream_id."),
+    Field(description="An exec_id, a watch_id, a progress_stream_id or a metrics stream_id."),
 ]
 WorkspacePath = Annotated[
     str,
