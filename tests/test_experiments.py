@@ -32,6 +32,10 @@ REPORTING = (
 )
 
 
+# A core kept busy for three seconds.
+BURN_3_SECONDS = "python3 -c 'import time\nend = time.time() + 3\nwhile time.time() < end: pass'"
+
+
 @pytest.fixture
 def gateway(tmp_path: Path, git_server: GitServer) -> Callable[[], Any]:
     """Opens a gateway (a `Workspaces` client) on one data root: each one a restart."""
@@ -196,3 +200,27 @@ async def test_a_run_outlives_its_gateway_and_its_workspace_and_travels_with_a_f
             (going.run_id, ws.id),
         ]
         await (await wss.get(child_id)).terminate()
+
+
+async def test_a_run_records_what_the_workspace_used_meanwhile(gateway: Callable[[], Any]) -> None:
+    async with gateway() as wss:
+        ws = await wss.create()
+        await wss.call("workspace_metrics", workspace_id=ws.id, interval_seconds=0.5)
+        started = cast(
+            Experiment,
+            await wss.call(
+                "experiment_start",
+                workspace_id=ws.id,
+                command=BURN_3_SECONDS,
+            ),
+        )
+        run = await ended(wss, ws.id, started.run_id)
+        assert run.state == "finished", run
+        system = run.system
+        assert system is not None and system["samples"] >= 3, system
+        assert system["cpu_percent_peak"] > 50 and system["memory_used_bytes_peak"] > 0
+        assert "gpu_utilization_percent_mean" not in system  # no GPU here
+        series = await ExperimentStore(wss.service.shared_store).series(ws.id, run.run_id)
+        assert len(series.system["cpu_percent"]) == system["samples"]
+        assert all(0 <= at <= 10 for at, _ in series.system["cpu_percent"])
+        await ws.terminate()

@@ -80,7 +80,10 @@ def parse_line(line: str) -> dict[str, float] | None:
 
 
 @dataclass
-class _Series:
+class Series:
+    """Points over a run, at most `MAX_POINTS`: when full, every other one goes, and from then
+    on only one report in `every` is kept."""
+
     every: int = 1  # keep one report in `every` (doubles each time the series fills)
     seen: int = 0
     points: list[tuple[float, float]] = field(default_factory=list)
@@ -101,7 +104,7 @@ class MetricLog:
     time, with the seconds since the run started)."""
 
     summary: dict[str, MetricSummary] = field(default_factory=dict)
-    series: dict[str, _Series] = field(default_factory=dict)
+    series: dict[str, Series] = field(default_factory=dict)
     refused: int = 0  # metric lines that did not parse, or named one name too many
     _partial: dict[str, bytes] = field(default_factory=dict)
 
@@ -138,7 +141,7 @@ class MetricLog:
                 self.refused += 1
                 return
             self.summary[name] = MetricSummary(last=value, min=value, max=value, count=1)
-            self.series[name] = _Series()
+            self.series[name] = Series()
         else:
             held.last = value
             held.min = min(held.min, value)

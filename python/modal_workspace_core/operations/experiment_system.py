@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .experiment_lines import Series
+
 __all__ = ["SystemFold"]
 
 
@@ -50,24 +52,42 @@ class SystemFold:
     gpu_memory: _Stat = field(default_factory=_Stat)
     oom_first: float | None = None
     oom_last: float | None = None
+    # Over the run, for its plot: CPU (percent of a core), memory (GiB), GPU utilisation.
+    series: dict[str, Series] = field(default_factory=dict)
 
-    def add(self, sample: dict[str, Any]) -> None:
+    def add(self, sample: dict[str, Any], at: float = 0.0) -> None:
+        """One sample, taken `at` seconds after the run started."""
         self.samples += 1
         cpu, memory = sample.get("cpu"), sample.get("memory")
         if isinstance(cpu, dict):
-            self.cpu.add(_number(cpu.get("percent")))
+            percent = _number(cpu.get("percent"))
+            self.cpu.add(percent)
+            self._point("cpu_percent", at, percent)
         if isinstance(memory, dict):
-            self.memory.add(_number(memory.get("used_bytes")))
+            used = _number(memory.get("used_bytes"))
+            self.memory.add(used)
+            self._point("memory_used_gib", at, None if used is None else used / (1 << 30))
             kills = _number(memory.get("oom_kills"))
             if kills is not None:
                 self.oom_first = kills if self.oom_first is None else self.oom_first
                 self.oom_last = kills
         gpus = sample.get("gpus")
         if isinstance(gpus, list):
+            busy = _Stat()
             for gpu in gpus[:64]:
                 if isinstance(gpu, dict):
-                    self.gpu_utilization.add(_number(gpu.get("utilization_percent")))
+                    utilization = _number(gpu.get("utilization_percent"))
+                    busy.add(utilization)
+                    self.gpu_utilization.add(utilization)
                     self.gpu_memory.add(_number(gpu.get("memory_used_bytes")))
+            self._point("gpu_utilization_percent", at, busy.mean())
+
+    def _point(self, name: str, at: float, value: float | None) -> None:
+        if value is not None:
+            self.series.setdefault(name, Series()).add(round(at, 3), round(value, 4))
+
+    def points(self) -> dict[str, list[tuple[float, float]]]:
+        return {name: list(series.points) for name, series in self.series.items()}
 
     def summary(self) -> dict[str, Any] | None:
         """The run's `system`, or None before any sample."""

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from .. import policy
 from ..drivers.base import utc_now
-from ..errors import NotFoundError, WorkspaceError
+from ..errors import ConflictError, InvalidArgumentError, NotFoundError, WorkspaceError
 from ..git.commands import report_head
 from ..path_view import host_path
 from ..policy import WORKSPACE_ROOT
@@ -35,6 +35,7 @@ from .exec_engine import event_bytes, exec_args, run_to_end
 from .experiment_lines import MetricLog
 from .experiment_plot import panels, render_png
 from .experiment_records import ExperimentStore, RunRecord, RunSeries, RunState
+from .experiment_system import SystemFold
 from .machinery.fields import (
     Command,
     Env,
@@ -376,14 +377,16 @@ def _claim(run_id: str) -> str:
 
 
 async def follow_run(svc: Service, run: RunRecord) -> None:
-    """Reads the run's output to its end, folding in what it reports, and records the run as it
-    goes and once it ended. One follower per run in a process; never resumes its workspace."""
+    """Reads the run's output to its end, folding in what it reports and what its workspace's
+    metrics stream sampled meanwhile, and records the run as it goes and once it ended. One
+    follower per run in a process; never resumes its workspace."""
     if not svc.claim(_claim(run.run_id)):
         return
     RESUMES.set(False)
     store = ExperimentStore(svc.shared_store)
     metrics = MetricLog()
     started = _instant(run.started_at)
+    system = _SystemReader(svc, run.workspace_id, started)
     cursor, at, written = 0, 0.0, time.monotonic()
     ended: str | None = None  # the exit event's time
     try:
@@ -403,28 +406,74 @@ async def follow_run(svc: Service, run: RunRecord) -> None:
                 if event.get("type") in ("stdout", "stderr"):
                     metrics.feed(str(event["type"]), event_bytes(event), at)
             cursor = page.next_cursor
+            await system.catch_up(_instant(ended) if ended else None)
             if page.done:
                 break
             if time.monotonic() - written >= WRITE_EVERY_SECONDS:
-                await _record(store, run, metrics, None)
+                await _record(store, run, metrics, system.fold, None)
                 written = time.monotonic()
         metrics.finish(at)
         status, _ = await svc.request(run.workspace_id, "exec.status", {"exec_id": run.exec_id})
-        await _record(store, run, metrics, status, ended)
+        await _record(store, run, metrics, system.fold, status, ended)
     except WorkspaceError as exc:
         # Its workspace ended (or cannot be reached without resuming it): what was read stays.
         log.info("run %s of %s: %s", run.run_id, run.workspace_id, exc)
         metrics.finish(at)
         lost: dict[str, object] = {"state": "lost", "error": str(exc)[:300]}
-        await _record(store, run, metrics, lost, None)
+        await _record(store, run, metrics, system.fold, lost, None)
     finally:
         svc.release(_claim(run.run_id))
+
+
+class _SystemReader:
+    """The workspace's metrics stream, read alongside a run: the samples taken from its start
+    to its end, folded (`SystemFold`). An agent without metrics, or a stream that cannot be
+    read, leaves the run without a `system` summary; a gap (`cursor_expired`) only thins it."""
+
+    def __init__(self, svc: Service, workspace_id: str, started: datetime) -> None:
+        self.svc, self.workspace_id, self.started = svc, workspace_id, started
+        self.fold = SystemFold()
+        self.stream_id: str | None = None
+        self.cursor = 0
+        self.off = False
+
+    async def catch_up(self, until: datetime | None) -> None:
+        if self.off:
+            return
+        try:
+            if self.stream_id is None:
+                status, _ = await self.svc.request(self.workspace_id, "metrics.status", {})
+                self.stream_id = str(status.get("stream_id") or "") or None
+                if self.stream_id is None:
+                    self.off = True
+                    return
+            page = await self.svc.read_events(
+                self.workspace_id,
+                self.stream_id,
+                self.cursor,
+                max_events=10_000,
+                max_bytes=_PAGE_BYTES,
+                wait_seconds=0,
+            )
+        except (InvalidArgumentError, NotFoundError, ConflictError) as exc:
+            log.info("the metrics of %s are not read: %s", self.workspace_id, exc)
+            self.off = True
+            return
+        self.cursor = page.next_cursor
+        for event in page.events:
+            when = _instant(event.get("timestamp"))
+            if event.get("type") != "metrics" or when < self.started:
+                continue
+            if until is not None and when > until:
+                continue
+            self.fold.add(event, (when - self.started).total_seconds())
 
 
 async def _record(
     store: ExperimentStore,
     run: RunRecord,
     metrics: MetricLog,
+    system: SystemFold,
     status: dict[str, object] | None,
     ended_at: str | None = None,
 ) -> None:
@@ -432,6 +481,7 @@ async def _record(
     update: dict[str, object] = {
         "metrics": dict(metrics.summary),
         "metric_lines_refused": metrics.refused,
+        "system": system.summary(),
     }
     if status is not None:
         ended = _rfc3339(ended_at) or utc_now()
@@ -442,5 +492,6 @@ async def _record(
             "error": (str(status["error"])[:300] if status.get("error") else None),
             "wall_seconds": round((_instant(ended) - _instant(run.started_at)).total_seconds(), 3),
         }
-    await store.write_series(run.workspace_id, run.run_id, RunSeries(points=metrics.points()))
+    series = RunSeries(points=metrics.points(), system=system.points())
+    await store.write_series(run.workspace_id, run.run_id, series)
     await store.write(run.model_copy(update=update))
