@@ -100,6 +100,10 @@ DOMAIN_OF: dict[str, tuple[str, str]] = {
         "experiments",
         "a run drawn as a PNG, for experiment_plot",
     ),
+    "operations.experiment_system": (
+        "experiments",
+        "what the workspace used while a run went, folded from its metrics stream",
+    ),
     "operations.artifact_transfer": (
         "artifacts",
         "the artifacts' agent steps and signed links, which REST and the Python client use too",
