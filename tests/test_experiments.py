@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import InvalidArgumentError, NotFoundError
 from modal_workspace_core.operations.experiment_records import ExperimentStore
 from modal_workspace_core.operations.experiments import Experiment, ExperimentList
+from modal_workspace_core.runtime.call import ANSWER_BY
 from support.git_server import GitServer
 
 SLUG = "octo/hello"
@@ -223,4 +225,27 @@ async def test_a_run_records_what_the_workspace_used_meanwhile(gateway: Callable
         series = await ExperimentStore(wss.service.shared_store).series(ws.id, run.run_id)
         assert len(series.system["cpu_percent"]) == system["samples"]
         assert all(0 <= at <= 10 for at, _ in series.system["cpu_percent"])
+        await ws.terminate()
+
+
+async def test_a_run_outlasts_the_deadline_of_the_call_that_started_it(
+    gateway: Callable[[], Any],
+) -> None:
+    """GPT Actions give a call 45 s: the run it starts, and its follower, go on past that."""
+    async with gateway() as wss:
+        ws = await wss.create()
+        token = ANSWER_BY.set(time.monotonic() + 1)
+        try:
+            started = cast(
+                Experiment,
+                await wss.call(
+                    "experiment_start",
+                    workspace_id=ws.id,
+                    command="sleep 3; echo '::metric done=1'",
+                ),
+            )
+        finally:
+            ANSWER_BY.reset(token)
+        run = await ended(wss, ws.id, started.run_id)
+        assert (run.state, run.returncode, run.metrics["done"].last) == ("finished", 0, 1.0)
         await ws.terminate()

@@ -30,7 +30,7 @@ from ..errors import ConflictError, InvalidArgumentError, NotFoundError, Workspa
 from ..git.commands import report_head
 from ..path_view import host_path
 from ..policy import WORKSPACE_ROOT
-from ..runtime.call import PROGRESS, RESUMES
+from ..runtime.call import ANSWER_BY, CALL, PROGRESS, RESUMES
 from .exec_engine import event_bytes, exec_args, run_to_end
 from .experiment_lines import MetricLog
 from .experiment_plot import panels, render_png
@@ -382,6 +382,11 @@ async def follow_run(svc: Service, run: RunRecord) -> None:
     follower per run in a process; never resumes its workspace."""
     if not svc.claim(_claim(run.run_id)):
         return
+    # Background work, not the call that started it: none of that call's deadline (a run
+    # outlasts the surface's answer), its cached records, its progress; and no resumes.
+    ANSWER_BY.set(None)
+    CALL.set(None)
+    PROGRESS.set(None)
     RESUMES.set(False)
     store = ExperimentStore(svc.shared_store)
     metrics = MetricLog()
