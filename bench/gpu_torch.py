@@ -100,7 +100,9 @@ def find(named: str | None, target: Path | None, install_seconds: float) -> Torc
     if target is None:
         print("torch: none found (--install-torch DIR installs it)", flush=True)
         return None
-    print(f"torch: installing it with pip into {target} (at most {install_seconds:g} s)")
+    print(
+        f"torch: installing it with pip into {target} (at most {install_seconds:g} s)", flush=True
+    )
     reason = install(target, install_seconds)
     if reason is None:
         env = {
