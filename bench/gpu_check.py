@@ -76,6 +76,10 @@ def complete(gpu: dict[str, Any]) -> bool:
     return all(isinstance(gpu.get(f), int | float) for f in fields)
 
 
+def busy(sample: dict[str, Any]) -> bool:
+    return any((g.get("utilization_percent") or 0) > 0 for g in sample.get("gpus") or [])
+
+
 def verdict(samples: list[dict[str, Any]]) -> tuple[bool, str]:
     """Whether the GPU fields were there, and a sentence saying what was seen."""
     if not samples:
@@ -189,6 +193,9 @@ def main() -> int:
         f"(the daemon and its nvidia-smi readers; {len(samples)} samples{per_sample})"
     )
     ok, why = verdict(samples)
+    if ok and torch is not None and not any(busy(s) for s in samples):
+        # Not a failure of the fields, but worth a look: the load should have shown.
+        print("note: the CUDA load ran, yet no sample showed a GPU's utilisation above 0 %")
     print(f"{'OK' if ok else 'FAIL'}: {why}", flush=True)
     return 0 if ok else 1
 

@@ -47,6 +47,7 @@ export PIP_ROOT_USER_ACTION=ignore
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mwc-gpu.XXXXXX")
 helper=""
+# shellcheck disable=SC2317  # run by the trap
 cleanup() {
   # The check ends its daemon and its load when told to; then the directory goes.
   if [[ -n $helper ]]; then
