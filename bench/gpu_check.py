@@ -141,7 +141,7 @@ def stop_on_signal(signum: int, _: FrameType | None) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="the sampled window")
-    parser.add_argument("--interval", default="1", help="the sampler's interval (0.5-60 s)")
+    parser.add_argument("--interval", type=float, default=1.0, help="the sampler (0.5-60 s)")
     parser.add_argument("--load-seconds", type=float, default=20.0, help="the CUDA load's time")
     parser.add_argument("--no-torch", action="store_true", help="no CUDA load: nvidia-smi alone")
     parser.add_argument("--torch-python", help="the Python whose PyTorch runs the load")
@@ -166,11 +166,11 @@ def main() -> int:
 
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(temp_dir())
-        d = stack.enter_context(daemon("--metrics-interval", args.interval))
+        d = stack.enter_context(daemon("--metrics-interval", f"{args.interval:g}"))
         if torch is not None:
             stack.enter_context(gpu_torch.load(torch, args.load_seconds, base / "load.log"))
         print(
-            f"sampling every {args.interval} s for {args.seconds:g} s "
+            f"sampling every {args.interval:g} s for {args.seconds:g} s "
             f"(daemon pid {d.process.pid}{', under the CUDA load' if torch else ''})",
             flush=True,
         )
