@@ -21,6 +21,7 @@ from typing import Any
 import modal_workspace_core as mwc
 import pytest
 from agent_wire import AgentError, Wire, start_daemon, temp_base
+from fake_nvidia_smi import gpu_line, install, put
 from modal_workspace_core.config import load_settings
 
 MIB = 1 << 20
@@ -211,29 +212,6 @@ def test_the_interval_is_set_within_bounds_and_refused_outside(base: Path) -> No
 
 # --- GPUs, with a fake nvidia-smi on the daemon's PATH ------------------------------------------
 
-FAKE_NVIDIA_SMI = r"""#!/bin/sh
-# A fake nvidia-smi for tests: prints the file named after its query at each -lms interval.
-dir=$(dirname "$0")
-case "$1" in --query-gpu=*) f="$dir/gpus" ;; *) f="$dir/apps" ;; esac
-ms=$4
-pause=$((ms / 1000)).$(printf %03d $((ms % 1000)))
-while :; do
-  cat "$f" 2>/dev/null
-  sleep "$pause"
-done
-"""
-
-
-def gpu_line(index: int) -> str:
-    return f"{index}, GPU-{index:08d}, NVIDIA Fake, {index * 10}, 1024, 81920, 40, 70.25\n"
-
-
-def put(directory: Path, name: str, text: str) -> None:
-    # Replaced whole, so that the fake never prints half a file.
-    tmp = directory / f"{name}.tmp"
-    tmp.write_text(text)
-    tmp.replace(directory / name)
-
 
 def gpus_of(sample: dict[str, Any]) -> list[int]:
     return [g["index"] for g in sample.get("gpus") or []]
@@ -251,12 +229,9 @@ def until(w: Wire, ok: Any, timeout: float = 30) -> dict[str, Any]:
 
 
 def test_gpus_from_a_fake_nvidia_smi_one_eight_one_gone_and_garbage(base: Path) -> None:
-    """The daemon's PATH starts with a directory holding a fake `nvidia-smi` (a shell script)."""
+    """The daemon's PATH starts with the fake `nvidia-smi`'s directory (fake_nvidia_smi.py)."""
     tools = base / "fake-tools"
-    tools.mkdir(mode=0o755)
-    program = tools / "nvidia-smi"
-    program.write_text(FAKE_NVIDIA_SMI)
-    program.chmod(0o755)
+    install(tools)
     put(tools, "gpus", gpu_line(0))
     put(tools, "apps", "GPU-00000000, 4242, /usr/bin/python3, 512\n")
     env = {**os.environ, "PATH": f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
