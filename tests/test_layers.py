@@ -100,6 +100,14 @@ DOMAIN_OF: dict[str, tuple[str, str]] = {
         "experiments",
         "a run drawn as a PNG, for experiment_plot",
     ),
+    "operations.experiment_system": (
+        "experiments",
+        "what a run's workspace used while it ran, folded from its metrics stream",
+    ),
+    "operations.experiment_page": (
+        "experiments",
+        "a run's page for people: the ticket minted for it and the page's link",
+    ),
     "operations.artifact_transfer": (
         "artifacts",
         "the artifacts' agent steps and signed links, which REST and the Python client use too",
