@@ -102,7 +102,11 @@ DOMAIN_OF: dict[str, tuple[str, str]] = {
     ),
     "operations.experiment_system": (
         "experiments",
-        "what the workspace used while a run went, folded from its metrics stream",
+        "what a run's workspace used while it ran, folded from its metrics stream",
+    ),
+    "operations.experiment_page": (
+        "experiments",
+        "a run's page for people: the ticket minted for it and the page's link",
     ),
     "operations.artifact_transfer": (
         "artifacts",

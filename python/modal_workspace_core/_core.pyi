@@ -20,6 +20,7 @@ __all__ = [
     "MAX_MEMORY_MIB",
     "MAX_REGIONS",
     "MAX_TAGS",
+    "MAX_TICKET_SECONDS",
     "MIN_CPU_CORES",
     "MIN_MEMORY_MIB",
     "REPEATABLE_AGENT_OPS",
@@ -68,6 +69,7 @@ __all__ = [
     "memory_limit_mib",
     "memory_mib",
     "mint_link",
+    "mint_ticket",
     "modal_app_name",
     "modal_app_name_pattern",
     "modal_function_name",
@@ -89,6 +91,7 @@ __all__ = [
     "template_name_pattern",
     "tree_usage",
     "verify_link",
+    "verify_ticket",
     "volume_mount",
     "workspace_path",
 ]
@@ -240,6 +243,8 @@ MANAGED_TAG_PREFIXES: tuple[str, ...]
 and a driver's own records (`mwc-`)."""
 MAX_TAGS: int
 """Most tags a client may set on one workspace (32)."""
+MAX_TICKET_SECONDS: int
+"""The longest a ticket lives (3600 seconds)."""
 
 def caller_tags(tags: dict[str, str]) -> dict[str, str]:
     """Check the tags a client asks to put on a workspace and return the same dict.
@@ -292,6 +297,29 @@ def verify_link(key: bytes, token: str, now: int) -> tuple[str, str, int]:
     """`(workspace_id, path, expires)` of a link's token when `key` signed it (compared in
     constant time) and it has not expired at `now`. Raises `PolicyError`: `link.malformed`,
     `link.signature` (altered, or another key) or `link.expired`."""
+
+def mint_ticket(
+    key: bytes, purpose: str, workspace_id: str, object: str, now: int, seconds: int
+) -> tuple[str, int]:
+    """A ticket (an opaque, URL-safe string) for `purpose` (lowercase words joined by `-`) on
+    `object` (an id or number: letters, digits, `_`, `-`) in `workspace_id`, with a random nonce,
+    signed with HMAC-SHA256 under `key` (at least 16 bytes); valid `seconds` (1 to
+    `MAX_TICKET_SECONDS`) from `now` (unix seconds). Returns it and its expiry. Raises
+    `PolicyError` (`ticket.*`, `id.*`)."""
+
+def verify_ticket(
+    key: bytes,
+    ticket: str,
+    purpose: str,
+    now: int,
+    workspace_id: str | None = None,
+    object: str | None = None,
+) -> tuple[str, str, int]:
+    """`(workspace_id, object, expires)` of a ticket when `key` signed it (compared in constant
+    time) for `purpose`, and for `workspace_id` and `object` where given, and it is live at
+    `now`. Raises `PolicyError`: `ticket.malformed` (length and shape, checked first),
+    `ticket.signature`, `ticket.purpose`, `ticket.workspace`, `ticket.object`, `ticket.expired`,
+    `ticket.lifetime`."""
 
 def volume_mount(text: str) -> str:
     """Check where a volume may be mounted (absolute, no `..`, not at, under or above what a

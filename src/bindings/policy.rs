@@ -435,6 +435,54 @@ fn verify_link(
     Ok((claim.workspace_id, claim.path, claim.expires))
 }
 
+/// A ticket for `purpose` on `object` in `workspace_id`, valid `seconds` from `now`, and its
+/// expiry (unix seconds).
+#[pyfunction]
+fn mint_ticket(
+    key: &[u8],
+    purpose: &Bound<'_, PyString>,
+    workspace_id: &Bound<'_, PyString>,
+    object: &Bound<'_, PyString>,
+    now: u64,
+    seconds: u64,
+) -> PyResult<(String, u64)> {
+    policy::mint_ticket(
+        key,
+        text(purpose)?,
+        text(workspace_id)?,
+        text(object)?,
+        now,
+        seconds,
+    )
+    .map_err(policy_error)
+}
+
+/// What a ticket grants, `(workspace_id, object, expires)`, when `key` signed it for `purpose`
+/// (and, where given, `workspace_id` and `object`) and it is live at `now`.
+#[pyfunction]
+#[pyo3(signature = (key, ticket, purpose, now, workspace_id=None, object=None))]
+fn verify_ticket(
+    key: &[u8],
+    ticket: &Bound<'_, PyString>,
+    purpose: &Bound<'_, PyString>,
+    now: u64,
+    workspace_id: Option<&Bound<'_, PyString>>,
+    object: Option<&Bound<'_, PyString>>,
+) -> PyResult<(String, String, u64)> {
+    let workspace_id = workspace_id.map(text).transpose()?;
+    let object = object.map(text).transpose()?;
+    let claim = policy::verify_ticket(
+        key,
+        text(ticket)?,
+        text(purpose)?,
+        workspace_id,
+        object,
+        now,
+    )
+    .map_err(policy_error)?;
+    Ok((claim.workspace_id, claim.object, claim.expires))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGitHubRepo>()?;
     m.add_function(wrap_pyfunction!(github_repo, m)?)?;
@@ -465,6 +513,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(image_packages, m)?)?;
     m.add_function(wrap_pyfunction!(mint_link, m)?)?;
     m.add_function(wrap_pyfunction!(verify_link, m)?)?;
+    m.add_function(wrap_pyfunction!(mint_ticket, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_ticket, m)?)?;
+    m.add("MAX_TICKET_SECONDS", policy::MAX_TICKET_SECONDS)?;
     m.add("MAX_IMAGE_PACKAGES", policy::MAX_IMAGE_PACKAGES)?;
     m.add_function(wrap_pyfunction!(secret_allowlist, m)?)?;
     m.add_function(wrap_pyfunction!(name_allowlist, m)?)?;

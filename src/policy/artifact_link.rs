@@ -1,23 +1,24 @@
 //! Download links: a token that names one workspace, one path and an expiry, signed with
-//! HMAC-SHA256 under a key every gateway of a deployment derives alike. The token is the
-//! capability (a link needs no bearer token), so it is checked exactly: its shape, the
+//! HMAC-SHA256 under a key every gateway of a deployment derives alike (`signing`). The token
+//! is the capability (a link needs no bearer token), so it is checked exactly: its shape, the
 //! signature in constant time, then the expiry. Tampering with any part breaks the signature.
 //!
 //! Shape: `<workspace id>.<expiry, unix seconds>.<path, base64url>.<signature, base64url>`.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::error::PolicyError;
 use super::id::check_id;
 use super::path::MAX_PATH_BYTES;
+use super::signing::signer;
+#[cfg(test)]
+use super::signing::MIN_KEY_BYTES;
 
 /// The longest token taken: a path of [`MAX_PATH_BYTES`] in base64 and the rest.
 pub const MAX_LINK_TOKEN_CHARS: usize = MAX_PATH_BYTES * 4 / 3 + 160;
-/// The shortest key that signs links (a SHA-256 digest is 32 bytes).
-const MIN_KEY_BYTES: usize = 16;
 
 /// What a valid token names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,25 +34,16 @@ fn mac(
     path: &str,
     expires: u64,
 ) -> Result<Hmac<Sha256>, PolicyError> {
-    if key.len() < MIN_KEY_BYTES {
-        return Err(PolicyError::without_echo(
-            "link.key",
-            format!("a link key must be at least {MIN_KEY_BYTES} bytes"),
-        ));
-    }
-    let mut mac = Hmac::<Sha256>::new_from_slice(key)
-        .map_err(|_| PolicyError::without_echo("link.key", "the link key cannot be used"))?;
-    // Domain-separated, NUL-delimited: no field can hold a NUL (ids and paths are checked).
-    for part in [
-        b"mwc-artifact-link".as_slice(),
-        workspace_id.as_bytes(),
-        path.as_bytes(),
-        expires.to_string().as_bytes(),
-    ] {
-        mac.update(part);
-        mac.update(b"\0");
-    }
-    Ok(mac)
+    signer(
+        key,
+        "link.key",
+        b"mwc-artifact-link",
+        &[
+            workspace_id.as_bytes(),
+            path.as_bytes(),
+            expires.to_string().as_bytes(),
+        ],
+    )
 }
 
 fn check_path(path: &str) -> Result<(), PolicyError> {

@@ -84,17 +84,7 @@ impl IdKind {
 /// an id must never be guessable.
 pub fn new_id(kind: &str) -> Result<String, PolicyError> {
     let kind = IdKind::parse(kind)?;
-    let mut bytes = [0u8; ID_BYTES];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| {
-            PolicyError::without_echo(
-                "id.random-unavailable",
-                format!(
-                    "cannot make a new id: the OS random source /dev/urandom is unreadable ({e})"
-                ),
-            )
-        })?;
+    let bytes: [u8; ID_BYTES] = os_random("id")?;
     let mut id = String::with_capacity(3 + 2 * ID_BYTES);
     id.push_str(kind.prefix());
     id.push('-');
@@ -106,6 +96,24 @@ pub fn new_id(kind: &str) -> Result<String, PolicyError> {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `N` bytes from the kernel's CSPRNG (see [`new_id`] for why `/dev/urandom`), for a new `what`
+/// (an id, a ticket's nonce): an error, never a guessable value, when it cannot be read.
+pub(super) fn os_random<const N: usize>(what: &str) -> Result<[u8; N], PolicyError> {
+    let mut bytes = [0u8; N];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| {
+            PolicyError::without_echo(
+                "id.random-unavailable",
+                format!(
+                    "cannot make a new {what}: the OS random source /dev/urandom is unreadable \
+                     ({e})"
+                ),
+            )
+        })?;
+    Ok(bytes)
+}
 
 /// The shape of the ids of `kinds` as a regular expression (an OpenAPI `pattern`): exactly what
 /// [`check_id`] accepts for one of them, so that a schema never drifts from the rule.

@@ -15,9 +15,11 @@ mod names;
 mod path;
 mod repo;
 mod resources;
+mod signing;
 mod tags;
 mod tar_entry;
 mod template;
+mod ticket;
 
 pub use allowlist::{name_allowlist, secret_allowlist, AllowedSecret};
 pub use artifact_link::{mint_link, verify_link, LinkClaim, MAX_LINK_TOKEN_CHARS};
@@ -54,6 +56,10 @@ pub use tags::{
 };
 pub use tar_entry::{TarEntry, TarKind, TarLimits, TarPlan};
 pub use template::{template_name, template_name_pattern, MAX_TEMPLATE_NAME_CHARS};
+pub use ticket::{
+    mint_ticket, verify_ticket, TicketClaim, MAX_OBJECT_CHARS, MAX_PURPOSE_CHARS, MAX_TICKET_CHARS,
+    MAX_TICKET_SECONDS,
+};
 
 #[cfg(test)]
 mod tests {

@@ -60,6 +60,14 @@ class AccessSettings(BaseModel):
         either: no links are minted."""
         return self._derived("mwc-link-secret", "mwc-link")
 
+    @property
+    def ticket_secret(self) -> bytes | None:
+        """What tickets (a page's, later a terminal's or a preview's) are signed with: derived
+        like `link_secret`, under a label of its own, so that every gateway of a deployment
+        accepts the tickets another minted and no ticket's key is any other use's. None without
+        either: no tickets are minted."""
+        return self._derived("mwc-ticket-secret", "mwc-ticket")
+
     def _derived(self, from_secret: str, from_tokens: str) -> bytes | None:
         # One label per use and per source, so that no two uses ever share a key.
         if self.configured_channel_secret:

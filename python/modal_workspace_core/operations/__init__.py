@@ -9,6 +9,7 @@ from ..errors import InvalidArgumentError
 from . import (
     artifacts,
     execs,
+    experiment_page,
     experiments,
     files,
     functions,
@@ -47,6 +48,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         templates,
         execs,
         experiments,
+        experiment_page,
         *repo.JOBS,
         files,
         artifacts,

@@ -23,6 +23,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..operations.experiment_page import PAGE_ROUTE
 from .http_shutdown import StoppingServer, Unfinished
 from .rest.connection_guard import (
     ConnectionGuard,
@@ -165,15 +166,20 @@ def _client(scope: Scope) -> str:
     return f"{client[0]}:{client[1]}" if client else ""
 
 
-# A download link's token is its capability: the log names the route, never the token.
-_LINK_PREFIX = "/artifact-links/"
+# A download link's token and a page's ticket are capabilities: the log names the route, never
+# them (what follows a ticket, `run.json` or `plot.png`, is kept).
+_CAPABILITY_PREFIXES = (("/artifact-links/", "<token>"), (PAGE_ROUTE, "<ticket>"))
 
 
 def _path_with_query(scope: Scope) -> str:
     path = urllib.parse.quote(scope["path"])  # uvicorn's path holds its root path already
-    at = path.find(_LINK_PREFIX)
-    if at >= 0:
-        path = path[: at + len(_LINK_PREFIX)] + "<token>"
+    for prefix, shown in _CAPABILITY_PREFIXES:
+        at = path.find(prefix)
+        if at >= 0:
+            start = at + len(prefix)
+            end = path.find("/", start)
+            path = path[:start] + shown + (path[end:] if end >= 0 else "")
+            break
     query: bytes = scope.get("query_string", b"")
     return f"{path}?{query.decode('ascii', 'replace')}" if query else path
 

@@ -36,6 +36,7 @@ from ..oauth import ClientDocuments, oauth_provider, oauth_routes
 from .bearer import BearerAuth
 from .body_limit import BodyLimit
 from .dispatch import OperationDispatch
+from .experiment_page import experiment_page_routes
 from .forwarded import TrustedProxyHeaders
 from .home import home_page
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
@@ -194,6 +195,8 @@ def create_app(
         service.shared_store, service.settings.oauth_token_seconds, client_documents
     )
     app.router.routes.extend(oauth_routes(oauth, tokens))
+    # Pages for people, opened with a ticket an authenticated call minted (no bearer token).
+    app.router.routes.extend(experiment_page_routes(service))
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
