@@ -14,8 +14,6 @@ use super::error::PolicyError;
 use super::id::check_id;
 use super::path::MAX_PATH_BYTES;
 use super::signing::signer;
-#[cfg(test)]
-use super::signing::MIN_KEY_BYTES;
 
 /// The longest token taken: a path of [`MAX_PATH_BYTES`] in base64 and the rest.
 pub const MAX_LINK_TOKEN_CHARS: usize = MAX_PATH_BYTES * 4 / 3 + 160;
@@ -136,6 +134,7 @@ pub fn verify_link(key: &[u8], token: &str, now: u64) -> Result<LinkClaim, Polic
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::signing::MIN_KEY_BYTES;
 
     const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
     const WS: &str = "ws-0123456789abcdef0123456789abcdef";
