@@ -21,7 +21,9 @@ from modal_workspace_core.config import load_settings
 from modal_workspace_core.errors import InvalidArgumentError, NotFoundError
 from modal_workspace_core.operations.experiment_records import ExperimentStore
 from modal_workspace_core.operations.experiments import Experiment, ExperimentList
+from modal_workspace_core.operations.machinery.fitting import fit_json
 from modal_workspace_core.runtime.call import ANSWER_BY
+from modal_workspace_core.surfaces.rest.routes import ACTIONS_RESPONSE_CHARS
 from support.git_server import GitServer
 
 SLUG = "octo/hello"
@@ -249,3 +251,24 @@ async def test_a_run_outlasts_the_deadline_of_the_call_that_started_it(
         run = await ended(wss, ws.id, started.run_id)
         assert (run.state, run.returncode, run.metrics["done"].last) == ("finished", 0, 1.0)
         await ws.terminate()
+
+
+def test_a_long_list_of_runs_keeps_the_newest_within_the_rest_bound() -> None:
+    """A workspace with many runs (each command up to 64 KiB) still gets an answer under GPT
+    Actions' bound: the newest runs, and `truncated`."""
+    runs = [
+        Experiment(
+            run_id=f"xp-{i:032x}",
+            workspace_id="ws-" + "0" * 32,
+            command="x" * 20_000,
+            exec_id=f"ex-{i:032x}",
+            artifacts_dir="/workspace/.experiments",
+            started_at=f"2026-12-03T00:00:{i:02d}.000Z",
+        )
+        for i in range(12)
+    ]
+    text = fit_json(ExperimentList(runs=runs), ACTIONS_RESPONSE_CHARS)
+    fitted = json.loads(text)
+    assert len(text) <= ACTIONS_RESPONSE_CHARS and fitted["truncated"] is True
+    kept = [r["run_id"] for r in fitted["runs"]]
+    assert kept and kept == [r.run_id for r in runs][-len(kept) :]

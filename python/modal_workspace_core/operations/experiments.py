@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, cast
 from pydantic import Field
 
 from .. import policy
-from ..drivers.base import utc_now
+from ..drivers.base import Lineage, utc_now
 from ..errors import ConflictError, InvalidArgumentError, NotFoundError, WorkspaceError
 from ..git.commands import report_head
 from ..path_view import host_path
@@ -47,6 +47,7 @@ from .machinery.fields import (
     WorkspaceId,
     WorkspacePath,
 )
+from .machinery.fitting import KeepLast
 from .machinery.table import READ, RUN, WS, Declarations, RawReply, RawRest
 
 if TYPE_CHECKING:
@@ -124,6 +125,12 @@ class ForkedFrom(Output):
 class ExperimentList(Output):
     runs: list[Experiment] = Field(description="Oldest first; a fork's parent's runs first.")
     forked_from: ForkedFrom | None = None
+    truncated: bool = Field(
+        default=False, description="Older runs left out to fit; experiment_get reads any."
+    )
+
+    # A long-lived workspace's runs outgrow an answer: the newest are kept.
+    gives_less = (KeepLast("runs"),)
 
 
 # --- operations ------------------------------------------------------------------------------
@@ -195,13 +202,22 @@ async def experiment_start(svc: Service, inp: ExperimentStart) -> Experiment:
     in_actions=False,
 )
 async def experiment_get(svc: Service, inp: ExperimentRef) -> Experiment:
-    listed = await experiment_list(svc, ExperimentListInput(workspace_id=inp.workspace_id))
-    for run in listed.runs:
-        if run.run_id == inp.run_id:
-            return run
-    raise NotFoundError(
-        f"run {inp.run_id} is not one of workspace {inp.workspace_id}'s", field="run_id"
-    )
+    ws = inp.workspace_id
+    record = await svc.driver.get(ws)
+    store = ExperimentStore(svc.shared_store)
+    own = await store.run(ws, inp.run_id)
+    if own is not None:
+        run = Experiment(**own.model_dump())
+        if run.state == "running":
+            await _take_over(svc, run, record.state)
+        return run
+    lineage = record.lineage
+    if lineage is not None:
+        parent = lineage.parent_workspace_id
+        theirs = await store.run(parent, inp.run_id)
+        if theirs is not None and _instant(theirs.started_at) <= await _taken(svc, lineage):
+            return Experiment(**theirs.model_dump(), inherited_from=parent)
+    raise NotFoundError(f"run {inp.run_id} is not one of workspace {ws}'s", field="run_id")
 
 
 @declare(
@@ -250,23 +266,29 @@ async def _take_over(svc: Service, run: Experiment, workspace_state: str) -> Non
 
 
 async def _inherited(
-    svc: Service, store: ExperimentStore, lineage: object
+    svc: Service, store: ExperimentStore, lineage: Lineage
 ) -> tuple[list[Experiment], str | None]:
     """The parent's runs started before the fork's snapshot was taken, and the one of them going
     on, or last ended, then: the run the fork came from."""
-    parent = getattr(lineage, "parent_workspace_id", "")
-    snapshot_id = getattr(lineage, "snapshot_id", "")
-    taken = getattr(lineage, "forked_at", "")
-    with contextlib.suppress(WorkspaceError):
-        for snap in await svc.driver.list_snapshots(parent):
-            if snap.snapshot_id == snapshot_id:
-                taken = snap.created_at
+    parent = lineage.parent_workspace_id
+    taken = await _taken(svc, lineage)
     runs = [
         Experiment(**run.model_dump(), inherited_from=parent)
         for run in await store.runs(parent)
-        if _instant(run.started_at) <= _instant(taken)
+        if _instant(run.started_at) <= taken
     ]
     return runs, (runs[-1].run_id if runs else None)
+
+
+async def _taken(svc: Service, lineage: Lineage) -> datetime:
+    """When the snapshot a fork was made from was taken (where its parent still lists it; else
+    when the fork was made)."""
+    taken = lineage.forked_at
+    with contextlib.suppress(WorkspaceError):
+        for snap in await svc.driver.list_snapshots(lineage.parent_workspace_id):
+            if snap.snapshot_id == lineage.snapshot_id:
+                taken = snap.created_at
+    return _instant(taken)
 
 
 def _rfc3339(stamp: object) -> str | None:

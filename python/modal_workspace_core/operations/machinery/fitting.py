@@ -20,7 +20,15 @@ from pydantic import BaseModel
 
 from ...errors import UpstreamError
 
-__all__ = ["KeepFirst", "KeepHeadAndTail", "KeepReadStart", "KeepStart", "Shrink", "fit_json"]
+__all__ = [
+    "KeepFirst",
+    "KeepHeadAndTail",
+    "KeepLast",
+    "KeepReadStart",
+    "KeepStart",
+    "Shrink",
+    "fit_json",
+]
 
 M = TypeVar("M", bound=BaseModel)
 _OMITTED = "\n[... {} characters omitted to fit the response ...]\n"
@@ -85,12 +93,24 @@ class KeepFirst:
         low, high = 0, len(entries)
         while low < high:
             mid = (low + high + 1) // 2
-            update = {self.field: entries[:mid], self.flag: True}
+            update = {self.field: self.kept(entries, mid), self.flag: True}
             if len(result.model_copy(update=update).model_dump_json()) <= most:
                 low = mid
             else:
                 high = mid - 1
-        return result.model_copy(update={self.field: entries[:low], self.flag: True})
+        return result.model_copy(update={self.field: self.kept(entries, low), self.flag: True})
+
+    def kept(self, entries: list[Any], count: int) -> list[Any]:
+        return entries[:count]
+
+
+@dataclass(frozen=True)
+class KeepLast(KeepFirst):
+    """A list field keeps its last entries that fit (the newest, in a list oldest first), and
+    `flag` says earlier ones exist."""
+
+    def kept(self, entries: list[Any], count: int) -> list[Any]:
+        return entries[len(entries) - count :]
 
 
 @dataclass(frozen=True)
