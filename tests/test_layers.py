@@ -100,6 +100,10 @@ DOMAIN_OF: dict[str, tuple[str, str]] = {
         "experiments",
         "a run drawn as a PNG, for experiment_plot",
     ),
+    "operations.experiment_follow": (
+        "experiments",
+        "a run followed to its end and recorded as it goes, by the experiments domain's calls",
+    ),
     "operations.experiment_system": (
         "experiments",
         "what a run's workspace used while it ran, folded from its metrics stream",

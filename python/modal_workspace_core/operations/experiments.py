@@ -17,25 +17,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
 from pydantic import Field
 
 from .. import policy
 from ..drivers.base import Lineage, utc_now
-from ..errors import ConflictError, InvalidArgumentError, NotFoundError, WorkspaceError
+from ..errors import NotFoundError, WorkspaceError
 from ..git.commands import report_head
 from ..path_view import host_path
 from ..policy import WORKSPACE_ROOT
-from ..runtime.call import ANSWER_BY, CALL, PROGRESS, RESUMES
-from .exec_engine import event_bytes, exec_args, run_to_end
-from .experiment_lines import MetricLog
+from ..runtime.call import PROGRESS
+from .exec_engine import exec_args, run_to_end
+from .experiment_follow import follow_run, instant
 from .experiment_plot import panels, render_png
-from .experiment_records import ExperimentStore, RunRecord, RunSeries, RunState
-from .experiment_system import SystemFold
+from .experiment_records import ExperimentStore, RunRecord, RunState
 from .machinery.fields import (
     Command,
     Env,
@@ -58,7 +56,6 @@ __all__ = [
     "experiment_list",
     "experiment_plot",
     "experiment_start",
-    "follow_run",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,18 +64,6 @@ declare = Declarations()
 XP = WS + "/experiments"
 # Where a run's artifacts go by default, under the workspace's root.
 ARTIFACTS = ".experiments"
-# How often a running run's record is rewritten with what it reported so far.
-WRITE_EVERY_SECONDS = 5.0
-# The page a follower reads the exec's log in.
-_PAGE_BYTES = 1_048_576
-_STATES: dict[str, RunState] = {
-    "finished": "finished",
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "timed_out": "timed_out",
-    "lost": "lost",
-}
-
 # --- inputs and outputs ----------------------------------------------------------------------
 
 
@@ -215,7 +200,7 @@ async def experiment_get(svc: Service, inp: ExperimentRef) -> Experiment:
     if lineage is not None:
         parent = lineage.parent_workspace_id
         theirs = await store.run(parent, inp.run_id)
-        if theirs is not None and _instant(theirs.started_at) <= await _taken(svc, lineage):
+        if theirs is not None and instant(theirs.started_at) <= await _taken(svc, lineage):
             return Experiment(**theirs.model_dump(), inherited_from=parent)
     raise NotFoundError(f"run {inp.run_id} is not one of workspace {ws}'s", field="run_id")
 
@@ -275,7 +260,7 @@ async def _inherited(
     runs = [
         Experiment(**run.model_dump(), inherited_from=parent)
         for run in await store.runs(parent)
-        if _instant(run.started_at) <= taken
+        if instant(run.started_at) <= taken
     ]
     return runs, (runs[-1].run_id if runs else None)
 
@@ -288,24 +273,7 @@ async def _taken(svc: Service, lineage: Lineage) -> datetime:
         for snap in await svc.driver.list_snapshots(lineage.parent_workspace_id):
             if snap.snapshot_id == lineage.snapshot_id:
                 taken = snap.created_at
-    return _instant(taken)
-
-
-def _rfc3339(stamp: object) -> str | None:
-    """An event's time as the records write times (`utc_now`'s form), if it is one."""
-    if not isinstance(stamp, str):
-        return None
-    instant = _instant(stamp)
-    if instant.year == datetime.max.year:
-        return None
-    return instant.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _instant(stamp: str | None) -> datetime:
-    try:
-        return datetime.fromisoformat((stamp or "").replace("Z", "+00:00"))
-    except ValueError:
-        return datetime.max.replace(tzinfo=UTC)
+    return instant(taken)
 
 
 # The state of the workdir's repository, and the artifacts directory made, by the command's user
@@ -389,136 +357,3 @@ async def experiment_plot(svc: Service, inp: ExperimentRef) -> ExperimentPlot:
         size_bytes=len(png),
     )
     return cast(ExperimentPlot, plot.carrying(png))
-
-
-# --- following a run -------------------------------------------------------------------------
-
-
-def _claim(run_id: str) -> str:
-    return f"experiment:{run_id}"
-
-
-async def follow_run(svc: Service, run: RunRecord) -> None:
-    """Reads the run's output to its end, folding in what it reports and what its workspace's
-    metrics stream sampled meanwhile, and records the run as it goes and once it ended. One
-    follower per run in a process; never resumes its workspace."""
-    if not svc.claim(_claim(run.run_id)):
-        return
-    # Background work, not the call that started it: none of that call's deadline (a run
-    # outlasts the surface's answer), its cached records, its progress; and no resumes.
-    ANSWER_BY.set(None)
-    CALL.set(None)
-    PROGRESS.set(None)
-    RESUMES.set(False)
-    store = ExperimentStore(svc.shared_store)
-    metrics = MetricLog()
-    started = _instant(run.started_at)
-    system = _SystemReader(svc, run.workspace_id, started)
-    cursor, at, written = 0, 0.0, time.monotonic()
-    ended: str | None = None  # the exit event's time
-    try:
-        while True:
-            page = await svc.read_events(
-                run.workspace_id,
-                run.exec_id,
-                cursor,
-                max_events=10_000,
-                max_bytes=_PAGE_BYTES,
-                wait_seconds=20,
-            )
-            for event in page.events:
-                at = max(at, (_instant(event.get("timestamp")) - started).total_seconds())
-                if event.get("type") == "exit":
-                    ended = event.get("timestamp")
-                if event.get("type") in ("stdout", "stderr"):
-                    metrics.feed(str(event["type"]), event_bytes(event), at)
-            cursor = page.next_cursor
-            await system.catch_up(_instant(ended) if ended else None)
-            if page.done:
-                break
-            if time.monotonic() - written >= WRITE_EVERY_SECONDS:
-                await _record(store, run, metrics, system.fold, None)
-                written = time.monotonic()
-        metrics.finish(at)
-        status, _ = await svc.request(run.workspace_id, "exec.status", {"exec_id": run.exec_id})
-        await _record(store, run, metrics, system.fold, status, ended)
-    except WorkspaceError as exc:
-        # Its workspace ended (or cannot be reached without resuming it): what was read stays.
-        log.info("run %s of %s: %s", run.run_id, run.workspace_id, exc)
-        metrics.finish(at)
-        lost: dict[str, object] = {"state": "lost", "error": str(exc)[:300]}
-        await _record(store, run, metrics, system.fold, lost, None)
-    finally:
-        svc.release(_claim(run.run_id))
-
-
-class _SystemReader:
-    """The workspace's metrics stream, read alongside a run: the samples taken from its start
-    to its end, folded (`SystemFold`). An agent without metrics, or a stream that cannot be
-    read, leaves the run without a `system` summary; a gap (`cursor_expired`) only thins it."""
-
-    def __init__(self, svc: Service, workspace_id: str, started: datetime) -> None:
-        self.svc, self.workspace_id, self.started = svc, workspace_id, started
-        self.fold = SystemFold()
-        self.stream_id: str | None = None
-        self.cursor = 0
-        self.off = False
-
-    async def catch_up(self, until: datetime | None) -> None:
-        if self.off:
-            return
-        try:
-            if self.stream_id is None:
-                status, _ = await self.svc.request(self.workspace_id, "metrics.status", {})
-                self.stream_id = str(status.get("stream_id") or "") or None
-                if self.stream_id is None:
-                    self.off = True
-                    return
-            page = await self.svc.read_events(
-                self.workspace_id,
-                self.stream_id,
-                self.cursor,
-                max_events=10_000,
-                max_bytes=_PAGE_BYTES,
-                wait_seconds=0,
-            )
-        except (InvalidArgumentError, NotFoundError, ConflictError) as exc:
-            log.info("the metrics of %s are not read: %s", self.workspace_id, exc)
-            self.off = True
-            return
-        self.cursor = page.next_cursor
-        for event in page.events:
-            when = _instant(event.get("timestamp"))
-            if event.get("type") != "metrics" or when < self.started:
-                continue
-            if until is not None and when > until:
-                continue
-            self.fold.add(event, (when - self.started).total_seconds())
-
-
-async def _record(
-    store: ExperimentStore,
-    run: RunRecord,
-    metrics: MetricLog,
-    system: SystemFold,
-    status: dict[str, object] | None,
-    ended_at: str | None = None,
-) -> None:
-    """The run as read so far; with `status` (the exec's, once it ended), how it ended."""
-    update: dict[str, object] = {
-        "metrics": dict(metrics.summary),
-        "metric_lines_refused": metrics.refused,
-        "system": system.summary(),
-    }
-    if status is not None:
-        ended = _rfc3339(ended_at) or utc_now()
-        update |= {
-            "state": _STATES.get(str(status.get("state")), "lost"),
-            "ended_at": ended,
-            "returncode": status.get("returncode"),
-            "error": (str(status["error"])[:300] if status.get("error") else None),
-            "wall_seconds": round((_instant(ended) - _instant(run.started_at)).total_seconds(), 3),
-        }
-    series = RunSeries(points=metrics.points(), system=system.points())
-    await store.write_series(run.workspace_id, run.run_id, series)
-    await store.write(run.model_copy(update=update))
