@@ -27,10 +27,13 @@ from modal_workspace_core.surfaces.rest.routes import ACTIONS_RESPONSE_CHARS
 from support.git_server import GitServer
 
 SLUG = "octo/hello"
-# A run that reports three values of `loss` (one line in JSON), a step, a line that is not one,
-# and a line that says it is and is not, then fails with 3.
+# A run that reports three values of `loss` (one line in JSON), a step, a learning rate on stderr,
+# a line that is not one, and a line that says it is and is not, then fails with 3. What is
+# `last` follows arrival, and two pipes have no order between them: a metric on stdout and stderr
+# at once would have no `last` a test could rely on, so stderr carries a name of its own.
 REPORTING = (
-    "echo '::metric loss=0.9 step=1'; echo '::metric loss=0.5 step=2' >&2; "
+    "echo '::metric loss=0.9 step=1'; echo '::metric lr=0.01' >&2; "
+    "echo '::metric loss=0.5 step=2'; "
     "echo '::metric {\"loss\": 0.31, \"step\": 3}'; echo '::metric loss=oops'; "
     "echo 'an ordinary line'; echo done > \"$MWC_ARTIFACTS_DIR/out.txt\"; exit 3"
 )
@@ -105,6 +108,7 @@ async def test_a_run_records_its_repository_its_end_and_what_it_reported(
         loss = run.metrics["loss"]
         assert (loss.last, loss.min, loss.max, loss.count) == (0.31, 0.31, 0.9, 3)
         assert run.metrics["step"].last == 3
+        assert run.metrics["lr"].last == 0.01
         assert run.metric_lines_refused == 1
         out = await ws.exec(f"cat {run.artifacts_dir}/out.txt")
         assert out.stdout == "done\n"
