@@ -6,6 +6,7 @@ files, diff, terminate — in both protocol generations."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -178,8 +179,70 @@ async def test_a_snapshot_reports_its_progress_and_lists_what_it_took(served: Se
         assert [s["snapshot_id"] for s in listed["snapshots"]] == [snapshot["snapshot_id"]]
         await call("workspace_terminate", workspace_id=ws, purge=True)
     assert seen, "no progress notification arrived"
+    rising(seen)
     progress = [p for p, message in seen if message and message.startswith("snapshot")]
-    assert progress == sorted(progress) and progress, seen
     if snapshot["size_bytes"] is not None:  # where the driver knows the size, progress ends at it
         assert snapshot["size_bytes"] >= 200_000_000
-        assert progress[-1] == snapshot["size_bytes"]
+        # (a last report that says the same as the one before rises by the least a float can)
+        assert progress[-1] == pytest.approx(snapshot["size_bytes"], abs=1)
+
+
+def rising(seen: list[tuple[float, str | None]]) -> None:
+    """MCP asks each progress value of a call to be above the one before."""
+    values = [p for p, _ in seen]
+    assert all(a < b for a, b in itertools.pairwise(values)), seen
+
+
+async def test_a_fork_reports_the_snapshot_it_takes_and_its_start(served: Served) -> None:
+    on_progress = Progress()
+    async with connect(served, "legacy") as client:
+        call = Tools(client)
+        ws = (await call("workspace_create"))["workspace_id"]
+        make = "head -c 20000000 /dev/urandom > big.bin && echo made"
+        assert (await call("workspace_exec", workspace_id=ws, command=make))["stdout"] == "made\n"
+        result = await client.call_tool(
+            "workspace_fork", {"workspace_id": ws}, progress_callback=on_progress
+        )
+        assert not result.is_error, result.content
+        fork = result.structured_content
+        assert isinstance(fork, dict)
+        snapshot = fork["lineage"]["snapshot_id"]
+        for each in (fork["workspace_id"], ws):
+            await call("workspace_terminate", workspace_id=each, purge=True)
+    messages = [m or "" for _, m in on_progress.seen]
+    # The snapshot first, then the fork's start from it, in one rising count.
+    assert messages[0] == f"snapshot: taking {snapshot}", messages
+    assert f"fork: starting {fork['workspace_id']} from {snapshot}" in messages
+    assert messages[-1] == f"fork: {fork['workspace_id']} started"
+    starting = messages.index(f"fork: starting {fork['workspace_id']} from {snapshot}")
+    assert all(m.startswith("snapshot:") for m in messages[:starting]), messages
+    rising(on_progress.seen)
+
+
+async def test_a_template_build_reports_its_setup_and_its_snapshot(served: Served) -> None:
+    on_progress = Progress()
+    setup = "for i in 1 2 3; do echo setting up $i; sleep 1; done"
+    async with connect(served, "legacy") as client:
+        call = Tools(client)
+        result = await client.call_tool(
+            "template_create",
+            {
+                "name": "progress",
+                "repository": "octo/hello",
+                "setup_command": setup,
+                "use_github_token": True,
+                "wait_seconds": 40,
+            },
+            progress_callback=on_progress,
+        )
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        assert result.structured_content["state"] == "ready", result.structured_content
+        deleted = await client.call_tool("template_delete", {"name": "progress"})
+        assert not deleted.is_error, deleted.content
+    messages = [m or "" for _, m in on_progress.seen]
+    # The setup's lines as they come, then the build's snapshot.
+    assert any(m.startswith("setting up") for m in messages), messages
+    setting_up = max(i for i, m in enumerate(messages) if m.startswith("setting up"))
+    assert any(m.startswith("snapshot:") for m in messages[setting_up:]), messages
+    rising(on_progress.seen)

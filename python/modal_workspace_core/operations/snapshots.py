@@ -27,6 +27,7 @@ from ..drivers.base import (
 )
 from ..errors import ConflictError, UpstreamError, WorkspaceError
 from ..runtime.call import ANSWER_BY
+from ..runtime.progress import reported_while
 from .lifecycle import (
     SnapshotPlan,
     make_snapshot,
@@ -311,7 +312,14 @@ async def _fork(
     # Resources and network as the parent's; secrets are not inherited (a fork asks anew).
     resources: dict[str, Any] = dict(parent.resources)
     spec = WorkspaceSpec(tags=tags, block_network=parent.block_network, resources=resources)
-    return await svc.driver.fork(snapshot, workspace_id, spec, lineage)
+    # Starting from a snapshot copies it (local) or starts its image (Modal): long for a big
+    # tree, and without progress of its own.
+    async with reported_while(
+        f"fork: starting {workspace_id} from {snapshot.snapshot_id}",
+        f"fork: still starting {workspace_id} ({{seconds}} s)",
+        f"fork: {workspace_id} started",
+    ):
+        return await svc.driver.fork(snapshot, workspace_id, spec, lineage)
 
 
 def _fork_key(parent_id: str, key: str) -> str:

@@ -8,6 +8,7 @@ is declared twice; the FastAPI app mounts the returned ASGI app at `/mcp/`.
 from __future__ import annotations
 
 import base64
+import math
 import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -97,18 +98,41 @@ def _progress_reporter(ctx: Any) -> Reporter | None:
     if token is None or session is None:
         return None
     request_id = getattr(ctx, "request_id", None)
+    rising = RisingProgress()
 
     async def report(progress: float, message: str) -> None:
         # Progress is a courtesy: a client that went away must not fail the command.
         with contextlib.suppress(Exception):
             await session.send_progress_notification(
                 token,
-                progress,
+                rising.next(progress),
                 message=message,
                 related_request_id=request_id,
             )
 
     return report
+
+
+class RisingProgress:
+    """MCP wants each progress value of a call above the one before. A call reports in phases,
+    each counting from zero in its own unit (a fork: the snapshot's bytes, then the seconds its
+    start took): a value below the phase's last starts a new phase, counted on from where the
+    last one ended; a value that would not rise is nudged just above the last."""
+
+    def __init__(self) -> None:
+        self._raw = 0.0  # the phase's last value, as reported
+        self._base = 0.0  # where the phase counts from
+        self._sent = -1.0  # the last value sent
+
+    def next(self, value: float) -> float:
+        if value < self._raw:
+            self._base = self._sent
+        self._raw = value
+        sent = self._base + value
+        if sent <= self._sent:
+            sent = math.nextafter(self._sent, math.inf)
+        self._sent = sent
+        return sent
 
 
 def build_server(service: Service) -> Server[Any]:

@@ -5,9 +5,7 @@ core's policy (`policy.image_*`) before any call to Modal.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +14,9 @@ import modal
 
 from ...errors import InvalidArgumentError, core_refusal
 from ...policy import image_id, image_name, image_packages
-from ...runtime.call import PROGRESS
+from ...runtime.progress import EVERY_SECONDS, reported_while
 
 __all__ = ["ImageRequest", "build_progress", "image_request", "with_packages"]
-
-# How often a create whose packages are being built says it is still under way.
-PROGRESS_EVERY_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -92,31 +87,20 @@ def with_packages(image: modal.Image, request: ImageRequest) -> modal.Image:
 
 @contextlib.asynccontextmanager
 async def build_progress(
-    request: ImageRequest, every: float = PROGRESS_EVERY_SECONDS
+    request: ImageRequest, every: float = EVERY_SECONDS
 ) -> AsyncIterator[None]:
     """Around the create of a workspace whose image has packages: the caller's progress
     reporter (an MCP call's, when the surface has one) hears that the layer is being built, then
     every `every` seconds that it still is (Modal builds it inside the create call, the first
     time only), and when the sandbox was made. Nothing without packages or without a reporter."""
-    report = PROGRESS.get()
     layers = request.layers()
-    if report is None or not layers:
+    if not layers:
         yield
         return
-    started = time.monotonic()
-    await report(0.0, f"building the image's package layer ({layers}); cached after the first")
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(every)
-            elapsed = time.monotonic() - started
-            await report(elapsed, f"still building the image's package layer ({elapsed:.0f} s)")
-
-    ticker = asyncio.get_running_loop().create_task(beat())
-    try:
+    async with reported_while(
+        f"building the image's package layer ({layers}); cached after the first",
+        "still building the image's package layer ({seconds} s)",
+        "the image is ready and the workspace started",
+        every,
+    ):
         yield
-    finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
-    await report(time.monotonic() - started, "the image is ready and the workspace started")
