@@ -23,6 +23,7 @@ __all__ = [
     "MAX_TICKET_SECONDS",
     "MIN_CPU_CORES",
     "MIN_MEMORY_MIB",
+    "MIN_PAGE_BYTES",
     "REPEATABLE_AGENT_OPS",
     "WORKSPACE_TAGS",
     "AgentChannel",
@@ -557,6 +558,9 @@ class Page:
     def events_json(self) -> str:
         """The events alone, as the JSON array `to_json()` holds."""
     def __len__(self) -> int: ...
+
+# The smallest page budget: a smaller max_bytes would not hold the largest event.
+MIN_PAGE_BYTES: int
 
 @disjoint_base
 class EventRing:

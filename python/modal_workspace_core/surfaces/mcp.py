@@ -8,9 +8,9 @@ is declared twice; the FastAPI app mounts the returned ASGI app at `/mcp/`.
 from __future__ import annotations
 
 import base64
-import math
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from ... import policy
-from ..._core import StreamKind
+from ..._core import MIN_PAGE_BYTES, StreamKind
 from ...errors import InvalidArgumentError
 from ...policy import WORKSPACE_ROOT
 from .fitting import Shrink, check_declared
@@ -194,7 +194,9 @@ MaxEvents = Annotated[int, Field(ge=1, le=10_000, description="Most per page.")]
 MaxBytes = Annotated[
     int,
     Field(
-        ge=1024,
+        # The core's smallest page: it holds the largest event (a smaller budget was raised to
+        # it, and a page answered over what was asked).
+        ge=MIN_PAGE_BYTES,
         le=MAX_PAGE_BYTES,
         description="Most bytes of the page's JSON.",
     ),
