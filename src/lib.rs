@@ -25,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     bindings::errors::register(m)?;
     bindings::policy::register(m)?;
+    bindings::metric_line::register(m)?;
     bindings::ring::register(m)?;
     bindings::stream::register(m)?;
     bindings::agent::register(m)?;

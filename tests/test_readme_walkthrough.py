@@ -137,11 +137,12 @@ def check_templates(lines: list[str]) -> None:
 def check_experiments(lines: list[str]) -> None:
     loss = {"last": 4, "min": 4, "max": 12, "count": 3}
     run = {"name": "three steps", "state": "finished", "returncode": 0, "loss": loss}
-    # Its output as it came, the workspace's metrics stream, then the record.
+    # Its output as it came, the workspace's metrics stream with the run's reports, the record.
     assert lines[:3] == [f"::metric loss={12 // step} step={step}" for step in (1, 2, 3)]
     assert lines[3] == "mt-"
-    assert json.loads(lines[4]) == run
-    assert lines[5:] == ["1", "true"]
+    assert json.loads(lines[4]) == [12, 6, 4]
+    assert json.loads(lines[5]) == run
+    assert lines[6:] == ["1", "true"]
 
 
 def check_delivery(lines: list[str]) -> None:

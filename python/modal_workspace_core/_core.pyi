@@ -18,9 +18,12 @@ __all__ = [
     "MAX_GPU_COUNT",
     "MAX_IMAGE_PACKAGES",
     "MAX_MEMORY_MIB",
+    "MAX_METRIC_LINE_BYTES",
+    "MAX_METRIC_NAMES",
     "MAX_REGIONS",
     "MAX_TAGS",
     "MAX_TICKET_SECONDS",
+    "METRIC_PREFIX",
     "MIN_CPU_CORES",
     "MIN_MEMORY_MIB",
     "MIN_PAGE_BYTES",
@@ -31,6 +34,7 @@ __all__ = [
     "ChannelRefusal",
     "EventRing",
     "GitHubRepo",
+    "MetricLines",
     "Page",
     "PolicyError",
     "RingError",
@@ -69,6 +73,7 @@ __all__ = [
     "image_packages",
     "memory_limit_mib",
     "memory_mib",
+    "metric_line",
     "mint_link",
     "mint_ticket",
     "modal_app_name",
@@ -470,6 +475,36 @@ def template_name_pattern() -> str:
     """The shape of a template's name (a schema's `pattern`): exactly what `template_name`
     accepts."""
 
+# --- metric lines ---------------------------------------------------------------------------
+
+METRIC_PREFIX: str
+"""The word that starts a metric line: `::metric`."""
+
+MAX_METRIC_LINE_BYTES: int
+"""A longer line is not a metric line (4096 bytes, without its newline)."""
+
+MAX_METRIC_NAMES: int
+"""The most names a line may give, and a run keeps (32)."""
+
+def metric_line(line: str) -> dict[str, float] | None:
+    """The metrics one output line (without its newline) reports: `::metric loss=0.31 step=120`
+    or `::metric {"loss": 0.31, "step": 120}`. `{}` for a line that is not a metric line, None
+    for one that says `::metric` and does not parse (a name outside
+    `[A-Za-z_][A-Za-z0-9_.:/-]{0,63}`, a value that is not a finite number, more than
+    `MAX_METRIC_NAMES` names). A name given twice keeps its last value."""
+
+@final
+class MetricLines:
+    """One output stream (stdout or stderr, never both) read for metric lines, as the agent
+    reads it: bytes cut anywhere joined into lines, a line longer than `MAX_METRIC_LINE_BYTES`
+    dropped whole (however many reads it spans)."""
+
+    def __new__(cls) -> Self: ...
+    def feed(self, data: bytes) -> list[dict[str, float] | None]:
+        """What each metric line that `data` completes says (as `metric_line`; never `{}`)."""
+    def finish(self) -> list[dict[str, float] | None]:
+        """The stream ended: its last line too, if it had no newline."""
+
 # --- the event ring -------------------------------------------------------------------------
 
 FINAL_STATES: frozenset[str]
@@ -590,9 +625,9 @@ class EventRing:
     def append(self, type: str, data: bytes | None = None, **fields: Any) -> int:
         """Appends an event and returns the last seq assigned so far.
 
-        `type` is one of status, stdout, stderr, error, exit, fs, metrics, progress. Output
-        (`stdout`, `stderr`) is decoded incrementally per stream: a character cut by the end of
-        `data` is held back (at most 3 bytes) until the next append of that stream, so an
+        `type` is one of status, stdout, stderr, error, exit, fs, metrics, progress, reported.
+        Output (`stdout`, `stderr`) is decoded incrementally per stream: a character cut by the
+        end of `data` is held back (at most 3 bytes) until the next append of that stream, so an
         append may add no event. Data larger than 16 KiB becomes consecutive events. Other
         types take `fields` (JSON-like values) merged at the top level of the event; the keys
         seq, seq_start, timestamp, type, data and data_b64 are refused, as are fields on

@@ -1,5 +1,6 @@
 //! Every rule that decides whether a client's input is safe to hand to a shell, git, the disk or
-//! a provider, and the operator's allowlist settings those rules read.
+//! a provider, the operator's allowlist settings those rules read, and the rules by which a
+//! workspace's own output is read as data (`metric_line`).
 //! Each function returns the input in canonical form or a [`PolicyError`] naming the rule.
 
 mod allowlist;
@@ -10,6 +11,7 @@ mod functions;
 mod git_ref;
 mod id;
 mod image;
+mod metric_line;
 mod mount;
 mod names;
 mod path;
@@ -38,6 +40,10 @@ pub use id::{check_id, id_pattern, new_id, IdKind};
 pub use image::{
     apt_package, image_id, image_name, image_packages, pip_package, MAX_IMAGE_PACKAGES,
     MAX_IMAGE_TAG_BYTES, MAX_PACKAGE_NAME_BYTES, MAX_PACKAGE_VERSION_BYTES,
+};
+pub use metric_line::{
+    is_metric_name, metric_line, MetricLine, MetricLineReader, MAX_METRIC_LINE_BYTES,
+    MAX_METRIC_NAMES, MAX_METRIC_NAME_CHARS, METRIC_PREFIX,
 };
 pub use mount::{volume_mount, SYSTEM_TREES, WRITABLE_DIRS};
 pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAME_CHARS};

@@ -131,6 +131,11 @@ fn bad_arguments_are_refused_naming_the_argument() {
             json!({"argv": ["x"], "secret_env": {}}),
             "secret_env",
         ),
+        (
+            "exec.start",
+            json!({"argv": ["x"], "report_metrics": 1}),
+            "report_metrics",
+        ),
         ("file.read", json!({}), "path"),
         ("file.grep", json!({"path": "."}), "pattern"),
         ("file.edit", json!({"path": "a"}), "old"),
@@ -170,6 +175,17 @@ fn an_internal_exec_is_one_command_nobody_follows() {
         Ok(AgentRequest::ExecStart(start)) => assert!(start.internal),
         other => panic!("not taken: {other:?}"),
     }
+}
+
+#[test]
+fn an_exec_reports_metrics_only_when_asked() {
+    let start = |v: Value| match AgentRequest::parse("exec.start", &args(v), Vec::new()) {
+        Ok(AgentRequest::ExecStart(start)) => start.report_metrics,
+        other => panic!("not taken: {other:?}"),
+    };
+    assert!(!start(json!({"argv": ["x"]})));
+    assert!(!start(json!({"argv": ["x"], "report_metrics": null})));
+    assert!(start(json!({"argv": ["x"], "report_metrics": true})));
 }
 
 #[test]
