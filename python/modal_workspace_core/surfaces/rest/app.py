@@ -40,6 +40,7 @@ from .experiment_page import experiment_page_routes
 from .forwarded import TrustedProxyHeaders
 from .home import home_page
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
+from .preview_proxy import preview_routes
 from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
@@ -197,6 +198,8 @@ def create_app(
     app.router.routes.extend(oauth_routes(oauth, tokens))
     # Pages for people, opened with a ticket an authenticated call minted (no bearer token).
     app.router.routes.extend(experiment_page_routes(service))
+    # A workspace's app, through a preview ticket (HTTP and WebSocket).
+    app.router.routes.extend(preview_routes(service))
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
