@@ -54,7 +54,7 @@ class PreviewInput(Input):
         tickets.DEFAULT_SECONDS,
         ge=1,
         le=tickets.MAX_SECONDS,
-        description="How long a gateway link lives (a Modal tunnel lives with its sandbox).",
+        description="A local link's lifetime.",
     )
 
 
@@ -86,8 +86,8 @@ def _check_declared(record: WorkspaceRecord, port: int) -> None:
     method="GET",
     path=WS + "/preview",
     hints=READ,
-    summary="A browser link to a port the workspace serves (declared at create).",
-    limits="Modal: a public tunnel URL. Local: a gateway link with a ticket, expiring.",
+    summary="A browser link to a port the workspace declared at create.",
+    limits="Modal: a public tunnel URL; local: an expiring gateway link.",
     in_actions=False,
 )
 async def workspace_preview_url(svc: Service, inp: PreviewInput) -> Preview:

@@ -56,8 +56,7 @@ class WorkspaceCreate(Input):
     template: TemplateName | None = Field(None, description="Start from its newest build.")
     ports: PreviewPorts = Field(
         default_factory=list,
-        description="TCP ports (1024-65535, at most 8) to open in a browser: "
-        "workspace_preview_url. Fixed at create.",
+        description="TCP ports for workspace_preview_url (1024-65535, at most 8).",
     )
 
     @field_validator("block_network")

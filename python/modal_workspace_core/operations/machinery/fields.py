@@ -174,7 +174,7 @@ PreviewPorts = Annotated[
 PreviewPort = Annotated[
     int,
     AfterValidator(policy.preview_port),
-    Field(description="A port the workspace declared at its create (ports)."),
+    Field(description="Declared at create."),
 ]
 # A name a client gives what it makes (a snapshot, a run).
 Label = Annotated[
