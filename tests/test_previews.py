@@ -289,3 +289,19 @@ async def test_a_fork_keeps_the_ports_and_serves_its_own_preview(
     # The parent serves nothing there: the fork's link reaches the fork alone.
     parent = await api.link(ws, 8600)
     assert (await browser.get(parent["url"])).status_code == 502
+
+
+async def test_a_workspace_without_network_is_previewed_all_the_same(
+    api: Api, browser: httpx2.AsyncClient
+) -> None:
+    # The relay needs no network: the agent reaches the port on the workspace's own loopback.
+    made = await api.client.post("/api/workspaces", json={"ports": [8700], "block_network": True})
+    assert made.status_code == 200, made.text
+    ws = made.json()["workspace_id"]
+    await api.write(ws, "site/index.html", "served offline")
+    await api.serve(ws, "cd /workspace/site && exec python3 -m http.server 8700")
+    link = await api.link(ws, 8700)
+    async with asyncio.timeout(30):
+        while (got := await browser.get(link["url"])).status_code != 200:
+            await asyncio.sleep(0.2)
+    assert got.text == "served offline"

@@ -32,7 +32,7 @@ from ...runtime.service import Service
 from .preview_headers import request_headers, response_headers
 from .preview_websocket import relay_websocket
 
-__all__ = ["preview_routes"]
+__all__ = ["PreviewProxy"]
 
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 # The most ports with connections kept alive at once (the least recently used pool closes).
@@ -53,15 +53,6 @@ _PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Robots-Tag": "noindex, nofollow",
 }
-
-
-def preview_routes(service: Service) -> list[BaseRoute]:
-    proxy = _Proxy(service)
-    return [
-        Route(PREVIEW_ROUTE + "{ticket}", _to_slash, methods=_METHODS),
-        Route(PREVIEW_ROUTE + "{ticket}/{path:path}", proxy.http, methods=_METHODS),
-        WebSocketRoute(PREVIEW_ROUTE + "{ticket}/{path:path}", proxy.websocket),
-    ]
 
 
 async def _to_slash(request: Request) -> Response:
@@ -129,10 +120,25 @@ class _RelayStream(httpcore2.AsyncNetworkStream):
         return None
 
 
-class _Proxy:
+class PreviewProxy:
+    """The proxy's routes, and the connections it keeps alive to the apps (`aclose` at the
+    server's end)."""
+
     def __init__(self, service: Service) -> None:
         self.service = service
         self._pools: OrderedDict[tuple[str, int], httpcore2.AsyncConnectionPool] = OrderedDict()
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route(PREVIEW_ROUTE + "{ticket}", _to_slash, methods=_METHODS),
+            Route(PREVIEW_ROUTE + "{ticket}/{path:path}", self.http, methods=_METHODS),
+            WebSocketRoute(PREVIEW_ROUTE + "{ticket}/{path:path}", self.websocket),
+        ]
+
+    async def aclose(self) -> None:
+        pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            await pool.aclose()
 
     async def _target(self, ticket: str) -> PreviewTarget | Response:
         try:
