@@ -18,6 +18,7 @@ HOW_TOS = [
     "Templates",
     "Metrics",
     "Experiments",
+    "Previews",
     "Delivering the work",
     "Modal Functions",
     "Deploying on Modal",

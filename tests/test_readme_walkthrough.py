@@ -162,10 +162,19 @@ def check_delivery(lines: list[str]) -> None:
     assert lines[5:] == ["true"]
 
 
+def check_previews(lines: list[str]) -> None:
+    # The link is the gateway's, with a preview ticket for the workspace's port in its path.
+    assert re.fullmatch(
+        r"http://127\.0\.0\.1:\d+/preview/preview\.ws-[0-9a-f]{32}\.8000\.\S+/", lines[0]
+    )
+    assert lines[1:] == ["<h1>Hello from the workspace</h1>", "403", "port", "true"]
+
+
 SH_CHECKS = {
     "snapshots": check_snapshots,
     "templates": check_templates,
     "experiments": check_experiments,
+    "previews": check_previews,
     "delivery": check_delivery,
 }
 
@@ -230,7 +239,7 @@ def test_every_readme_block_runs_in_order_after_make_demo(
     finally:
         session.close()
     assert ran_blocks.count("console") >= 5
-    assert {"snapshots", "templates", "experiments", "delivery"} <= set(ran_blocks)
+    assert {"snapshots", "templates", "experiments", "previews", "delivery"} <= set(ran_blocks)
     auth = {"Authorization": f"Bearer {token[1]}"}
     left = httpx2.get(f"http://127.0.0.1:{port}/api/workspaces", headers=auth, timeout=60)
     assert left.json()["workspaces"] == [], "the README's blocks left a workspace behind"

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_MEMORY_MIB",
     "MAX_METRIC_LINE_BYTES",
     "MAX_METRIC_NAMES",
+    "MAX_PREVIEW_PORTS",
     "MAX_REGIONS",
     "MAX_TAGS",
     "MAX_TICKET_SECONDS",
@@ -27,6 +28,7 @@ __all__ = [
     "MIN_CPU_CORES",
     "MIN_MEMORY_MIB",
     "MIN_PAGE_BYTES",
+    "MIN_PREVIEW_PORT",
     "REPEATABLE_AGENT_OPS",
     "WORKSPACE_TAGS",
     "AgentChannel",
@@ -85,6 +87,8 @@ __all__ = [
     "outbound_cidr",
     "outbound_domain",
     "parse_page",
+    "preview_port",
+    "preview_ports",
     "pull_request_body",
     "pull_request_title",
     "region",
@@ -399,6 +403,21 @@ def outbound_allowlists(
     `.internal`, `.localhost` or `.arpa`. At most `MAX_ALLOWLIST_ENTRIES` each; refused with
     `block_network`. Raises `PolicyError` (rules `cidr.*`, `domain.*`, `network.*`,
     `resources.too-many`) naming the field and entry."""
+
+MIN_PREVIEW_PORT: int
+"""The lowest TCP port a workspace may declare for previews (1024: lower ones need root to
+listen on)."""
+MAX_PREVIEW_PORTS: int
+"""The most ports one workspace may declare for previews (8)."""
+
+def preview_port(port: int) -> int:
+    """Check one preview port: a whole number from `MIN_PREVIEW_PORT` to 65535 (an int of any
+    size is refused, not overflowed). Raises `PolicyError` (rule `port.range`)."""
+
+def preview_ports(ports: Sequence[int]) -> list[int]:
+    """Check the ports a workspace declares for previews (at most `MAX_PREVIEW_PORTS`, each
+    through `preview_port`) and return them without repeats, in their order. Raises
+    `PolicyError` (rules `port.range` naming the entry, `port.too-many`)."""
 
 GPU_TYPES: tuple[tuple[str, int], ...]
 """Modal's GPU types a workspace may ask for, as Modal writes them, each with the most one

@@ -339,6 +339,32 @@ fn outbound_domain(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::outbound_domain(self::text(text)?).map_err(policy_error)
 }
 
+/// A whole number as the port rules read it: one past any `i64` (a Python int of any size)
+/// stays out of range, on its own side.
+fn port_number(value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if let Ok(n) = value.extract::<i64>() {
+        return Ok(n);
+    }
+    let positive = value.gt(0)?;
+    Ok(if positive { i64::MAX } else { i64::MIN })
+}
+
+/// Checks one preview port (a TCP port a workspace declared, 1024 to 65535).
+#[pyfunction]
+fn preview_port(port: &Bound<'_, PyAny>) -> PyResult<u16> {
+    policy::preview_port(port_number(port)?).map_err(policy_error)
+}
+
+/// Checks the ports a workspace declares for previews; returns them without repeats.
+#[pyfunction]
+fn preview_ports(ports: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<u16>> {
+    let ports = ports
+        .iter()
+        .map(port_number)
+        .collect::<PyResult<Vec<_>>>()?;
+    policy::preview_ports(&ports).map_err(policy_error)
+}
+
 /// Checks the regions a workspace may run in and returns them canonical, without repeats.
 #[pyfunction]
 fn regions(names: Vec<Bound<'_, PyString>>) -> PyResult<Vec<String>> {
@@ -532,6 +558,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(outbound_cidr, m)?)?;
     m.add_function(wrap_pyfunction!(outbound_domain, m)?)?;
     m.add_function(wrap_pyfunction!(regions, m)?)?;
+    m.add_function(wrap_pyfunction!(preview_port, m)?)?;
+    m.add_function(wrap_pyfunction!(preview_ports, m)?)?;
     m.add_function(wrap_pyfunction!(outbound_allowlists, m)?)?;
     m.add_function(wrap_pyfunction!(gpu, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_allowlist, m)?)?;
@@ -552,6 +580,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MIN_MEMORY_MIB", policy::MIN_MEMORY_MIB)?;
     m.add("MAX_MEMORY_MIB", policy::MAX_MEMORY_MIB)?;
     m.add("MAX_REGIONS", policy::MAX_REGIONS)?;
+    m.add("MIN_PREVIEW_PORT", policy::MIN_PREVIEW_PORT)?;
+    m.add("MAX_PREVIEW_PORTS", policy::MAX_PREVIEW_PORTS)?;
     m.add("MAX_ALLOWLIST_ENTRIES", policy::MAX_LIST_ENTRIES)?;
     let gpu_types: Vec<(&str, u32)> = policy::GPU_TYPES.to_vec();
     m.add("GPU_TYPES", PyTuple::new(py, gpu_types)?)?;

@@ -14,6 +14,7 @@ from . import (
     files,
     functions,
     metrics,
+    previews,
     repo,
     snapshots,
     streams,
@@ -44,6 +45,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
     op
     for domain in (
         workspaces,
+        previews,
         snapshots,
         templates,
         execs,

@@ -12,6 +12,7 @@ mod fs_user;
 pub mod launch_config;
 mod lock;
 pub mod metrics;
+mod port_relay;
 mod service;
 mod tasks;
 mod watches;

@@ -73,10 +73,11 @@ pub enum AgentOp {
     ArchiveWrite,
     ArchiveExtract,
     ArchiveRemove,
+    PortConnect,
 }
 
 impl AgentOp {
-    pub const ALL: [AgentOp; 34] = [
+    pub const ALL: [AgentOp; 35] = [
         AgentOp::Ping,
         AgentOp::ExecStart,
         AgentOp::ExecInput,
@@ -111,6 +112,7 @@ impl AgentOp {
         AgentOp::ArchiveWrite,
         AgentOp::ArchiveExtract,
         AgentOp::ArchiveRemove,
+        AgentOp::PortConnect,
     ];
 
     /// The op's name on the wire.
@@ -150,6 +152,7 @@ impl AgentOp {
             AgentOp::ArchiveWrite => "archive.write",
             AgentOp::ArchiveExtract => "archive.extract",
             AgentOp::ArchiveRemove => "archive.remove",
+            AgentOp::PortConnect => "port.connect",
         }
     }
 
@@ -165,7 +168,8 @@ impl AgentOp {
     /// `task.end` are (the gateway names the task; a second end answers the first), and so is
     /// `metrics.set` (it sets a value: twice is once). The
     /// `archive.*` steps name their archive and offset, so they repeat safely, except
-    /// `archive.extract` (a second one would find its own result in place).
+    /// `archive.extract` (a second one would find its own result in place). `port.connect`
+    /// opens a connection: twice is two.
     pub fn repeatable(self) -> bool {
         !matches!(
             self,
@@ -176,6 +180,7 @@ impl AgentOp {
                 | AgentOp::WatchStart
                 | AgentOp::TaskProgress
                 | AgentOp::ArchiveExtract
+                | AgentOp::PortConnect
         )
     }
 
@@ -223,6 +228,7 @@ impl AgentOp {
             | AgentOp::ArchiveRemove => {
                 AgentRequest::Archive(ArchiveRequest::parse(self, &a, payload)?)
             }
+            AgentOp::PortConnect => AgentRequest::PortConnect(port_arg(&a)?),
         })
     }
 }
@@ -253,6 +259,18 @@ pub(crate) enum AgentRequest {
     MetricsStatus,
     MetricsSet(MetricsSetRequest),
     Archive(ArchiveRequest),
+    /// A TCP port on the workspace's loopback to relay a connection to (`port.connect`, the
+    /// first and only request of a connection of its own: `channel::server`).
+    PortConnect(u16),
+}
+
+/// `port`: a preview port under the core's rule (1024 to 65535), the only ports a relay opens.
+fn port_arg(a: &Args<'_>) -> Result<u16, ErrorBody> {
+    let port = a
+        .u64("port")?
+        .ok_or_else(|| ErrorBody::invalid("port", "'port' is required"))?;
+    policy::preview_port(i64::try_from(port).unwrap_or(i64::MAX))
+        .map_err(|e| args::policy("port", e))
 }
 
 impl AgentRequest {

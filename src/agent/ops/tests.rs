@@ -315,3 +315,24 @@ fn results_name_paths_under_workspace() {
         assert_eq!(shown_path(relative), shown, "{relative}");
     }
 }
+
+#[test]
+fn port_connect_takes_a_preview_port_and_nothing_else() {
+    match AgentRequest::parse("port.connect", &args(json!({"port": 8000})), Vec::new()) {
+        Ok(AgentRequest::PortConnect(port)) => assert_eq!(port, 8000),
+        other => panic!("port.connect was read as {other:?}"),
+    }
+    for bad in [
+        json!({}),
+        json!({"port": 22}),
+        json!({"port": 0}),
+        json!({"port": 65536}),
+        json!({"port": -1}),
+        json!({"port": "8000"}),
+        json!({"port": u64::MAX}),
+    ] {
+        let e = refused("port.connect", bad.clone());
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+        assert_eq!(e.field.as_deref(), Some("port"), "{bad}");
+    }
+}

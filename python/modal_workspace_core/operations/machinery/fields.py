@@ -165,6 +165,17 @@ TemplateName = Annotated[
 # setting one could forge a workspace's identity, its root, or the record of what was cloned.
 Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
+# The TCP ports a workspace serves previews on (`workspace_preview_url`), the core's rule.
+PreviewPorts = Annotated[
+    list[int],
+    Field(max_length=policy.MAX_PREVIEW_PORTS),
+    AfterValidator(policy.preview_ports),
+]
+PreviewPort = Annotated[
+    int,
+    AfterValidator(policy.preview_port),
+    Field(description="Declared at create."),
+]
 # A name a client gives what it makes (a snapshot, a run).
 Label = Annotated[
     str,
