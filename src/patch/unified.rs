@@ -588,43 +588,43 @@ mod tests {
         Line::Remove(t.into())
     }
 
-    const GIT_DIFF: &str = "\
-diff --git a/src/app.py b/src/app.py
-index 83db48f..bf269f4 100644
---- a/src/app.py
-+++ b/src/app.py
-@@ -1,4 +1,4 @@ import os
- import os
--x = 1
-+x = 2
- y = 3
- z = 4
-@@ -10,3 +10,4 @@ def f():
- a
- b
-+c
- d
-diff --git a/new.txt b/new.txt
-new file mode 100755
-index 0000000..e69de29
---- /dev/null
-+++ b/new.txt
-@@ -0,0 +1,2 @@
-+#!/bin/sh
-+echo hi
-diff --git a/gone.txt b/gone.txt
-deleted file mode 100644
-index e69de29..0000000
---- a/gone.txt
-+++ /dev/null
-@@ -1 +0,0 @@
--bye
-\\ No newline at end of file
-diff --git a/old name.txt b/new name.txt
-similarity index 100%
-rename from old name.txt
-rename to new name.txt
-";
+    const GIT_DIFF: &str = concat!(
+        "diff --git a/src/app.py b/src/app.py\n",
+        "index 83db48f..bf269f4 100644\n",
+        "--- a/src/app.py\n",
+        "+++ b/src/app.py\n",
+        "@@ -1,4 +1,4 @@ import os\n",
+        " import os\n",
+        "-x = 1\n",
+        "+x = 2\n",
+        " y = 3\n",
+        " z = 4\n",
+        "@@ -10,3 +10,4 @@ def f():\n",
+        " a\n",
+        " b\n",
+        "+c\n",
+        " d\n",
+        "diff --git a/new.txt b/new.txt\n",
+        "new file mode 100755\n",
+        "index 0000000..e69de29\n",
+        "--- /dev/null\n",
+        "+++ b/new.txt\n",
+        "@@ -0,0 +1,2 @@\n",
+        "+#!/bin/sh\n",
+        "+echo hi\n",
+        "diff --git a/gone.txt b/gone.txt\n",
+        "deleted file mode 100644\n",
+        "index e69de29..0000000\n",
+        "--- a/gone.txt\n",
+        "+++ /dev/null\n",
+        "@@ -1 +0,0 @@\n",
+        "-bye\n",
+        "\\ No newline at end of file\n",
+        "diff --git a/old name.txt b/new name.txt\n",
+        "similarity index 100%\n",
+        "rename from old name.txt\n",
+        "rename to new name.txt\n",
+    );
 
     #[test]
     fn a_git_diff_parses_into_its_files() {

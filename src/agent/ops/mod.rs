@@ -27,7 +27,7 @@ pub(crate) use exec::{
     CancelRequest, InputRequest, ReadRequest, ResizeRequest, StartRequest, StatusRequest,
     StepCredential, StepProgram, StepRequest,
 };
-pub(crate) use file::{FileOp, FileRequest};
+pub(crate) use file::{FileOp, FileRequest, PatchRequest};
 pub(crate) use metrics::{
     interval as metrics_interval, MetricsSetRequest, DEFAULT_INTERVAL as DEFAULT_METRICS_INTERVAL,
 };
@@ -54,6 +54,7 @@ pub enum AgentOp {
     FileRead,
     FileWrite,
     FileEdit,
+    FilePatch,
     FileRemove,
     FileMkdir,
     FileGlob,
@@ -76,7 +77,7 @@ pub enum AgentOp {
 }
 
 impl AgentOp {
-    pub const ALL: [AgentOp; 34] = [
+    pub const ALL: [AgentOp; 35] = [
         AgentOp::Ping,
         AgentOp::ExecStart,
         AgentOp::ExecInput,
@@ -92,6 +93,7 @@ impl AgentOp {
         AgentOp::FileRead,
         AgentOp::FileWrite,
         AgentOp::FileEdit,
+        AgentOp::FilePatch,
         AgentOp::FileRemove,
         AgentOp::FileMkdir,
         AgentOp::FileGlob,
@@ -131,6 +133,7 @@ impl AgentOp {
             AgentOp::FileRead => "file.read",
             AgentOp::FileWrite => "file.write",
             AgentOp::FileEdit => "file.edit",
+            AgentOp::FilePatch => "file.patch",
             AgentOp::FileRemove => "file.remove",
             AgentOp::FileMkdir => "file.mkdir",
             AgentOp::FileGlob => "file.glob",
@@ -160,7 +163,8 @@ impl AgentOp {
     /// Whether sending the op again after the channel was lost (not knowing whether the agent
     /// got it) does nothing twice. `exec.start` is: the gateway names the exec, and a second
     /// start of the same id answers the first. `exec.input` (stdin would be written twice),
-    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.remove`,
+    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.patch` (likewise),
+    /// `file.remove`,
     /// `watch.start` and `task.progress` (a report would show twice) are not; `task.start` and
     /// `task.end` are (the gateway names the task; a second end answers the first), and so is
     /// `metrics.set` (it sets a value: twice is once). The
@@ -172,6 +176,7 @@ impl AgentOp {
             AgentOp::ExecInput
                 | AgentOp::ExecResize
                 | AgentOp::FileEdit
+                | AgentOp::FilePatch
                 | AgentOp::FileRemove
                 | AgentOp::WatchStart
                 | AgentOp::TaskProgress
@@ -206,6 +211,7 @@ impl AgentOp {
             | AgentOp::FileMkdir
             | AgentOp::FileGlob
             | AgentOp::FileGrep => AgentRequest::File(FileRequest::parse(self, &a, payload)?),
+            AgentOp::FilePatch => AgentRequest::FilePatch(PatchRequest::parse(&a, payload)?),
             AgentOp::WatchStart => AgentRequest::WatchStart(WatchStartRequest::parse(&a)?),
             AgentOp::WatchCancel => AgentRequest::WatchCancel(WatchRef::parse(&a)?),
             AgentOp::WatchStatus => AgentRequest::WatchStatus(WatchRef::parse(&a)?),
@@ -242,6 +248,7 @@ pub(crate) enum AgentRequest {
     ExecSettle(String),
     ExecRead(ReadRequest),
     File(FileRequest),
+    FilePatch(PatchRequest),
     WatchStart(WatchStartRequest),
     WatchCancel(WatchRef),
     WatchStatus(WatchRef),
