@@ -413,7 +413,6 @@ fn not_found(
 ) -> String {
     let len = file.lines.len();
     let count = old.len();
-    let plural = if count == 1 { "" } else { "s" };
     let place = if hunk.at_end {
         "at the end of the file".to_owned()
     } else {
@@ -422,9 +421,10 @@ fn not_found(
             None => format!("at or after line {}", cursor + 1),
         }
     };
+    let (plural, are) = if count == 1 { ("", "is") } else { ("s", "are") };
     let mut reason = format!(
-        "context not found: its {count} old line{plural} (first {}) are not in the file {place} \
-         (the file has {len} lines)",
+        "context not found: its {count} old line{plural} (first {}) {are} not in the file \
+         {place} (the file has {len} lines)",
         echo(old.first().copied().unwrap_or(""))
     );
     if let Some((at, run)) = closest {
