@@ -312,9 +312,10 @@ pub fn apply_hunks(
         }
         let mut lines: Vec<&Line> = hunk.lines.iter().collect();
         let mut old: Vec<&str> = lines.iter().filter_map(|l| l.old()).collect();
+        // Line numbers are the client's: any value, so the arithmetic saturates.
         let near = hunk
             .old_index
-            .map(|at| usize::try_from(at as isize + drift).unwrap_or(0));
+            .map(|at| usize::try_from(signed(at).saturating_add(drift)).unwrap_or(0));
         let start = if old.is_empty() {
             match near {
                 Some(at) => at.clamp(cursor, len),
@@ -349,7 +350,7 @@ pub fn apply_hunks(
             }
         };
         if let Some(at) = hunk.old_index {
-            drift = start as isize - at as isize;
+            drift = signed(start).saturating_sub(signed(at));
         }
         cursor = start + old.len();
         if hunk.final_newline.is_some() {
@@ -400,6 +401,10 @@ pub fn apply_hunks(
         lines: out,
         final_newline,
     })
+}
+
+fn signed(n: usize) -> isize {
+    isize::try_from(n).unwrap_or(isize::MAX)
 }
 
 /// The reason a hunk's old lines were not found, and where the nearest thing to them is.
@@ -628,6 +633,17 @@ mod tests {
         let mut insert = hunk(vec![a("new")]);
         insert.old_index = Some(2);
         assert_eq!(apply("a\nb\nc\n", &[insert]).unwrap(), "a\nb\nnew\nc\n");
+    }
+
+    #[test]
+    fn any_line_number_is_only_a_hint() {
+        for at in [usize::MAX, usize::MAX / 2 + 1, 1 << 40] {
+            let mut first = hunk(vec![r("b"), a("B")]);
+            first.old_index = Some(at);
+            let mut second = hunk(vec![a("end")]);
+            second.old_index = Some(0);
+            assert_eq!(apply("a\nb\n", &[first, second]).unwrap(), "a\nB\nend\n");
+        }
     }
 
     #[test]

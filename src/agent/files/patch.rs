@@ -106,12 +106,21 @@ impl Plan<'_> {
         if let Some(&at) = self.index.get(&key) {
             return Ok(at);
         }
-        let is_dir = target.found.is_some_and(|f| f.is_dir());
-        if is_dir {
-            return Err(FileError::conflict(format!(
-                "cannot patch '{}': it is a directory",
-                target.display
-            )));
+        match target.found {
+            Some(f) if f.is_dir() => {
+                return Err(FileError::conflict(format!(
+                    "cannot patch '{}': it is a directory",
+                    target.display
+                )))
+            }
+            // A deletion removes a symlink itself; nothing else but a regular file is patched.
+            Some(f) if !(f.is_regular() || (!follow && f.is_symlink())) => {
+                return Err(FileError::invalid(format!(
+                    "cannot patch '{}': it is not a regular file",
+                    target.display
+                )))
+            }
+            _ => {}
         }
         self.slots.push(Slot {
             target,
@@ -589,7 +598,18 @@ mod tests {
         let sb = Sandbox::new("patch-binary");
         std::fs::write(sb.at("bin"), [0xff, 0xfe, 0x00]).unwrap();
         sb.dir("d");
+        let fifo = std::ffi::CString::new(sb.at("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let ws = sb.ws();
+        for text in [
+            "*** Begin Patch\n*** Add File: fifo\n+x\n*** End Patch",
+            "*** Begin Patch\n*** Delete File: fifo\n*** End Patch",
+        ] {
+            let err = ws.patch(&patch(text)).unwrap_err();
+            assert_eq!(err.kind, FileErrorKind::InvalidArgument, "{err}");
+            assert!(err.message.contains("not a regular file"), "{err}");
+        }
         let err = ws
             .patch(&patch(
                 "*** Begin Patch\n*** Update File: bin\n@@\n-x\n+y\n*** End Patch",
