@@ -23,12 +23,16 @@ from ..errors import (
 )
 from ..policy import WORKSPACE_ROOT
 from .machinery.fields import Input, Open, Output, WorkspaceId
-from .machinery.table import WRITE, WS, Declarations
+from .machinery.table import WS, Declarations, Hints
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
 
 declare = Declarations()
+
+# A patch may delete and replace files (destructive), and applying it twice is not applying it
+# once; it stays within the workspace.
+PATCHES = Hints(read_only=False, destructive=True, idempotent=False, open_world=False)
 
 PatchFormat = Literal["unified", "apply_patch"]
 
@@ -68,7 +72,7 @@ def check_patch(patch: str, format: PatchFormat | None, root: str) -> PatchForma
 @declare(
     method="POST",
     path=WS + "/files/patch",
-    hints=WRITE,
+    hints=PATCHES,
     summary=(
         "Patch files atomically: a unified diff or an apply_patch envelope (add, update, move, "
         "delete)."
