@@ -117,7 +117,7 @@ async def test_file_and_artifact_operations_under_the_tenant_stay_in_the_workspa
         listing = await bounded("file_list", ws.file_list("t", depth=3))
         assert "HOST-CANARY" not in str(listing)
         # A patch that updates, adds and deletes in each directory as it is swapped: it applies
-        # whole inside the workspace or is refused whole, and never reaches the canary.
+        # inside the workspace or is refused, and never reaches the canary.
         for d in range(6):
             patch = (
                 f"*** Begin Patch\n*** Update File: t/d{d}/secret\n@@\n-workspace data\n"
