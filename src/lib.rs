@@ -6,6 +6,7 @@ pub mod agent;
 pub mod channel;
 pub mod event;
 pub mod host_tree;
+pub mod patch;
 pub mod policy;
 pub mod ring;
 

@@ -41,6 +41,7 @@ def test_the_repeatable_agent_ops_come_from_the_cores_table() -> None:
         "exec.input",
         "exec.resize",
         "file.edit",
+        "file.patch",
         "file.remove",
         "watch.start",
         "task.progress",

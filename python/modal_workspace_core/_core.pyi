@@ -21,6 +21,8 @@ __all__ = [
     "MAX_METRIC_LINE_BYTES",
     "MAX_METRIC_NAMES",
     "MAX_PREVIEW_PORTS",
+    "MAX_PATCH_BYTES",
+    "MAX_PATCH_FILES",
     "MAX_REGIONS",
     "MAX_TAGS",
     "MAX_TICKET_SECONDS",
@@ -54,6 +56,7 @@ __all__ = [
     "author_name",
     "caller_tags",
     "check_id",
+    "check_patch",
     "commit_message",
     "copy_tree",
     "cpu_cores",
@@ -275,6 +278,22 @@ def stored_tag(key: str, value: str, fixed: str | None = None) -> None:
 def idempotency_key(text: str) -> str:
     """Check an idempotency key (1-128 ASCII letters, digits, `.`, `_`, `:` or `-`) and return
     it unchanged. Raises `PolicyError` (rules `idempotency-key.*`)."""
+
+def check_patch(
+    text: str, format: Literal["unified", "apply_patch"] | None = None, root: str = "/workspace"
+) -> Literal["unified", "apply_patch"]:
+    """Parse a multi-file patch (a unified diff, or the `*** Begin Patch` envelope; detected
+    when `format` is None) and check every path it names (and every move target) under `root`
+    as `workspace_path` does, `/workspace/...` included; return the format's name. Nothing is
+    read or written. Raises `PolicyError` (rules `patch.*`: `patch.malformed` naming the line,
+    `patch.path`, `patch.binary`, `patch.unsupported`, `patch.empty`, `patch.too-large`,
+    `patch.too-many-files`, `patch.format`)."""
+
+MAX_PATCH_BYTES: int
+"""The largest patch accepted, in bytes of UTF-8 (1 MiB)."""
+
+MAX_PATCH_FILES: int
+"""The most files one patch may change (100)."""
 
 def snapshot_label(text: str) -> str:
     """Check a snapshot's label (at most 64 printable characters, spaces allowed) and return it

@@ -5,6 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::errors::policy_error;
+use crate::agent::ops::under_root;
+use crate::patch::{Format, Patch};
 use crate::policy::{self, PolicyError};
 
 /// A GitHub repository that passed the policy. Made only by `github_repo`.
@@ -218,6 +220,28 @@ fn stored_tag(
 #[pyfunction]
 fn idempotency_key(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::idempotency_key(self::text(text)?).map_err(policy_error)
+}
+
+/// Parses a patch (`format` "unified" or "apply_patch", detected when `None`) and checks every
+/// path it names under `root` as the agent will; returns the format's name.
+#[pyfunction]
+#[pyo3(signature = (text, format=None, root="/workspace"))]
+fn check_patch(text: &Bound<'_, PyString>, format: Option<&str>, root: &str) -> PyResult<String> {
+    let format = match format {
+        None => None,
+        Some(name) => Some(Format::from_name(name).ok_or_else(|| {
+            policy_error(PolicyError::new(
+                "patch.format",
+                "the format must be 'unified' or 'apply_patch'",
+                name,
+            ))
+        })?),
+    };
+    let mut patch = Patch::parse(self::text(text)?, format).map_err(policy_error)?;
+    patch
+        .check_paths(root, |p| policy::workspace_path(root, &under_root(p)))
+        .map_err(policy_error)?;
+    Ok(patch.format.name().to_owned())
 }
 
 /// Checks a snapshot's label and returns it unchanged.
@@ -533,6 +557,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stored_tag, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot_label, m)?)?;
+    m.add_function(wrap_pyfunction!(check_patch, m)?)?;
+    m.add("MAX_PATCH_BYTES", crate::patch::MAX_PATCH_BYTES)?;
+    m.add("MAX_PATCH_FILES", crate::patch::MAX_PATCH_FILES)?;
     m.add_function(wrap_pyfunction!(volume_mount, m)?)?;
     m.add_function(wrap_pyfunction!(image_name, m)?)?;
     m.add_function(wrap_pyfunction!(image_id, m)?)?;

@@ -157,6 +157,19 @@ impl Service for Daemon {
                     done.unwrap_or_else(|e| Reply::err(internal("an archive operation failed", e)))
                 })
             }
+            AgentRequest::FilePatch(request) => {
+                let ws = Arc::clone(&self.ws);
+                let root = self.root.clone();
+                let user = self.workspace_user;
+                Box::pin(async move {
+                    let done = tokio::task::spawn_blocking(move || {
+                        let _as_user = AsUser::enter(user);
+                        file_ops::run_patch(&ws, &root, request)
+                    })
+                    .await;
+                    done.unwrap_or_else(|e| Reply::err(internal("a patch failed", e)))
+                })
+            }
             AgentRequest::File(file) => {
                 let ws = Arc::clone(&self.ws);
                 let root = self.root.clone();

@@ -27,7 +27,7 @@ pub(crate) use exec::{
     CancelRequest, InputRequest, ReadRequest, ResizeRequest, StartRequest, StatusRequest,
     StepCredential, StepProgram, StepRequest,
 };
-pub(crate) use file::{FileOp, FileRequest};
+pub(crate) use file::{FileOp, FileRequest, PatchRequest};
 pub(crate) use metrics::{
     interval as metrics_interval, MetricsSetRequest, DEFAULT_INTERVAL as DEFAULT_METRICS_INTERVAL,
 };
@@ -54,6 +54,7 @@ pub enum AgentOp {
     FileRead,
     FileWrite,
     FileEdit,
+    FilePatch,
     FileRemove,
     FileMkdir,
     FileGlob,
@@ -93,6 +94,7 @@ impl AgentOp {
         AgentOp::FileRead,
         AgentOp::FileWrite,
         AgentOp::FileEdit,
+        AgentOp::FilePatch,
         AgentOp::FileRemove,
         AgentOp::FileMkdir,
         AgentOp::FileGlob,
@@ -133,6 +135,7 @@ impl AgentOp {
             AgentOp::FileRead => "file.read",
             AgentOp::FileWrite => "file.write",
             AgentOp::FileEdit => "file.edit",
+            AgentOp::FilePatch => "file.patch",
             AgentOp::FileRemove => "file.remove",
             AgentOp::FileMkdir => "file.mkdir",
             AgentOp::FileGlob => "file.glob",
@@ -163,7 +166,8 @@ impl AgentOp {
     /// Whether sending the op again after the channel was lost (not knowing whether the agent
     /// got it) does nothing twice. `exec.start` is: the gateway names the exec, and a second
     /// start of the same id answers the first. `exec.input` (stdin would be written twice),
-    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.remove`,
+    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.patch` (likewise),
+    /// `file.remove`,
     /// `watch.start` and `task.progress` (a report would show twice) are not; `task.start` and
     /// `task.end` are (the gateway names the task; a second end answers the first), and so is
     /// `metrics.set` (it sets a value: twice is once). The
@@ -176,6 +180,7 @@ impl AgentOp {
             AgentOp::ExecInput
                 | AgentOp::ExecResize
                 | AgentOp::FileEdit
+                | AgentOp::FilePatch
                 | AgentOp::FileRemove
                 | AgentOp::WatchStart
                 | AgentOp::TaskProgress
@@ -211,6 +216,7 @@ impl AgentOp {
             | AgentOp::FileMkdir
             | AgentOp::FileGlob
             | AgentOp::FileGrep => AgentRequest::File(FileRequest::parse(self, &a, payload)?),
+            AgentOp::FilePatch => AgentRequest::FilePatch(PatchRequest::parse(&a, payload)?),
             AgentOp::WatchStart => AgentRequest::WatchStart(WatchStartRequest::parse(&a)?),
             AgentOp::WatchCancel => AgentRequest::WatchCancel(WatchRef::parse(&a)?),
             AgentOp::WatchStatus => AgentRequest::WatchStatus(WatchRef::parse(&a)?),
@@ -248,6 +254,7 @@ pub(crate) enum AgentRequest {
     ExecSettle(String),
     ExecRead(ReadRequest),
     File(FileRequest),
+    FilePatch(PatchRequest),
     WatchStart(WatchStartRequest),
     WatchCancel(WatchRef),
     WatchStatus(WatchRef),

@@ -139,6 +139,7 @@ fn bad_arguments_are_refused_naming_the_argument() {
         ("file.read", json!({}), "path"),
         ("file.grep", json!({"path": "."}), "pattern"),
         ("file.edit", json!({"path": "a"}), "old"),
+        ("file.patch", json!({"format": "git"}), "format"),
         ("watch.start", json!({"kinds": ["explode"]}), "kinds"),
         (
             "watch.status",
