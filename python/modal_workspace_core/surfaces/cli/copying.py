@@ -74,7 +74,7 @@ async def _upload(client: Client, out: Output, source: Path, dest: Remote, overw
         path = f"{path.rstrip('/')}/{name}"
     body = await local_body(source)
     try:
-        with out.bytes_bar(f"{source} -> {dest.workspace_id}", body.size) as advance:
+        with out.bytes_bar(f"sending {name}", body.size) as advance:
             counted = _counted(body.chunks, advance)
             sent = type(body)(counted, body.format, body.size, body.temporary)
             landed = await client.upload(dest.workspace_id, path, sent, overwrite=overwrite)
@@ -109,7 +109,7 @@ async def _download(
         archive = staging / "download"
         async with client.download(source.workspace_id, source.path) as download:
             with (
-                out.bytes_bar(f"{source.workspace_id} -> {dest}", download.length) as advance,
+                out.bytes_bar(f"receiving {dest.name}", download.length) as advance,
                 archive.open("wb") as sink,
             ):
                 async for chunk in download.chunks:
