@@ -7,13 +7,19 @@ driver with the real agent. One server, one git server and one workspace per mod
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import pty
 import queue
+import select
 import shutil
+import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +30,7 @@ from typing import Any
 import pytest
 import typer
 from e2e_support import Served, local_backend, serve
+from modal_workspace_core.operations import OPERATIONS
 from modal_workspace_core.surfaces.cli.app import app
 from service_support import TOKEN
 from support.git_server import HELLO_REPO, GitServer
@@ -421,3 +428,102 @@ def test_an_unreachable_gateway_is_one_line(tmp_path: Path) -> None:
     assert "cannot reach the gateway at http://127.0.0.1:9" in done.stderr
     assert "Traceback" not in done.stderr
     assert time.monotonic() - started < 60
+
+
+# --- shell ---------------------------------------------------------------------------------------
+
+
+class Terminal:
+    """`modal-workspace shell` on a pseudo-terminal of this test's: what it printed, keys typed
+    into it, its size set as a terminal emulator sets it (then SIGWINCH)."""
+
+    def __init__(self, cli: Cli, workspace: str, rows: int, cols: int) -> None:
+        self.master, self.slave = pty.openpty()
+        self.size(rows, cols)
+        self.saved = termios.tcgetattr(self.slave)
+        self.process = subprocess.Popen(
+            [str(SCRIPT), "shell", workspace],
+            env=cli.env,
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            start_new_session=True,
+        )
+        self.output = b""
+
+    def size(self, rows: int, cols: int) -> None:
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def resize(self, rows: int, cols: int) -> None:
+        self.size(rows, cols)
+        self.process.send_signal(signal.SIGWINCH)
+
+    def wait_raw(self, timeout: float = 120) -> None:
+        """Until the shell has put this terminal in raw mode (no echo of its own)."""
+        deadline = time.monotonic() + timeout
+        while termios.tcgetattr(self.slave)[3] & termios.ECHO:
+            assert self.process.poll() is None, self.output
+            assert time.monotonic() < deadline, "the terminal never went raw"
+            time.sleep(0.05)
+
+    def type(self, keys: str) -> None:
+        os.write(self.master, keys.encode())
+
+    def wait_for(self, text: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while text.encode() not in self.output:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no {text!r} in {self.output.decode(errors='replace')!r}"
+            if select.select([self.master], [], [], remaining)[0]:
+                with contextlib.suppress(OSError):
+                    self.output += os.read(self.master, 65536)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+        os.close(self.master)
+        os.close(self.slave)
+
+
+def sizes_taken() -> bool:
+    """Whether this checkout's gateway gives an exec a terminal of a size of its own (and
+    resizes it): `workspace_realtime_exec_resize` is in its operations."""
+    return any(op.name == "workspace_realtime_exec_resize" for op in OPERATIONS)
+
+
+def test_shell_runs_commands_on_a_terminal_and_exits_with_the_shells_status(
+    cli: Cli, workspace: str
+) -> None:
+    terminal = Terminal(cli, workspace, 30, 100)
+    try:
+        terminal.wait_raw()
+        terminal.type("echo $((6*7))-typed\r")
+        terminal.wait_for("42-typed")
+        # Ctrl+C goes to the shell, which stops its command: this process goes on.
+        terminal.type("sleep 60\r")
+        time.sleep(1)
+        terminal.type("\x03")
+        terminal.type("echo after-$((1+1))\r")
+        terminal.wait_for("after-2", timeout=30)
+        terminal.type("stty size\r")
+        if sizes_taken():
+            terminal.wait_for("30 100")
+            terminal.resize(40, 120)
+            time.sleep(1)
+            terminal.type("stty size\r")
+            terminal.wait_for("40 120")
+        else:  # a gateway from before terminal sizes: its own, and the CLI says so
+            terminal.wait_for("24 80")
+            assert b"the shell's is 24x80" in terminal.output
+        terminal.type("exit 7\r")
+        assert terminal.process.wait(120) == 7
+        # This terminal is as it was: echo and line editing back on.
+        assert termios.tcgetattr(terminal.slave) == terminal.saved
+    finally:
+        terminal.close()
+
+
+def test_shell_needs_a_terminal(cli: Cli, workspace: str) -> None:
+    done = cli.run("shell", workspace)
+    assert done.returncode == 1 and "use exec" in done.stderr

@@ -57,6 +57,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("surfaces.cli.app", "surfaces.cli.workspace_commands"): "a command's work, when it runs",
     ("surfaces.cli.app", "surfaces.cli.exec_commands"): "a command's work, when it runs",
     ("surfaces.cli.app", "surfaces.cli.copying"): "a command's work, when it runs",
+    ("surfaces.cli.app", "surfaces.cli.shell"): "a command's work, when it runs",
 }
 
 

@@ -459,6 +459,19 @@ def cp(
     _run(ctx, json_, lambda client, out: copying.copy(client, out, source, destination, overwrite))
 
 
+@app.command()
+def shell(ctx: typer.Context, workspace_id: WorkspaceId) -> None:
+    """Open an interactive shell in a workspace, in this terminal.
+
+    bash (else sh) in /workspace, on a pseudo-terminal the size of this one and resized with
+    it. Every key goes to the shell, Ctrl+C and Ctrl+D too; this terminal is restored when the
+    shell ends, and this exits with the shell's status.
+    """
+    from . import shell as terminal
+
+    _run(ctx, False, lambda client, out: terminal.shell(client, out, workspace_id))
+
+
 # --- helpers -------------------------------------------------------------------------------------
 
 
