@@ -309,6 +309,13 @@ def test_cp_copies_one_file_both_ways(cli: Cli, workspace: str, tmp_path: Path) 
     assert sent["kind"] == "file" and sent["bytes"] == len(data)
     cli.ok("cp", remote, str(tmp_path / "again.bin"))
     assert (tmp_path / "again.bin").read_bytes() == data
+    # A file where the copy lands is replaced only when asked, as the option says.
+    (tmp_path / "one file.bin").write_bytes(b"second")
+    again = cli.run("cp", str(tmp_path / "one file.bin"), remote)
+    assert again.returncode == 1 and "pass --overwrite to replace it" in again.stderr
+    cli.ok("cp", "--overwrite", str(tmp_path / "one file.bin"), remote)
+    cli.ok("cp", "--overwrite", remote, str(tmp_path / "again.bin"))
+    assert (tmp_path / "again.bin").read_bytes() == b"second"
 
 
 @pytest.mark.parametrize("cli", ["rest"], indirect=True)

@@ -78,6 +78,13 @@ async def _upload(client: Client, out: Output, source: Path, dest: Remote, overw
             counted = _counted(body.chunks, advance)
             sent = type(body)(counted, body.format, body.size, body.temporary)
             landed = await client.upload(dest.workspace_id, path, sent, overwrite=overwrite)
+    except ConflictError as exc:
+        if exc.field != "path":
+            raise
+        # The operation names its own field; here it is an option.
+        raise ConflictError(
+            f"{dest.workspace_id}:{path} exists: pass --overwrite to replace it"
+        ) from None
     finally:
         body.discard()
     document = {"source": str(source), "destination": f"{dest.workspace_id}:{landed['path']}"}
