@@ -122,9 +122,10 @@ def serve(
 
 
 @app.command()
-def token() -> None:
+def token(json_: Json = False) -> None:
     """Mint a bearer token and print it."""
-    typer.echo(mint_token())
+    minted = mint_token()
+    typer.echo(json.dumps({"token": minted}) if json_ else minted)
 
 
 # --- workspaces ----------------------------------------------------------------------------------
