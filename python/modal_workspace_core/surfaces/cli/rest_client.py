@@ -123,9 +123,18 @@ class RestClient:
             media = response.headers.get("content-type", "").split(";")[0].strip()
             kind: Literal["file", "dir"] = "dir" if media in TAR_TYPES else "file"
             length = int(response.headers.get("content-length", "0"))
-            yield Download(kind, length, response.aiter_bytes())
+            yield Download(kind, length, self._chunks(response))
         finally:
             await response.aclose()
+
+    async def _chunks(self, response: httpx2.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_bytes():
+                yield chunk
+        except httpx2.TransportError as exc:
+            raise UpstreamError(
+                f"the download from {self.where} broke off: {type(exc).__name__}"
+            ) from None
 
     async def _send(self, request: httpx2.Request, *, stream: bool = False) -> httpx2.Response:
         try:

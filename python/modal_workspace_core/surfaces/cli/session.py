@@ -1,7 +1,7 @@
 """One command's run: its client opened for where the command line and environment point, its
 work awaited, and every failure said in one line (with `--json`, also as a document on stdout)
 and turned into the exit status: 2 for a setting, `failure` (1 unless the command says) for a
-refusal or an unreachable gateway, 130 for Ctrl+C.
+refusal, an unreachable gateway or a local file that cannot be read or written, 130 for Ctrl+C.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ def run(target: Target, json_mode: bool, work: Work, *, failure: int = 1) -> int
         return 2
     except WorkspaceError as exc:
         out.error(exc.code, exc.message, exc.field)
+        return failure
+    except OSError as exc:
+        # This machine's side of a copy: a file that cannot be read or written here.
+        where = f"{exc.filename}: " if exc.filename else ""
+        out.error("local", f"{where}{exc.strerror or exc}")
         return failure
     except KeyboardInterrupt:
         return 130
