@@ -30,7 +30,6 @@ from typing import Any
 import pytest
 import typer
 from e2e_support import Served, local_backend, serve
-from modal_workspace_core.operations import OPERATIONS
 from modal_workspace_core.surfaces.cli.app import app
 from service_support import TOKEN
 from support.git_server import HELLO_REPO, GitServer
@@ -493,12 +492,6 @@ class Terminal:
         os.close(self.slave)
 
 
-def sizes_taken() -> bool:
-    """Whether this checkout's gateway gives an exec a terminal of a size of its own (and
-    resizes it): `workspace_realtime_exec_resize` is in its operations."""
-    return any(op.name == "workspace_realtime_exec_resize" for op in OPERATIONS)
-
-
 def test_shell_runs_commands_on_a_terminal_and_exits_with_the_shells_status(
     cli: Cli, workspace: str
 ) -> None:
@@ -514,15 +507,12 @@ def test_shell_runs_commands_on_a_terminal_and_exits_with_the_shells_status(
         terminal.type("echo after-$((1+1))\r")
         terminal.wait_for("after-2", timeout=30)
         terminal.type("stty size\r")
-        if sizes_taken():
-            terminal.wait_for("30 100")
-            terminal.resize(40, 120)
-            time.sleep(1)
-            terminal.type("stty size\r")
-            terminal.wait_for("40 120")
-        else:  # a gateway from before terminal sizes: its own, and the CLI says so
-            terminal.wait_for("24 80")
-            assert b"the shell's is 24x80" in terminal.output
+        # The shell's terminal has this one's size, and follows it when it changes.
+        terminal.wait_for("30 100")
+        terminal.resize(40, 120)
+        time.sleep(1)
+        terminal.type("stty size\r")
+        terminal.wait_for("40 120")
         terminal.type("exit 7\r")
         assert terminal.process.wait(120) == 7
         # This terminal is as it was: echo and line editing back on.

@@ -61,7 +61,7 @@ async def shell(client: Client, out: Output, workspace_id: str) -> int:
     stdin = sys.stdin.fileno()
     if not os.isatty(stdin):
         raise InvalidArgumentError("shell needs a terminal on its stdin: use exec to run a command")
-    ids = {"workspace_id": workspace_id, "exec_id": await _start(client, out, workspace_id, stdin)}
+    ids = {"workspace_id": workspace_id, "exec_id": await _start(client, workspace_id, stdin)}
     session = _Session(client, ids)
     loop = asyncio.get_running_loop()
     follower = loop.create_task(_follow(client, ids, sys.stdout.fileno()))
@@ -100,18 +100,11 @@ async def shell(client: Client, out: Output, workspace_id: str) -> int:
     return exit_status(int(returncode))
 
 
-async def _start(client: Client, out: Output, workspace_id: str, stdin: int) -> str:
+async def _start(client: Client, workspace_id: str, stdin: int) -> str:
     """The shell's exec, on a pseudo-terminal the size of this one; its id."""
     rows, cols = terminal_size(stdin)
     start = {"workspace_id": workspace_id, "command": SHELL, "pty": {"rows": rows, "cols": cols}}
-    try:
-        started = await client.call("workspace_realtime_exec_start", start)
-    except InvalidArgumentError as exc:
-        if exc.field != "pty":
-            raise
-        # A gateway from before terminal sizes: its own (24 by 80), which does not follow this.
-        out.note("modal-workspace: this gateway sets no terminal size: the shell's is 24x80")
-        started = await client.call("workspace_realtime_exec_start", {**start, "pty": True})
+    started = await client.call("workspace_realtime_exec_start", start)
     return str(started["exec_id"])
 
 
