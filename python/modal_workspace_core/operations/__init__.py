@@ -18,6 +18,7 @@ from . import (
     snapshots,
     streams,
     templates,
+    terminal,
     watches,
     workspaces,
 )
@@ -47,6 +48,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         snapshots,
         templates,
         execs,
+        terminal,
         experiments,
         experiment_page,
         *repo.JOBS,

@@ -35,7 +35,7 @@ __all__ = [
 
 # What a ticket may be for: each is a page (or a stream) of its own, and a ticket for one is
 # refused by every other.
-Purpose = Literal["experiment-page"]
+Purpose = Literal["experiment-page", "terminal-read", "terminal-write"]
 DEFAULT_SECONDS = 600
 MAX_SECONDS: int = _core.MAX_TICKET_SECONDS
 # One answer for every refusal: whether a ticket was altered, expired or is another page's is
