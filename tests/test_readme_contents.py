@@ -18,6 +18,7 @@ HOW_TOS = [
     "Templates",
     "Metrics",
     "Experiments",
+    "The terminal",
     "Delivering the work",
     "Modal Functions",
     "Deploying on Modal",

@@ -74,6 +74,11 @@ class TerminalRelay:
         self.write = write
         self.cursor = cursor
         self._sending = asyncio.Lock()
+        # The exec's state as its stream last said, and the size the page last asked for: a
+        # page opened on an exec still starting asks before its terminal can take it, and gets
+        # it once the exec runs.
+        self._state: str | None = None
+        self._size: dict[str, Any] | None = None
 
     async def run(self) -> None:
         """Relays until the exec has ended (and the page has all of its output), the page
@@ -105,7 +110,7 @@ class TerminalRelay:
             await self._send_json({"type": "state", **_state(shown), "pty": bool(pty)})
             if isinstance(pty, dict):
                 await self._send_json({"type": "size", **pty})
-            state = shown.get("state")
+            self._state = shown.get("state")
             while True:
                 asked = time.monotonic()
                 page = await self._events()
@@ -116,10 +121,14 @@ class TerminalRelay:
                 if page.next_cursor != self.cursor or chunks:
                     self.cursor = page.next_cursor
                     await self._send(struct.pack(">Q", self.cursor) + b"".join(chunks))
-                if page.state != state or page.done:
-                    state = page.state
-                    ended = {"state": state, "returncode": page.returncode}
+                if page.state != self._state or page.done:
+                    began = self._state == "starting" and page.state == "running"
+                    self._state = page.state
+                    ended = {"state": page.state, "returncode": page.returncode}
                     await self._send_json({"type": "state", **ended, "ended": page.done})
+                    if began and self._size is not None:
+                        with contextlib.suppress(WorkspaceError):
+                            await self._apply_size()
                 if page.done:
                     return
                 if not page.events and time.monotonic() - asked < _EMPTY_PAUSE:
@@ -178,10 +187,18 @@ class TerminalRelay:
         await self._op("workspace_realtime_exec_input", fields)
 
     async def _resize(self, asked: dict[str, Any]) -> None:
-        size = {k: asked.get(k) for k in ("rows", "cols")}
-        args = {"exec_id": self.exec_id, **size}
+        self._size = {k: asked.get(k) for k in ("rows", "cols")}
+        try:
+            await self._apply_size()
+        except WorkspaceError:
+            if self._state != "starting":
+                raise
+
+    async def _apply_size(self) -> None:
+        assert self._size is not None
+        args = {"exec_id": self.exec_id, **self._size}
         await in_call(self.service, self.service.request(self.workspace_id, "exec.resize", args))
-        await self._send_json({"type": "size", **size})
+        await self._send_json({"type": "size", **self._size})
 
     # --- tickets ---------------------------------------------------------------------------
 
