@@ -9,8 +9,10 @@ another exec or purpose, and a watching ticket that tries to type."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -18,15 +20,21 @@ from typing import Any
 
 import httpx2
 import pytest
+import uvicorn
 import websocket
 from modal_workspace_core import _core
 from modal_workspace_core.config import Settings, load_settings
 from modal_workspace_core.operations import open_service
 from modal_workspace_core.operations.terminal import READ, TERMINAL_ROUTE, WRITE
-from modal_workspace_core.surfaces.http_serving import _path_with_query
+from modal_workspace_core.surfaces.http_serving import (
+    AccessLog,
+    CoalescingHttpToolsProtocol,
+    _path_with_query,
+)
 from modal_workspace_core.surfaces.rest.app import create_app
+from modal_workspace_core.surfaces.rest.connection_guard import ConnectionGuard
 from modal_workspace_core.surfaces.rest.terminal_page import SOCKET_PROTOCOL, SOCKET_ROUTE
-from service_support import TOKEN, serving
+from service_support import TOKEN, free_port, serving
 from support.browser import chromium, needs_browser, policy_refusals
 
 
@@ -363,6 +371,26 @@ async def test_a_watching_ticket_cannot_type_and_a_typing_one_can(api: Api) -> N
     assert await api.state(ws, exec_id) == "running"
 
 
+async def test_a_socket_opened_in_time_outlives_its_ticket(api: Api) -> None:
+    ws = await api.workspace()
+    exec_id = await api.start(ws, "for i in $(seq 100); do echo tick-$i; sleep 0.2; done")
+    key = api.settings.ticket_secret
+    assert key is not None
+    short, expires = _core.mint_ticket(key, READ, ws, exec_id, int(time.time()), 2)
+    sock = connect(api, short)
+    await asyncio.sleep(max(0.0, expires - time.time()) + 0.5)
+    # Expired now: a new socket is refused, the open one goes on with its exec's output and
+    # holds a fresh ticket the page may reconnect with.
+    assert refused(api, short) == 403
+    _, controls = receive_until(sock, lambda o, _c: b"tick-15\n" in o)
+    sock.close()
+    fresh = next(m["ticket"] for m in controls if m["type"] == "ticket")
+    assert fresh != short and fresh.startswith(f"{READ}.{ws}.{exec_id}.")
+    again = connect(api, fresh)
+    receive_until(again, lambda _o, c: any(m["type"] == "state" for m in c))
+    again.close()
+
+
 async def test_a_socket_resumes_from_its_cursor(api: Api) -> None:
     ws = await api.workspace()
     exec_id = await api.start(ws, "echo one; sleep 1; echo two; sleep 60")
@@ -383,6 +411,70 @@ async def test_a_socket_resumes_from_its_cursor(api: Api) -> None:
     rest, _ = receive_until(again, lambda o, _c: b"two\n" in o)
     again.close()
     assert b"one" not in rest and rest.startswith(b"two\n")
+
+
+@contextlib.asynccontextmanager
+async def served_as_serve_does(app: Any, guard: ConnectionGuard) -> AsyncIterator[str]:
+    """`app` under `modal-workspace serve`'s protocol (the connection guard, writes joined) and
+    access log, in a thread; its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        AccessLog(app),
+        host="127.0.0.1",
+        port=port,
+        http=CoalescingHttpToolsProtocol.guarded(guard),
+        lifespan="on",
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "uvicorn did not start"
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(thread.join, 30)
+
+
+async def test_the_socket_under_the_serving_protocol_leaves_the_connection_guard(
+    tmp_path: Path,
+) -> None:
+    env = {"MODAL_WORKSPACE_MCP_TOKEN": TOKEN, "MODAL_WORKSPACE_JANITOR_SECONDS": "0"}
+    settings = load_settings(env, data_root=tmp_path / "d")
+    guard = ConnectionGuard(64)
+    async with served_as_serve_does(create_app(open_service(settings), [TOKEN]), guard) as url:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+            api = Api(url, client, settings)
+            ws = await api.workspace()
+            ticket = ticket_of(await api.terminal(ws))
+            counted = len(guard)
+            sock = connect(api, ticket)
+            sock.send(json.dumps({"type": "input", "data": "echo $((40 + 2))\r"}))
+            receive_until(sock, lambda o, _c: b"42\r\n" in o)
+            # The upgraded connection is the socket's: the guard, which counts connections
+            # that may be closed for room, no longer holds it.
+            assert len(guard) == counted
+            sock.close()
+            await client.delete(f"/api/workspaces/{ws}")
+
+
+async def test_a_websocket_to_the_api_or_mcp_is_refused_before_it_reaches_them(api: Api) -> None:
+    # The gateway serves WebSockets for the terminal alone; the bearer check's prefixes take
+    # none, with or without a token.
+    for path in ("/mcp/", "/mcp", "/api/workspaces"):
+        for header in ([], [f"Authorization: Bearer {TOKEN}"]):
+            with pytest.raises(websocket.WebSocketBadStatusException) as caught:
+                websocket.create_connection(
+                    "ws" + api.base.removeprefix("http") + path,
+                    origin=api.base,
+                    header=header,
+                    timeout=30,
+                ).close()
+            assert caught.value.status_code == 403, (path, header)
 
 
 def test_the_access_log_names_the_terminal_route_never_its_ticket() -> None:
