@@ -221,6 +221,37 @@ async def test_a_reload_replays_the_earlier_output(api: Api, browser: Any) -> No
     assert rows.count("before-42") == 1, rows
 
 
+# Keeps the page's sockets where the test can reach them (a devtools injection, which the
+# page's policy does not govern; the page itself keeps its socket to itself).
+KEEP_SOCKETS = """
+window.keptSockets = [];
+window.WebSocket = class extends window.WebSocket {
+  constructor(...args) { super(...args); window.keptSockets.push(this); }
+};
+"""
+
+
+@needs_browser
+async def test_a_dropped_socket_reconnects_from_the_pages_cursor(api: Api, browser: Any) -> None:
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": KEEP_SOCKETS})
+    ws = await api.workspace()
+    shell = await api.terminal(ws)
+    open_shell(browser, shell["url"])
+    type_into(browser, "echo before-$((6 * 7))")
+    wait_for(browser, lambda d: shown_line(d, "before-42"))
+
+    browser.execute_script("window.keptSockets[0].close()")
+    wait_for(browser, lambda d: state_line(d) == "reconnecting…", 10)
+    wait_for(browser, lambda d: state_line(d).startswith("running"))
+    again = browser.execute_script("return window.keptSockets.map(s => s.url)")
+    assert len(again) == 2 and int(again[1].rsplit("cursor=", 1)[1]) > 0, again
+    type_into(browser, "echo after-$((6 * 7))")
+    wait_for(browser, lambda d: shown_line(d, "after-42"))
+    # It resumed where it was: nothing shown twice.
+    rows = [row.rstrip() for row in screen(browser)]
+    assert rows.count("before-42") == 1, rows
+
+
 @needs_browser
 async def test_a_person_watches_an_agents_exec_read_only_to_its_end(api: Api, browser: Any) -> None:
     ws = await api.workspace()
