@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+import re
 import struct
 import threading
 import time
@@ -34,6 +36,7 @@ from modal_workspace_core.surfaces.http_serving import (
 from modal_workspace_core.surfaces.rest.app import create_app
 from modal_workspace_core.surfaces.rest.connection_guard import ConnectionGuard
 from modal_workspace_core.surfaces.rest.terminal_page import SOCKET_PROTOCOL, SOCKET_ROUTE
+from modal_workspace_core.surfaces.rest.xterm_assets import REVIEWED, xterm_assets
 from service_support import TOKEN, free_port, serving
 from support.browser import chromium, needs_browser, policy_refusals
 
@@ -267,6 +270,46 @@ async def test_a_person_watches_an_agents_exec_read_only_to_its_end(api: Api, br
     assert [r for r in rows if r.startswith("tick-")] == [f"tick-{i}" for i in range(1, 6)]
     assert "read-only" in browser.find_element("id", "what").text
     assert policy_refusals(browser) == []
+
+
+async def test_the_page_loads_xterm_from_the_gateway_under_a_strict_policy(api: Api) -> None:
+    ws = await api.workspace()
+    exec_id = await api.start(ws, "true")
+    url = (await api.terminal(ws, exec_id=exec_id))["url"]
+    async with httpx2.AsyncClient(timeout=30) as anonymous:
+        page = await anonymous.get(url)
+        assert page.status_code == 200, page.text
+        scripts = re.findall(r'<script src="([^"]+)"', page.text)
+        assert scripts == [
+            "../assets/terminal/xterm.js",
+            "../assets/terminal/xterm-addon-fit.js",
+            "../assets/terminal/terminal-page.js",
+        ]
+        assert "<script>" not in page.text and TOKEN not in page.text
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+        assert page.headers["referrer-policy"] == "no-referrer"
+        base = url.rsplit("/", 2)[0] + "/assets/terminal/"
+        for name, (path, digest) in REVIEWED.items():
+            served = await anonymous.get(base + name)
+            assert served.status_code == 200, name
+            # The package's file as reviewed, byte for byte.
+            assert hashlib.sha256(served.content).hexdigest() == digest, path
+            assert served.headers["content-security-policy"] == policy
+        assert (await anonymous.get(base + "..%2Fapp.py")).status_code == 404
+
+
+def test_a_changed_xterm_file_is_not_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = REVIEWED["xterm.js"]
+    monkeypatch.setitem(REVIEWED, "xterm.js", (path, "0" * 64))
+    xterm_assets.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="not the file reviewed"):
+            xterm_assets()
+    finally:
+        monkeypatch.undo()
+        xterm_assets.cache_clear()
+    assert set(xterm_assets()) == set(REVIEWED)
 
 
 # --- the socket's refusals ------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tickets: what a person's browser opens a page with (an experiment's; later a terminal or a
+"""Tickets: what a person's browser opens a page with (an experiment's, a terminal's; later a
 preview) in place of the bearer token, which never goes in a URL. An authenticated call mints
 one; it grants one purpose on one object of one workspace until it expires, and nothing else.
 
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 # What a ticket may be for: each is a page (or a stream) of its own, and a ticket for one is
-# refused by every other.
+# refused by every other. A terminal's are two: watching an exec, and typing into it.
 Purpose = Literal["experiment-page", "terminal-read", "terminal-write"]
 DEFAULT_SECONDS = 600
 MAX_SECONDS: int = _core.MAX_TICKET_SECONDS

@@ -97,11 +97,11 @@ class _Terminals:
             grant, write = _grant(self.service, request.path_params["ticket"])
             self.assets()
         except PermissionDeniedError:
-            return HTMLResponse(_document("Not available", _REFUSED), 403, _HEADERS)
+            return HTMLResponse(_refused(_REFUSED), 403, _HEADERS)
         except RuntimeError as err:
             log.error("the terminal page cannot be served: %s", err)
-            return HTMLResponse(_document("Not available", _UNAVAILABLE), 503, _HEADERS)
-        return HTMLResponse(_document(grant.object_id, None, write), headers=_HEADERS)
+            return HTMLResponse(_refused(_UNAVAILABLE), 503, _HEADERS)
+        return HTMLResponse(_terminal(grant.object_id, write), headers=_HEADERS)
 
     async def asset(self, request: Request) -> Response:
         try:
@@ -142,26 +142,24 @@ def _cursor(text: str) -> int:
     return int(text) if text.isdigit() and len(text) <= 19 else 0
 
 
-def _document(exec_id: str, refused: str | None, write: bool = False) -> str:
-    # The page is at `<TERMINAL_ROUTE><ticket>`: relative links reach the assets and the socket
-    # under whatever prefix the gateway is served at.
-    if refused is not None:
-        body = f'<p class="refused">{escape(refused)}</p>'
-    else:
-        what = "typing into" if write else "watching (read-only)"
-        body = f"""<header>
+def _refused(text: str) -> str:
+    return _document("Not available", f'<p class="refused">{escape(text)}</p>', scripts=())
+
+
+def _terminal(exec_id: str, write: bool) -> str:
+    what = "typing into" if write else "watching (read-only)"
+    body = f"""<header>
 <span id="what">{escape(what)} <code>{escape(exec_id)}</code></span>
 <span id="state" class="state">connecting</span>
 </header>
 <div id="terminal"></div>"""
-    scripts = (
-        ""
-        if refused is not None
-        else "\n".join(
-            f'<script src="../assets/terminal/{name}" defer></script>'
-            for name in ("xterm.js", "xterm-addon-fit.js", "terminal-page.js")
-        )
-    )
+    return _document(exec_id, body, ("xterm.js", "xterm-addon-fit.js", "terminal-page.js"), write)
+
+
+def _document(title: str, body: str, scripts: tuple[str, ...], write: bool = False) -> str:
+    # The page is at `<TERMINAL_ROUTE><ticket>`: relative links reach the assets and the socket
+    # under whatever prefix the gateway is served at.
+    loads = "\n".join(f'<script src="../assets/terminal/{n}" defer></script>' for n in scripts)
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -169,10 +167,10 @@ def _document(exec_id: str, refused: str | None, write: bool = False) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <meta name="robots" content="noindex, nofollow">
-<title>{escape(exec_id) if refused is None else "Not available"} · terminal</title>
+<title>{escape(title)} · terminal</title>
 <link rel="stylesheet" href="../assets/terminal/xterm.css">
 <link rel="stylesheet" href="../assets/terminal/terminal-page.css">
-{scripts}
+{loads}
 </head>
 <body data-write="{"true" if write else "false"}">
 {body}
