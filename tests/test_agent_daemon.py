@@ -288,10 +288,11 @@ def test_a_pty_exec_is_resized_and_reads_its_input(daemon: Daemon) -> None:
     )
     while b"24 80" not in output(w.read_all(exec_id)):
         time.sleep(0.05)
-    w.call("exec.resize", {"exec_id": exec_id, "rows": 30, "cols": 100})
+    resized = w.call("exec.resize", {"exec_id": exec_id, "rows": 30, "cols": 100})
+    assert resized == {"exec_id": exec_id, "rows": 30, "cols": 100}
     w.call("exec.input", {"exec_id": exec_id}, b"hello\n")
     status = w.wait_done(exec_id)
-    assert status["state"] == "finished" and status["pty"] == {"rows": 24, "cols": 80}
+    assert status["state"] == "finished" and status["pty"] == {"rows": 30, "cols": 100}
     text = output(w.read_all(exec_id)).replace(b"\r\n", b"\n")
     assert b"30 100\n" in text and b"got-hello\n" in text
 

@@ -234,6 +234,28 @@ async def test_bad_bodies_are_400_naming_the_field(
     assert driver.names() == []
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("realtime-execs", {"command": "sh", "pty": {"rows": 0, "cols": 80}}, "pty.rows"),
+        ("realtime-execs", {"command": "sh", "pty": {"rows": 501, "cols": 80}}, "pty.rows"),
+        ("realtime-execs", {"command": "sh", "pty": {"rows": 24, "cols": 1001}}, "pty.cols"),
+        ("realtime-execs", {"command": "sh", "pty": {"rows": 24}}, "pty.cols"),
+        ("realtime-execs", {"command": "sh", "pty": {"rows": 24, "cols": 80, "x": 1}}, "pty.x"),
+        ("realtime-execs", {"command": "sh", "pty": True}, "pty"),
+        (f"realtime-execs/{EX}/resize", {"rows": 0, "cols": 80}, "rows"),
+        (f"realtime-execs/{EX}/resize", {"rows": 24, "cols": 1001}, "cols"),
+        (f"realtime-execs/{EX}/resize", {"rows": 24}, "cols"),
+    ],
+)
+async def test_terminal_sizes_out_of_bounds_are_400_naming_the_field(
+    client: httpx2.AsyncClient, driver: RecordingDriver, route: str, body: dict, field: str
+) -> None:
+    response = await client.post(f"/api/workspaces/{WS}/{route}", json=body)
+    assert_refused(response, 400, field)
+    assert driver.names() == []
+
+
 async def test_wait_seconds_above_25_is_refused(
     client: httpx2.AsyncClient, driver: RecordingDriver
 ) -> None:

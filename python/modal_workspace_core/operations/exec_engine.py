@@ -37,7 +37,7 @@ def exec_args(
     workdir: str | None = None,
     env: dict[str, str] | None = None,
     timeout_seconds: float | None = None,
-    pty: bool = False,
+    pty: dict[str, int] | None = None,
     secrets: list[str] | None = None,
     internal: bool = False,
 ) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def exec_args(
     if timeout_seconds is not None:
         args["timeout_seconds"] = timeout_seconds
     if pty:
-        args["pty"] = {"rows": 24, "cols": 80}
+        args["pty"] = pty  # {"rows", "cols"}: the agent checks the bounds
     if secrets:
         args["secrets"] = secrets  # values to redact; they travel only in this request's header
     if internal:

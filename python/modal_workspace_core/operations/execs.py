@@ -7,7 +7,7 @@ key) so that a repeated start answers the exec that already exists.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -39,7 +39,7 @@ from .machinery.pages import (
     PageResult,
     stream_page,
 )
-from .machinery.table import EX, READ, REWRITE, RUN, WRITE, WS, Declarations
+from .machinery.table import EX, READ, REWRITE, RUN, SETTING, WRITE, WS, Declarations
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
@@ -74,11 +74,23 @@ class ExecRun(_Command):
     )
 
 
+# A terminal's bounds, as the agent checks them (it is the rule; these refuse early).
+MAX_PTY_ROWS = 500
+MAX_PTY_COLS = 1000
+Rows = Annotated[int, Field(ge=1, le=MAX_PTY_ROWS)]
+Cols = Annotated[int, Field(ge=1, le=MAX_PTY_COLS)]
+
+
+class PtySize(Input):
+    rows: Rows = Field(description="Lines.")
+    cols: Cols = Field(description="Columns.")
+
+
 class RealtimeExecStart(_Command):
     timeout_seconds: float | None = Field(
         None, gt=0, le=86_400, description="Killed after this long."
     )
-    pty: bool = Field(False, description="In a terminal: stdout and stderr merged.")
+    pty: PtySize | None = Field(None, description="A terminal of this size; output as stdout.")
     idempotency_key: IdempotencyKey | None = Field(None, description="The same key, the same exec.")
 
 
@@ -100,6 +112,13 @@ class ExecInput(Input):
         default="utf-8", description="How data is encoded."
     )
     eof: bool = Field(False, description="Close stdin after data.")
+
+
+class ExecResize(Input):
+    workspace_id: WorkspaceId
+    exec_id: ExecId
+    rows: Rows
+    cols: Cols
 
 
 class ExecCancel(Input):
@@ -137,7 +156,7 @@ class ExecStatus(Open):
     ended_at: Timestamp = Field(default=None, description="When it ended.")
     last_seq: int | None = Field(default=None, description="The seq of its newest event.")
     pty: bool | dict[str, Any] | None = Field(
-        default=None, description="Its pseudo-terminal (rows, cols), if it runs on one."
+        default=None, description="Its terminal's size now (rows, cols), if it has one."
     )
 
 
@@ -171,6 +190,12 @@ class ExecResult(Output):
     # The streams share the room: a short one stays whole beside a long one, which keeps its
     # head (how it started) and its tail (how it ended).
     gives_less = (KeepHeadAndTail(("stdout", "stdout_truncated"), ("stderr", "stderr_truncated")),)
+
+
+class ResizeResult(Output):
+    exec_id: str = Field(description="The exec whose terminal was resized.")
+    rows: int = Field(description="Its lines now.")
+    cols: int = Field(description="Its columns now.")
 
 
 class InputResult(Output):
@@ -261,7 +286,7 @@ async def workspace_realtime_exec_start(svc: Service, inp: RealtimeExecStart) ->
         workdir=inp.workdir,
         env=inp.env,
         timeout_seconds=inp.timeout_seconds,
-        pty=inp.pty,
+        pty=inp.pty.model_dump() if inp.pty else None,
     )
     result, _ = await svc.request(inp.workspace_id, "exec.start", args)
     return status_out(exec_id, result)
@@ -304,6 +329,21 @@ async def workspace_realtime_exec_input(svc: Service, inp: ExecInput) -> InputRe
     args = {"exec_id": inp.exec_id, "eof": inp.eof}
     result, _ = await svc.request(inp.workspace_id, "exec.input", args, payload)
     return InputResult(exec_id=inp.exec_id, accepted=int(result.get("accepted", len(payload))))
+
+
+@declare(
+    method="POST",
+    path=EX + "/resize",
+    hints=SETTING,
+    summary="Resize a realtime exec's terminal (started with pty): SIGWINCH to its programs.",
+    limits="409 without a terminal or once ended.",
+    # GPT Actions takes 30 operations, and a chat has no screen to fit.
+    in_actions=False,
+)
+async def workspace_realtime_exec_resize(svc: Service, inp: ExecResize) -> ResizeResult:
+    args = {"exec_id": inp.exec_id, "rows": inp.rows, "cols": inp.cols}
+    result, _ = await svc.request(inp.workspace_id, "exec.resize", args)
+    return ResizeResult.model_validate({"exec_id": inp.exec_id, **result})
 
 
 @declare(

@@ -9,16 +9,13 @@ from pydantic import Field
 
 from ..errors import ConflictError, InvalidArgumentError
 from .machinery.fields import Input, Output, WorkspaceId
-from .machinery.table import WS, Declarations, Hints
+from .machinery.table import SETTING, WS, Declarations
 from .workspace_info import SAMPLE_FIELDS, MetricsSample, metrics_sample
 
 if TYPE_CHECKING:
     from ..runtime.service import Service
 
 declare = Declarations()
-
-# Reads, and may set the interval: setting it twice is setting it once.
-SETTING = Hints(read_only=False, destructive=False, idempotent=True, open_world=False)
 
 
 class MetricsInput(Input):

@@ -102,6 +102,7 @@ async def _open_shell(svc: Service, workspace_id: str) -> str:
     """A new shell on a pseudo-terminal in the workspace's root: its exec id."""
     record = await svc.live_record(workspace_id)
     exec_id = policy.new_id("ex")
-    args = exec_args(record, exec_id, argv=SHELL_ARGV, env={"TERM": "xterm-256color"}, pty=True)
+    # The agent gives a command on a terminal TERM=xterm-256color, what xterm.js is.
+    args = exec_args(record, exec_id, argv=SHELL_ARGV, pty=dict(SHELL_SIZE))
     await svc.request(workspace_id, "exec.start", args)
     return exec_id

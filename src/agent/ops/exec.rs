@@ -17,6 +17,27 @@ const MAX_STEPS: usize = 8;
 const MAX_NOTE_BYTES: usize = 16 * 1024;
 /// The longest an `exec.read` long-polls.
 const MAX_READ_WAIT: Duration = Duration::from_secs(25);
+/// The largest terminal an exec may ask for, in rows and columns: beyond any screen, and small
+/// enough that a full-screen program's redraw stays a few events.
+pub(crate) const MAX_PTY_ROWS: u64 = 500;
+pub(crate) const MAX_PTY_COLS: u64 = 1000;
+
+/// A terminal size from `a`'s `rows` and `cols`; errors name the field as `{prefix}rows`.
+fn pty_size(a: &Args<'_>, prefix: &str) -> Result<PtySize, ErrorBody> {
+    let cells = |name: &str, max: u64| -> Result<u16, ErrorBody> {
+        let field = format!("{prefix}{name}");
+        let refused = || ErrorBody::invalid(&field, format!("'{field}' must be 1 to {max}"));
+        let n = a.u64(name).map_err(|_| refused())?.ok_or_else(refused)?;
+        match u16::try_from(n) {
+            Ok(n) if (1..=max).contains(&u64::from(n)) => Ok(n),
+            _ => Err(refused()),
+        }
+    };
+    Ok(PtySize {
+        rows: cells("rows", MAX_PTY_ROWS)?,
+        cols: cells("cols", MAX_PTY_COLS)?,
+    })
+}
 
 /// The required `exec_id`, checked.
 pub(crate) fn exec_id(a: &Args<'_>) -> Result<String, ErrorBody> {
@@ -233,21 +254,7 @@ impl StartRequest {
             ));
         }
         let pty = match a.object("pty")? {
-            Some(p) => {
-                let size = |name: &str| -> Result<u16, ErrorBody> {
-                    Args(p)
-                        .u64(name)?
-                        .and_then(|n| u16::try_from(n).ok())
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| {
-                            ErrorBody::invalid("pty", format!("pty.{name} must be 1 to 65535"))
-                        })
-                };
-                Some(PtySize {
-                    rows: size("rows")?,
-                    cols: size("cols")?,
-                })
-            }
+            Some(p) => Some(pty_size(&Args(p), "pty.")?),
             None => None,
         };
         if pty.is_some() && steps.len() > 1 {
@@ -338,19 +345,9 @@ pub(crate) struct ResizeRequest {
 
 impl ResizeRequest {
     pub(crate) fn parse(a: &Args<'_>) -> Result<Self, ErrorBody> {
-        let exec_id = exec_id(a)?;
-        let size = |name: &str| -> Result<u16, ErrorBody> {
-            a.u64(name)?
-                .and_then(|n| u16::try_from(n).ok())
-                .filter(|&n| n > 0)
-                .ok_or_else(|| ErrorBody::invalid(name, format!("'{name}' must be 1 to 65535")))
-        };
         Ok(Self {
-            exec_id,
-            size: PtySize {
-                rows: size("rows")?,
-                cols: size("cols")?,
-            },
+            exec_id: exec_id(a)?,
+            size: pty_size(a, "")?,
         })
     }
 }

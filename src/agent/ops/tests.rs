@@ -173,6 +173,75 @@ fn an_internal_exec_is_one_command_nobody_follows() {
 }
 
 #[test]
+fn terminal_sizes_out_of_bounds_are_refused_naming_rows_or_cols() {
+    let id = "ex-0123456789abcdef0123456789abcdef";
+    let start = |pty: Value| json!({"argv": ["sh"], "pty": pty});
+    let resize = |rows: Value, cols: Value| json!({"exec_id": id, "rows": rows, "cols": cols});
+    let cases = [
+        ("exec.start", start(json!(true)), "pty"),
+        (
+            "exec.start",
+            start(json!({"rows": 0, "cols": 80})),
+            "pty.rows",
+        ),
+        (
+            "exec.start",
+            start(json!({"rows": 501, "cols": 80})),
+            "pty.rows",
+        ),
+        (
+            "exec.start",
+            start(json!({"rows": "24", "cols": 80})),
+            "pty.rows",
+        ),
+        (
+            "exec.start",
+            start(json!({"rows": 24, "cols": 1001})),
+            "pty.cols",
+        ),
+        (
+            "exec.start",
+            start(json!({"rows": 24, "cols": 65_537})),
+            "pty.cols",
+        ),
+        ("exec.start", start(json!({"rows": 24})), "pty.cols"),
+        ("exec.resize", resize(json!(501), json!(80)), "rows"),
+        ("exec.resize", resize(json!(-1), json!(80)), "rows"),
+        ("exec.resize", resize(json!(24), json!(0)), "cols"),
+        ("exec.resize", resize(json!(24), json!(1000.5)), "cols"),
+        ("exec.resize", json!({"exec_id": id, "rows": 24}), "cols"),
+    ];
+    for (op, v, field) in cases {
+        let e = refused(op, v.clone());
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{op} {v}: {e}");
+        assert_eq!(e.field.as_deref(), Some(field), "{op} {v}: {e}");
+        assert!(e.message.contains(field), "{e}");
+    }
+    for (rows, cols) in [(1, 1), (500, 1000)] {
+        let Ok(AgentRequest::ExecStart(taken)) = AgentRequest::parse(
+            "exec.start",
+            &args(start(json!({"rows": rows, "cols": cols}))),
+            vec![],
+        ) else {
+            panic!("{rows}x{cols} refused");
+        };
+        assert_eq!(
+            taken.pty,
+            Some(crate::agent::process::PtySize { rows, cols })
+        );
+        let taken = AgentRequest::parse(
+            "exec.resize",
+            &args(resize(rows.into(), cols.into())),
+            vec![],
+        );
+        assert!(
+            matches!(taken, Ok(AgentRequest::ExecResize(_))),
+            "{taken:?}"
+        );
+    }
+}
+
+#[test]
 fn a_start_reads_its_steps_in_order_with_their_fields() {
     let v = json!({"steps": [
         {"identity": "agent", "argv": ["git", "fetch"], "env": {"A": "1"}},

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -21,22 +21,35 @@ pub(crate) struct ExecShared {
     pub(crate) cancel: watch::Sender<bool>,
     pub(crate) status: watch::Sender<ExecStatus>,
     pub(crate) stdin: StdinQueue,
-    pub(crate) pty_master: OnceLock<OwnedFd>,
+    /// The exec's terminal, if it has one (see [`Terminal`]).
+    pub(crate) terminal: Mutex<Terminal>,
     /// The grace a cancel asked for, instead of the spec's.
     pub(crate) cancel_grace: Mutex<Option<std::time::Duration>>,
 }
 
 impl ExecShared {
-    pub(crate) fn new(stdin: StdinQueue) -> Self {
+    pub(crate) fn new(stdin: StdinQueue, pty: Option<PtySize>) -> Self {
         Self {
             gate: Mutex::new(()),
             cancel: watch::Sender::new(false),
             status: watch::Sender::new(ExecStatus::starting()),
             stdin,
-            pty_master: OnceLock::new(),
+            terminal: Mutex::new(Terminal {
+                size: pty,
+                master: None,
+            }),
             cancel_grace: Mutex::new(None),
         }
     }
+}
+
+/// An exec's pseudo-terminal: the size it has (or will have when the process starts: a resize
+/// before the spawn is kept for it), and the master while the process runs. The master is
+/// dropped when the process ends, so an ended exec holds no terminal.
+pub(crate) struct Terminal {
+    /// `None` for an exec without a terminal.
+    pub(crate) size: Option<PtySize>,
+    pub(crate) master: Option<OwnedFd>,
 }
 
 /// A supervised exec.
@@ -105,14 +118,29 @@ impl Exec {
         self.shared.stdin.close().await
     }
 
-    /// Resizes the exec's terminal (the process gets SIGWINCH).
-    pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
-        match self.shared.pty_master.get() {
-            Some(master) => pty::set_size(master.as_fd(), PtySize { rows, cols }),
-            None => Err(io::Error::new(
+    /// Resizes the exec's terminal (the kernel sends SIGWINCH to its foreground group); before
+    /// the process starts, the size it will start with. `InvalidInput` for an exec that has no
+    /// terminal: started without one, or ended.
+    pub fn resize(&self, size: PtySize) -> io::Result<()> {
+        // Under the gate, as the spawn: the size is either the one the spawn opens, or set on
+        // the master the spawn left.
+        let _gate = self.shared.gate.lock();
+        let mut terminal = self.shared.terminal.lock();
+        let refused = |why: &str| {
+            io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "this exec has no terminal (it was started without a PTY, or has not started yet)",
-            )),
+                format!("this exec has no terminal to resize: {why}"),
+            )
+        };
+        if terminal.size.is_none() {
+            return Err(refused("it was started without one"));
         }
+        match &terminal.master {
+            Some(master) => pty::set_size(master.as_fd(), size)?,
+            None if self.status().state == ExecState::Starting => {}
+            None => return Err(refused("it has ended")),
+        }
+        terminal.size = Some(size);
+        Ok(())
     }
 }

@@ -73,6 +73,7 @@ pub(crate) fn eof_char(fd: BorrowedFd<'_>) -> io::Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::process::fdio::FdIo;
     use crate::agent::process::tests::{run_to_end, supervisor, wait, CollectSink};
     use crate::agent::process::{ExecSpec, ExecState, ExitStatus};
 
@@ -92,7 +93,126 @@ mod tests {
         assert_eq!(eof_char(pair.master.as_fd()).unwrap(), 4, "^D by default");
     }
 
+    #[tokio::test]
+    async fn test_the_master_reads_what_was_written_then_eio_as_end_of_file() {
+        use std::io::Write;
+        let pair = open(PtySize { rows: 24, cols: 80 }).unwrap();
+        std::fs::File::from(pair.slave)
+            .write_all(b"last words\n")
+            .unwrap(); // and the slave's only descriptor closes here
+        let master = FdIo::new(pair.master, true).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        loop {
+            // Without the EIO rule, the read after the data fails instead of ending.
+            let n = master
+                .read(&mut buf)
+                .await
+                .expect("EIO must read as the end");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(
+            got, b"last words\r\n",
+            "what was written before the close is kept"
+        );
+    }
+
     // Execs on a pseudo-terminal: a real tty, VEOF as end of input, resizing.
+
+    #[tokio::test]
+    async fn test_a_pty_exec_leads_its_session_with_the_terminal_as_controlling_tty() {
+        let script = "test -t 0 && test -t 1 && test -t 2 && echo tty-ok; \
+                      [ \"$(ps -o sid= -p $$ | tr -d ' ')\" = \"$$\" ] && echo leader; \
+                      [ \"$(ps -o tty= -p $$ | tr -d ' ')\" = \"$(tty | sed 's|^/dev/||')\" ] && echo ctty; \
+                      echo \"term=$TERM\"";
+        let spec = ExecSpec::argv(["sh", "-c", script]).pty(24, 80);
+        let (sink, status) = run_to_end(&supervisor(), spec).await;
+        assert_eq!(status.exit, Some(ExitStatus::Code(0)), "{}", sink.stdout());
+        assert_eq!(
+            sink.stdout(),
+            "tty-ok\r\nleader\r\nctty\r\nterm=xterm-256color\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn test_the_execs_env_may_set_another_term() {
+        let spec = ExecSpec::argv(["sh", "-c", "echo $TERM"])
+            .pty(24, 80)
+            .env("TERM", "dumb");
+        let (sink, _) = run_to_end(&supervisor(), spec).await;
+        assert_eq!(sink.stdout(), "dumb\r\n");
+    }
+
+    #[tokio::test]
+    async fn test_all_output_before_the_exit_arrives_and_the_code_is_kept() {
+        // Far more than the terminal buffers at once: read while the process writes, and the
+        // tail after it exited (EIO once its last descriptor of the slave closes).
+        let spec = ExecSpec::argv(["sh", "-c", "seq 1 20000; exit 7"]).pty(24, 80);
+        let (sink, status) = run_to_end(&supervisor(), spec).await;
+        assert_eq!(status.state, ExecState::Finished);
+        assert_eq!(status.exit, Some(ExitStatus::Code(7)));
+        let out = sink.stdout();
+        assert_eq!(out.lines().count(), 20000);
+        assert!(
+            out.ends_with("19999\r\n20000\r\n"),
+            "{:?}",
+            &out[out.len() - 40..]
+        );
+    }
+
+    #[tokio::test]
+    async fn test_a_pty_exec_ended_by_a_signal_reports_it() {
+        let spec = ExecSpec::argv(["sh", "-c", "echo bye; kill -KILL $$"]).pty(24, 80);
+        let (sink, status) = run_to_end(&supervisor(), spec).await;
+        assert_eq!(status.exit, Some(ExitStatus::Signal(libc::SIGKILL)));
+        assert_eq!(sink.stdout(), "bye\r\n");
+    }
+
+    #[tokio::test]
+    async fn test_a_resize_reaches_a_program_trapping_sigwinch() {
+        let sink = CollectSink::new();
+        let script = "trap 'echo winch $(stty size)' WINCH; echo ready; \
+                      while :; do sleep 0.05; done";
+        let spec = ExecSpec::argv(["bash", "-c", script]).pty(24, 80);
+        let exec = supervisor().spawn(spec, sink.clone());
+        sink.wait_for_stdout("ready").await;
+        exec.resize(PtySize {
+            rows: 50,
+            cols: 132,
+        })
+        .unwrap();
+        sink.wait_for_stdout("winch 50 132").await;
+        exec.cancel();
+        wait(&exec).await;
+    }
+
+    #[tokio::test]
+    async fn test_a_resize_before_the_process_starts_is_the_size_it_starts_with() {
+        let sink = CollectSink::new();
+        let exec = supervisor().spawn(ExecSpec::argv(["stty", "size"]).pty(24, 80), sink.clone());
+        // The exec's task has not run yet on this one-thread runtime: nothing is spawned.
+        assert_eq!(exec.status().state, ExecState::Starting);
+        exec.resize(PtySize {
+            rows: 45,
+            cols: 140,
+        })
+        .unwrap();
+        let status = wait(&exec).await;
+        assert_eq!(status.exit, Some(ExitStatus::Code(0)));
+        assert_eq!(sink.stdout(), "45 140\r\n");
+    }
+
+    #[tokio::test]
+    async fn test_an_ended_pty_exec_cannot_be_resized() {
+        let exec = supervisor().spawn(ExecSpec::argv(["true"]).pty(24, 80), CollectSink::new());
+        wait(&exec).await;
+        let err = exec.resize(PtySize { rows: 30, cols: 90 }).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("ended"), "{err}");
+    }
 
     #[tokio::test]
     async fn test_a_pty_exec_sees_a_terminal() {
@@ -152,7 +272,11 @@ mod tests {
             .pty(24, 80);
         let exec = supervisor().spawn(spec, sink.clone());
         sink.wait_for_stdout("ready").await;
-        exec.resize(40, 100).unwrap();
+        exec.resize(PtySize {
+            rows: 40,
+            cols: 100,
+        })
+        .unwrap();
         exec.write_stdin(b"go\n").await.unwrap();
         let status = wait(&exec).await;
         assert_eq!(status.exit, Some(ExitStatus::Code(0)));
@@ -177,7 +301,7 @@ mod tests {
     async fn test_resize_without_a_pty_is_an_error() {
         let exec = supervisor().spawn(ExecSpec::argv(["true"]), CollectSink::new());
         exec.started().await;
-        let err = exec.resize(10, 10).unwrap_err();
+        let err = exec.resize(PtySize { rows: 10, cols: 10 }).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
         wait(&exec).await;
     }

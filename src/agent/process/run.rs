@@ -132,13 +132,10 @@ async fn run_step(
         stdin,
         stdout,
         stderr,
-        pty_master,
+        pty_master: _, // in `shared` since the start
         report,
     } = launched;
-    let is_pty = pty_master.is_some();
-    if let Some(master) = pty_master {
-        let _ = shared.pty_master.set(master);
-    }
+    let is_pty = shared.terminal.lock().master.is_some();
     let stdin_task = match stdin_rx {
         Some(rx) => Some(tokio::spawn(pump(rx, stdin, is_pty))),
         None => {
@@ -180,6 +177,8 @@ async fn run_step(
     if let Some(task) = stdin_task {
         task.abort();
     }
+    // The step has ended: its terminal goes (a later resize is refused, not sent to nobody).
+    shared.terminal.lock().master = None;
     (state, exit, report)
 }
 
@@ -199,8 +198,23 @@ fn start(
         Identity::Workspace => (&config.base_env, &config.confinement),
         Identity::Agent => (&config.agent_env, &config.agent_confinement),
     };
-    match launch(spec, base_env, confinement, reaper) {
-        Ok(launched) => {
+    // A resize before the spawn (the terminal's size now) is the size it opens with.
+    let resized = match (spec.pty, shared.terminal.lock().size) {
+        (Some(asked), Some(now)) if asked != now => Some(ExecSpec {
+            pty: Some(now),
+            ..spec.clone()
+        }),
+        _ => None,
+    };
+    match launch(
+        resized.as_ref().unwrap_or(spec),
+        base_env,
+        confinement,
+        reaper,
+    ) {
+        Ok(mut launched) => {
+            // Resizable from the moment the exec is seen running.
+            shared.terminal.lock().master = launched.pty_master.take();
             let pid = u32::try_from(launched.pid).ok();
             shared.status.send_modify(|status| {
                 status.state = ExecState::Running;

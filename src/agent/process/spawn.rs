@@ -16,6 +16,9 @@ use super::pty;
 use super::reaper::{RawStatus, Reaper};
 use super::spec::{CommandLine, ExecSpec, REPORT_FD};
 
+/// `TERM` for a command on a pseudo-terminal.
+pub(crate) const PTY_TERM: &str = "xterm-256color";
+
 pub(crate) struct Launched {
     pub(crate) pid: libc::pid_t,
     pub(crate) exit: oneshot::Receiver<RawStatus>,
@@ -65,6 +68,11 @@ pub(crate) fn launch(
     command
         .env_clear()
         .envs(base_env.iter().map(|(k, v)| (k, v)));
+    if spec.pty.is_some() {
+        // What the terminal a person attaches speaks (xterm.js and most emulators); the
+        // exec's own `env` may still say otherwise.
+        command.env("TERM", PTY_TERM);
+    }
     command.envs(spec.env.iter().map(|(k, v)| (k, v)));
     let io_error = |err: io::Error| format!("cannot set up the exec's input and output: {err}");
     let pty_pair = match spec.pty {

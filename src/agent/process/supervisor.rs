@@ -40,7 +40,7 @@ impl Supervisor {
     /// Outside a tokio runtime (with I/O and time enabled).
     pub fn spawn(&self, spec: ExecSpec, sink: Arc<dyn OutputSink>) -> Exec {
         let (stdin, stdin_rx) = StdinQueue::new();
-        let shared = Arc::new(ExecShared::new(stdin));
+        let shared = Arc::new(ExecShared::new(stdin, spec.pty));
         let context = RunContext {
             shared: Arc::clone(&shared),
             spec,

@@ -48,6 +48,8 @@ REWRITE = Hints(read_only=False, destructive=True, idempotent=True, open_world=F
 DESTROY = Hints(
     read_only=False, destructive=True, idempotent=False, open_world=False, consequential=True
 )
+# Sets a value: asking twice is asking once (a terminal's size, a sampling interval).
+SETTING = Hints(read_only=False, destructive=False, idempotent=True, open_world=False)
 RUN = Hints(read_only=False, destructive=True, idempotent=False, open_world=True)
 NETWORK = Hints(read_only=False, destructive=False, idempotent=False, open_world=True)
 # Changes what others see on GitHub: a push (which may replace a branch of the workspace's own).

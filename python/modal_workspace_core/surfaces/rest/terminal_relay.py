@@ -1,8 +1,8 @@
 """The relay between a terminal page's WebSocket and one exec, over the agent channel the
 gateway already holds: the exec's output read from the page's cursor (the same long-poll as
 `workspace_realtime_exec_events`) and sent on as it comes; keystrokes and the window's size
-sent in through `workspace_realtime_exec_input` and the exec's resize, for a write ticket
-only. Every step is an operation call, with the checks and errors a REST client gets.
+sent in through `workspace_realtime_exec_input` and `workspace_realtime_exec_resize`, for a
+write ticket only. Every step is an operation call, with the checks and errors a REST client gets.
 
 What the socket carries (docs/terminal.md):
 - to the page, binary: 8 bytes of the cursor after it (big-endian), then output bytes;
@@ -30,7 +30,6 @@ from ...operations import operation, parse_input, run
 from ...operations.exec_engine import event_bytes
 from ...operations.machinery import tickets
 from ...operations.machinery.pages import PageResult
-from ...operations.machinery.run import in_call
 from ...operations.terminal import TICKET_SECONDS, purpose_of
 from ...runtime.service import Service
 
@@ -74,11 +73,6 @@ class TerminalRelay:
         self.write = write
         self.cursor = cursor
         self._sending = asyncio.Lock()
-        # The exec's state as its stream last said, and the size the page last asked for: a
-        # page opened on an exec still starting asks before its terminal can take it, and gets
-        # it once the exec runs.
-        self._state: str | None = None
-        self._size: dict[str, Any] | None = None
 
     async def run(self) -> None:
         """Relays until the exec has ended (and the page has all of its output), the page
@@ -110,7 +104,7 @@ class TerminalRelay:
             await self._send_json({"type": "state", **_state(shown), "pty": bool(pty)})
             if isinstance(pty, dict):
                 await self._send_json({"type": "size", **pty})
-            self._state = shown.get("state")
+            state = shown.get("state")
             while True:
                 asked = time.monotonic()
                 page = await self._events()
@@ -121,14 +115,10 @@ class TerminalRelay:
                 if page.next_cursor != self.cursor or chunks:
                     self.cursor = page.next_cursor
                     await self._send(struct.pack(">Q", self.cursor) + b"".join(chunks))
-                if page.state != self._state or page.done:
-                    began = self._state == "starting" and page.state == "running"
-                    self._state = page.state
-                    ended = {"state": page.state, "returncode": page.returncode}
+                if page.state != state or page.done:
+                    state = page.state
+                    ended = {"state": state, "returncode": page.returncode}
                     await self._send_json({"type": "state", **ended, "ended": page.done})
-                    if began and self._size is not None:
-                        with contextlib.suppress(WorkspaceError):
-                            await self._apply_size()
                 if page.done:
                     return
                 if not page.events and time.monotonic() - asked < _EMPTY_PAUSE:
@@ -187,18 +177,10 @@ class TerminalRelay:
         await self._op("workspace_realtime_exec_input", fields)
 
     async def _resize(self, asked: dict[str, Any]) -> None:
-        self._size = {k: asked.get(k) for k in ("rows", "cols")}
-        try:
-            await self._apply_size()
-        except WorkspaceError:
-            if self._state != "starting":
-                raise
-
-    async def _apply_size(self) -> None:
-        assert self._size is not None
-        args = {"exec_id": self.exec_id, **self._size}
-        await in_call(self.service, self.service.request(self.workspace_id, "exec.resize", args))
-        await self._send_json({"type": "size", **self._size})
+        # A size asked for while the exec still starts is the size its terminal opens with.
+        size = {k: asked.get(k) for k in ("rows", "cols")}
+        resized = (await self._op("workspace_realtime_exec_resize", size)).model_dump()
+        await self._send_json({"type": "size", "rows": resized["rows"], "cols": resized["cols"]})
 
     # --- tickets ---------------------------------------------------------------------------
 

@@ -8,11 +8,12 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
-use super::meta::{is_final, ExecMeta, ReportMeta, REPORT_FILE};
+use super::meta::{is_final, ExecMeta, PtyMeta, ReportMeta, REPORT_FILE};
 use super::steps::redact_text;
 use crate::agent::exec_log::{write_atomically, ExecLog};
 use crate::agent::process::{
-    Exec, ExecState, ExecStatus, ExitStatus, OutputSink, Redactor, SinkFuture, StepReport, Stream,
+    Exec, ExecState, ExecStatus, ExitStatus, OutputSink, PtySize, Redactor, SinkFuture, StepReport,
+    Stream,
 };
 use crate::event::timestamp;
 use crate::event::EventType;
@@ -132,6 +133,17 @@ impl ExecRecord {
         if let Err(e) = meta.save(&self.dir) {
             tracing::error!(exec_id = %self.id, error = %e, "cannot write an exec's meta.json");
         }
+    }
+
+    /// Records the terminal's new size, which the status then shows (a viewer that attaches
+    /// later learns the size the exec's programs draw for).
+    pub(crate) fn resized(&self, size: PtySize) {
+        self.update_meta(|meta| {
+            meta.pty = Some(PtyMeta {
+                rows: size.rows,
+                cols: size.cols,
+            });
+        });
     }
 
     pub(crate) fn state(&self) -> String {

@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::entry::{Entries, Entry};
 use super::io::{InputJob, PageRead};
-use super::meta::{ExecMeta, PtyMeta};
+use super::meta::{is_final, ExecMeta, PtyMeta};
 use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
 use super::steps::StepRules;
@@ -299,15 +299,28 @@ impl ExecRegistry {
         Ok(rx)
     }
 
+    /// Resizes the exec's terminal and records its new size (its status's `pty`); refused
+    /// (conflict) for an exec without a terminal, one that has ended, or an earlier daemon's.
     pub(crate) fn resize(&self, resize: ResizeRequest) -> Result<Value, ErrorBody> {
-        let record = self.record(&resize.exec_id)?;
+        let ResizeRequest { exec_id, size } = resize;
+        let record = self.record(&exec_id)?;
+        let conflict = |why: &str| ErrorBody::new(ErrorCode::Conflict, why);
+        if record.meta.lock().pty.is_none() {
+            return Err(conflict(
+                "this exec has no terminal to resize: start it with 'pty' to get one",
+            ));
+        }
+        if is_final(&record.state()) {
+            return Err(conflict("this exec has ended: its terminal is gone"));
+        }
         let exec = record
             .exec
             .get()
-            .ok_or_else(|| ErrorBody::new(ErrorCode::Conflict, "this exec is not running here"))?;
-        exec.resize(resize.size.rows, resize.size.cols)
+            .ok_or_else(|| conflict("this exec is not running here"))?;
+        exec.resize(size)
             .map_err(|e| ErrorBody::new(ErrorCode::Conflict, e.to_string()))?;
-        Ok(record.status())
+        record.resized(size);
+        Ok(json!({"exec_id": exec_id, "rows": size.rows, "cols": size.cols}))
     }
 
     pub(crate) fn read(&self, read: ReadRequest) -> Result<PageRead, ErrorBody> {

@@ -9,15 +9,16 @@ use serde_json::{json, Map, Value};
 use super::meta::{is_final, ExecMeta};
 use super::registry::ExecRegistry;
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
-use crate::agent::ops::{Args, CancelRequest, StartRequest};
+use crate::agent::ops::{Args, CancelRequest, ResizeRequest, StartRequest};
 use crate::agent::process::{Supervisor, SupervisorConfig};
-use crate::channel::message::ErrorBody;
+use crate::channel::message::{ErrorBody, ErrorCode};
 use crate::event::EventType;
 
 /// The registry's requests as the channel brings them: parsed first, as `service` does.
 trait JsonRequests {
     fn start_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody>;
     fn cancel_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody>;
+    fn resize_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody>;
 }
 
 impl JsonRequests for ExecRegistry {
@@ -27,6 +28,10 @@ impl JsonRequests for ExecRegistry {
 
     fn cancel_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
         self.cancel(CancelRequest::parse(&Args(args))?)
+    }
+
+    fn resize_json(&self, args: &Map<String, Value>) -> Result<Value, ErrorBody> {
+        self.resize(ResizeRequest::parse(&Args(args))?)
     }
 }
 
@@ -424,4 +429,69 @@ async fn an_internal_exec_is_left_out_of_the_list_also_after_a_restart() {
     drop(reg);
     let reg = registry(&dir.0);
     assert_eq!(listed(&reg), [user["exec_id"].clone()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_answers_the_new_size_and_the_status_shows_it() {
+    let dir = TempDir::new();
+    let registry = registry(&dir.0);
+    let status = registry
+        .start_json(&args(
+            json!({"argv": ["sleep", "30"], "pty": {"rows": 24, "cols": 80}}),
+        ))
+        .unwrap();
+    let id = status["exec_id"].as_str().unwrap().to_owned();
+    assert_eq!(status["pty"], json!({"rows": 24, "cols": 80}));
+    // At once, maybe before the process runs: then it starts with that size.
+    let answer = registry
+        .resize_json(&args(json!({"exec_id": id, "rows": 40, "cols": 120})))
+        .unwrap();
+    assert_eq!(answer, json!({"exec_id": id, "rows": 40, "cols": 120}));
+    let status = registry.record(&id).unwrap().status();
+    assert_eq!(status["pty"], json!({"rows": 40, "cols": 120}));
+    let saved = ExecMeta::load(&dir.0.join("execs").join(&id)).unwrap();
+    assert_eq!(saved.pty.map(|p| (p.rows, p.cols)), Some((40, 120)));
+    registry
+        .cancel_json(&args(json!({"exec_id": id, "grace_seconds": 0})))
+        .unwrap();
+    wait_final(&dir.0, &id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_is_refused_without_a_terminal_after_the_end_and_for_an_unknown_exec() {
+    let dir = TempDir::new();
+    let registry = registry(&dir.0);
+    let resize = |id: &str| args(json!({"exec_id": id, "rows": 30, "cols": 90}));
+    let plain = registry
+        .start_json(&args(json!({"argv": ["sleep", "30"]})))
+        .unwrap();
+    let plain = plain["exec_id"].as_str().unwrap().to_owned();
+    let err = registry.resize_json(&resize(&plain)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Conflict, "{err}");
+    assert!(err.message.contains("no terminal"), "{err}");
+    registry
+        .cancel_json(&args(json!({"exec_id": plain, "grace_seconds": 0})))
+        .unwrap();
+
+    let ended = registry
+        .start_json(&args(
+            json!({"argv": ["true"], "pty": {"rows": 24, "cols": 80}}),
+        ))
+        .unwrap();
+    let ended = ended["exec_id"].as_str().unwrap().to_owned();
+    wait_final(&dir.0, &ended).await;
+    let err = registry.resize_json(&resize(&ended)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Conflict, "{err}");
+    assert!(err.message.contains("ended"), "{err}");
+    let status = registry.record(&ended).unwrap().status();
+    assert_eq!(
+        status["pty"],
+        json!({"rows": 24, "cols": 80}),
+        "its size is kept"
+    );
+
+    let unknown = "ex-0123456789abcdef0123456789abcdef";
+    let err = registry.resize_json(&resize(unknown)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound, "{err}");
+    wait_final(&dir.0, &plain).await;
 }
