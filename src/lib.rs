@@ -6,6 +6,7 @@ pub mod agent;
 pub mod channel;
 pub mod event;
 pub mod host_tree;
+pub mod patch;
 pub mod policy;
 pub mod ring;
 
@@ -25,6 +26,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     bindings::errors::register(m)?;
     bindings::policy::register(m)?;
+    bindings::metric_line::register(m)?;
     bindings::ring::register(m)?;
     bindings::stream::register(m)?;
     bindings::agent::register(m)?;

@@ -223,7 +223,6 @@ async def test_a_template_build_reports_its_setup_and_its_snapshot(served: Serve
     on_progress = Progress()
     setup = "for i in 1 2 3; do echo setting up $i; sleep 1; done"
     async with connect(served, "legacy") as client:
-        call = Tools(client)
         result = await client.call_tool(
             "template_create",
             {

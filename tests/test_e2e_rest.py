@@ -60,12 +60,13 @@ def drain(
     the seqs run 1, 2, 3, … with nothing missing."""
     cursor, events, deadline = 0, [], time.monotonic() + 180
     while True:
-        page = ok(
-            api.get(
-                f"/workspaces/{ws}/{route}/{exec_id}/events",
-                params={"cursor": cursor, "wait_seconds": 10, **params},
-            )
+        answer = api.get(
+            f"/workspaces/{ws}/{route}/{exec_id}/events",
+            params={"cursor": cursor, "wait_seconds": 10, **params},
         )
+        page = ok(answer)
+        # Each page within the budget it was asked for.
+        assert len(answer.content) <= params.get("max_bytes", 48_000), len(answer.content)
         assert not page["cursor_expired"]
         events += page["events"]
         cursor = page["next_cursor"]
@@ -171,7 +172,7 @@ def test_the_whole_job_through_rest(
 
     # Many small pages: every line arrives, in order, each page within its budget.
     lines = ok(api.post(f"/workspaces/{ws}/realtime-execs", json={"command": "seq 1 30000"}))
-    events, _ = drain(api, ws, lines["exec_id"], max_bytes=1024, max_events=50)
+    events, _ = drain(api, ws, lines["exec_id"], max_bytes=32_768, max_events=50)
     assert output(events) == "".join(f"{i}\n" for i in range(1, 30001))
 
     # Files.
@@ -258,7 +259,7 @@ def test_one_read_follows_any_stream_as_its_own_read_does(api: httpx2.Client) ->
             api.post(f"/workspaces/{ws}/realtime-execs", json={"command": "seq 1 5000; exit 3"})
         )
         own, own_last = drain(api, ws, started["exec_id"])
-        anyway, any_last = drain(api, ws, started["exec_id"], route="streams", max_bytes=2048)
+        anyway, any_last = drain(api, ws, started["exec_id"], route="streams", max_bytes=32_768)
         assert output(anyway) == output(own) == "".join(f"{i}\n" for i in range(1, 5001))
         # The same exit; a final status written after the first read ended with the exit is
         # there for the later one too.

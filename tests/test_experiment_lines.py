@@ -70,3 +70,24 @@ def test_names_points_and_line_lengths_are_bounded() -> None:
     log.feed("stdout", b"\n::metric z=2\n", 1.0)
     assert set(log.summary) == {"z"}
     assert not math.isnan(log.summary["z"].last)
+
+
+def test_the_rules_are_the_cores_and_hold_where_the_python_ones_did_not() -> None:
+    # An integer too large for a float was an OverflowError out of the follower; now refused.
+    assert parse_line('::metric {"a": 1' + "0" * 400 + "}") is None
+    # A line that names more than a run keeps can never be kept whole: refused, not cut.
+    names = " ".join(f"m{i}=1" for i in range(MAX_NAMES + 1))
+    assert parse_line(f"::metric {names}") is None
+    # Decimal notation only (Python's float() also read `1_000`), in the order written.
+    assert parse_line("::metric a=1_000") is None
+    assert list(parse_line('::metric {"b": 1, "a": 2}') or {}) == ["b", "a"]
+    # A lone surrogate is no character of a name: refused, never raised.
+    assert parse_line("::metric \ud800=1") is None
+
+
+def test_the_tail_of_a_line_too_long_is_not_read_as_a_line_of_its_own() -> None:
+    log = MetricLog()
+    log.feed("stdout", b"x" * (MAX_LINE_BYTES * 2), 0.0)
+    log.feed("stdout", b"::metric tail=1\n::metric kept=2\n", 1.0)
+    log.finish(2.0)
+    assert set(log.summary) == {"kept"} and log.refused == 0

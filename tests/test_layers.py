@@ -31,7 +31,10 @@ ARCHITECTURE = ROOT.parent.parent / "docs" / "architecture.md"
 # root: the public names, served from the layers below on first use).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("_core", "errors", "policy", "config", "ring", "agent", "shared_store")),
-    ("transport", ("channel", "drivers", "path_view", "modal_functions", "runtime.call")),
+    (
+        "transport",
+        ("channel", "drivers", "path_view", "modal_functions", "runtime.call", "runtime.progress"),
+    ),
     ("runtime", ("runtime",)),
     ("operations", ("operations", "git")),
     ("serving", ("", "surfaces", "janitor")),

@@ -1,7 +1,9 @@
 """A workspace's metrics stream against real daemons: a command that allocates 300 MiB and burns
 a core shows in the samples within two intervals (through the operations, on the local driver);
 a read after a gap gets `cursor_expired` with exact counts; the interval's bounds; the latest
-sample in workspace_get only while a channel is open and the workspace was used lately.
+sample in workspace_get only while a channel is open and the workspace was used lately. An
+experiment's `::metric` lines come into the stream as `reported` events carrying its exec id,
+between the samples (and `workspace_metrics` still answers a sample); a plain exec's do not.
 
 GPUs are sampled here with a fake `nvidia-smi` put first on the PATH of a daemon started
 directly (a shell script that prints, at each interval, the lines a test writes beside it): one
@@ -130,6 +132,74 @@ async def test_workspace_get_carries_the_latest_sample_only_while_a_channel_is_o
     assert info.metrics is None
     assert "metrics" not in info.model_dump(mode="json")
     assert not svc.channels.is_open(ws.id), "getting a workspace opened no channel"
+
+
+# A run that reports five steps a little apart (samples come between them), a line that says it
+# is a metric line and is not, and one value on stderr.
+STEPS = (
+    'for step in 1 2 3 4 5; do echo "::metric loss=$((10 - step)) step=$step"; sleep 0.3; done; '
+    "echo '::metric loss=oops'; echo '::metric {\"acc\": 0.5}' >&2"
+)
+
+
+async def reported_until(
+    ws: mwc.Workspace, stream_id: str, exec_id: str, count: int
+) -> tuple[list[Any], list[Any]]:
+    """The stream's `reported` events of `exec_id` (the first `count`) and every sample read
+    meanwhile, from the stream's start."""
+    reported: list[Any] = []
+    samples: list[Any] = []
+    cursor, deadline = 0, time.monotonic() + 60
+    while len(reported) < count:
+        assert time.monotonic() < deadline, f"{len(reported)} of {count} reported in time"
+        page = await ws.stream_events(stream_id, cursor=cursor, wait_seconds=5)
+        assert not page.cursor_expired, "the ring keeps minutes of a workspace this quiet"
+        reported += [e for e in page.events if e.type == "reported"]
+        samples += [e for e in page.events if e.type == "metrics"]
+        cursor = page.next_cursor
+    assert all(extra(e, "exec_id") == exec_id for e in reported), reported
+    return reported, samples
+
+
+async def test_an_experiments_metric_lines_are_in_the_metrics_stream_with_its_exec_id(
+    wss: mwc.Workspaces,
+) -> None:
+    ws = await wss.create()
+    metrics = await ws.metrics(interval_seconds=0.5)
+    run = await wss.call("experiment_start", workspace_id=ws.id, command=STEPS)
+    exec_id = run.model_dump()["exec_id"]
+    reported, samples = await reported_until(ws, metrics.stream_id, exec_id, 6)
+    # Read at once, before the next sample: the stream's newest event is a reported one.
+    latest = (await ws.metrics()).sample
+    assert latest is not None and latest["type"] == "metrics", latest
+    assert isinstance(latest["cpu"], dict)
+    stdout = [extra(e, "values") for e in reported if extra(e, "stream") == "stdout"]
+    assert stdout == [{"loss": 10.0 - step, "step": float(step)} for step in range(1, 6)]
+    stderr = [extra(e, "values") for e in reported if extra(e, "stream") == "stderr"]
+    assert stderr == [{"acc": 0.5}]
+    assert all(extra(e, "dropped") == 0 for e in reported)
+    # An event counts the refused lines before it: `loss=oops` follows every stdout report, and
+    # the stderr one comes before or after it (two pipes, no order between them).
+    assert all(extra(e, "refused") == 0 for e in reported if extra(e, "stream") == "stdout")
+    assert extra(reported[-1], "refused") in (0, 1)
+    assert [e.seq for e in reported] == sorted(e.seq for e in reported)
+    # The sampler went on while the run reported: samples between its first and last report.
+    first, last = reported[0].seq, reported[-1].seq
+    assert any(first < s.seq < last for s in samples), [s.seq for s in samples]
+    assert all(extra(s, "cpu") is not None for s in samples)
+
+
+async def test_a_plain_execs_metric_lines_stay_out_of_the_metrics_stream(
+    wss: mwc.Workspaces,
+) -> None:
+    ws = await wss.create()
+    metrics = await ws.metrics(interval_seconds=0.5)
+    async for _ in ws.exec_stream("echo '::metric loss=1'; echo '::metric {\"a\": 2}' >&2"):
+        pass
+    # A run after it: its reports come, the plain exec's never did.
+    run = await wss.call("experiment_start", workspace_id=ws.id, command="echo '::metric b=3'")
+    reported, _ = await reported_until(ws, metrics.stream_id, run.model_dump()["exec_id"], 1)
+    assert [extra(e, "values") for e in reported] == [{"b": 3.0}]
 
 
 # --- against a daemon of its own ---------------------------------------------------------------

@@ -19,6 +19,7 @@ HOW_TOS = [
     "Metrics",
     "Experiments",
     "The terminal",
+    "Previews",
     "Delivering the work",
     "Modal Functions",
     "Deploying on Modal",

@@ -2,9 +2,9 @@
 directory of its own), its printed lines pasted into one terminal, then every block the README
 asks the reader to run, in the README's order, in that terminal: the REST walkthrough, the MCP
 walkthrough, the Python examples (saved under the names the README gives), artifacts, snapshots,
-templates, experiments, the terminal and delivery. What each console command prints must match
-its transcript (`support/readme_session.py` says how), and the journey leaves no workspace
-behind.
+templates, experiments, the terminal, previews and delivery. What each console command prints
+must match its transcript (`support/readme_session.py` says how), and the journey leaves no
+workspace behind.
 
 Blocks that are not run here are named below with the reason; a new block must be added to one
 list or the other."""
@@ -138,11 +138,12 @@ def check_templates(lines: list[str]) -> None:
 def check_experiments(lines: list[str]) -> None:
     loss = {"last": 4, "min": 4, "max": 12, "count": 3}
     run = {"name": "three steps", "state": "finished", "returncode": 0, "loss": loss}
-    # Its output as it came, the workspace's metrics stream, then the record.
+    # Its output as it came, the workspace's metrics stream with the run's reports, the record.
     assert lines[:3] == [f"::metric loss={12 // step} step={step}" for step in (1, 2, 3)]
     assert lines[3] == "mt-"
-    assert json.loads(lines[4]) == run
-    assert lines[5:] == ["1", "true"]
+    assert json.loads(lines[4]) == [12, 6, 4]
+    assert json.loads(lines[5]) == run
+    assert lines[6:] == ["1", "true"]
 
 
 def check_terminal(lines: list[str]) -> None:
@@ -172,11 +173,20 @@ def check_delivery(lines: list[str]) -> None:
     assert lines[5:] == ["true"]
 
 
+def check_previews(lines: list[str]) -> None:
+    # The link is the gateway's, with a preview ticket for the workspace's port in its path.
+    assert re.fullmatch(
+        r"http://127\.0\.0\.1:\d+/preview/preview\.ws-[0-9a-f]{32}\.8000\.\S+/", lines[0]
+    )
+    assert lines[1:] == ["<h1>Hello from the workspace</h1>", "403", "port", "true"]
+
+
 SH_CHECKS = {
     "snapshots": check_snapshots,
     "templates": check_templates,
     "experiments": check_experiments,
     "terminal": check_terminal,
+    "previews": check_previews,
     "delivery": check_delivery,
 }
 
@@ -241,7 +251,8 @@ def test_every_readme_block_runs_in_order_after_make_demo(
     finally:
         session.close()
     assert ran_blocks.count("console") >= 5
-    assert {"snapshots", "templates", "experiments", "terminal", "delivery"} <= set(ran_blocks)
+    ran = set(ran_blocks)
+    assert {"snapshots", "templates", "experiments", "terminal", "previews", "delivery"} <= ran
     auth = {"Authorization": f"Bearer {token[1]}"}
     left = httpx2.get(f"http://127.0.0.1:{port}/api/workspaces", headers=auth, timeout=60)
     assert left.json()["workspaces"] == [], "the README's blocks left a workspace behind"

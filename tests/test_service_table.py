@@ -60,6 +60,8 @@ EXPECTED = {
     "file_read": ("GET", "/workspaces/{workspace_id}/files/content"),
     "file_write": ("PUT", "/workspaces/{workspace_id}/files/content"),
     "file_edit": ("POST", "/workspaces/{workspace_id}/files/edit"),
+    # Issue 27: multi-file patches.
+    "file_patch": ("POST", "/workspaces/{workspace_id}/files/patch"),
     "file_list": ("GET", "/workspaces/{workspace_id}/files"),
     "file_remove": ("DELETE", "/workspaces/{workspace_id}/files"),
     "file_search": ("GET", "/workspaces/{workspace_id}/files/search"),

@@ -41,11 +41,14 @@ def test_the_repeatable_agent_ops_come_from_the_cores_table() -> None:
         "exec.input",
         "exec.resize",
         "file.edit",
+        "file.patch",
         "file.remove",
         "watch.start",
         "task.progress",
         # An upload's staged archive is consumed by its extraction: a second one finds none.
         "archive.extract",
+        # A relay's opening: twice is two connections.
+        "port.connect",
     }
     assert set(AGENT_OPS) - REPEATABLE_OPS == never_twice
     protocol = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()

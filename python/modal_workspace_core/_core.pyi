@@ -18,11 +18,19 @@ __all__ = [
     "MAX_GPU_COUNT",
     "MAX_IMAGE_PACKAGES",
     "MAX_MEMORY_MIB",
+    "MAX_METRIC_LINE_BYTES",
+    "MAX_METRIC_NAMES",
+    "MAX_PREVIEW_PORTS",
+    "MAX_PATCH_BYTES",
+    "MAX_PATCH_FILES",
     "MAX_REGIONS",
     "MAX_TAGS",
     "MAX_TICKET_SECONDS",
+    "METRIC_PREFIX",
     "MIN_CPU_CORES",
     "MIN_MEMORY_MIB",
+    "MIN_PAGE_BYTES",
+    "MIN_PREVIEW_PORT",
     "REPEATABLE_AGENT_OPS",
     "WORKSPACE_TAGS",
     "AgentChannel",
@@ -30,6 +38,7 @@ __all__ = [
     "ChannelRefusal",
     "EventRing",
     "GitHubRepo",
+    "MetricLines",
     "Page",
     "PolicyError",
     "RingError",
@@ -47,6 +56,7 @@ __all__ = [
     "author_name",
     "caller_tags",
     "check_id",
+    "check_patch",
     "commit_message",
     "copy_tree",
     "cpu_cores",
@@ -68,6 +78,7 @@ __all__ = [
     "image_packages",
     "memory_limit_mib",
     "memory_mib",
+    "metric_line",
     "mint_link",
     "mint_ticket",
     "modal_app_name",
@@ -79,6 +90,8 @@ __all__ = [
     "outbound_cidr",
     "outbound_domain",
     "parse_page",
+    "preview_port",
+    "preview_ports",
     "pull_request_body",
     "pull_request_title",
     "region",
@@ -266,6 +279,22 @@ def idempotency_key(text: str) -> str:
     """Check an idempotency key (1-128 ASCII letters, digits, `.`, `_`, `:` or `-`) and return
     it unchanged. Raises `PolicyError` (rules `idempotency-key.*`)."""
 
+def check_patch(
+    text: str, format: Literal["unified", "apply_patch"] | None = None, root: str = "/workspace"
+) -> Literal["unified", "apply_patch"]:
+    """Parse a multi-file patch (a unified diff, or the `*** Begin Patch` envelope; detected
+    when `format` is None) and check every path it names (and every move target) under `root`
+    as `workspace_path` does, `/workspace/...` included; return the format's name. Nothing is
+    read or written. Raises `PolicyError` (rules `patch.*`: `patch.malformed` naming the line,
+    `patch.path`, `patch.binary`, `patch.unsupported`, `patch.empty`, `patch.too-large`,
+    `patch.too-many-files`, `patch.format`)."""
+
+MAX_PATCH_BYTES: int
+"""The largest patch accepted, in bytes of UTF-8 (1 MiB)."""
+
+MAX_PATCH_FILES: int
+"""The most files one patch may change (100)."""
+
 def snapshot_label(text: str) -> str:
     """Check a snapshot's label (at most 64 printable characters, spaces allowed) and return it
     unchanged. Raises `PolicyError` (rules `snapshot-label.*`)."""
@@ -394,6 +423,21 @@ def outbound_allowlists(
     `block_network`. Raises `PolicyError` (rules `cidr.*`, `domain.*`, `network.*`,
     `resources.too-many`) naming the field and entry."""
 
+MIN_PREVIEW_PORT: int
+"""The lowest TCP port a workspace may declare for previews (1024: lower ones need root to
+listen on)."""
+MAX_PREVIEW_PORTS: int
+"""The most ports one workspace may declare for previews (8)."""
+
+def preview_port(port: int) -> int:
+    """Check one preview port: a whole number from `MIN_PREVIEW_PORT` to 65535 (an int of any
+    size is refused, not overflowed). Raises `PolicyError` (rule `port.range`)."""
+
+def preview_ports(ports: Sequence[int]) -> list[int]:
+    """Check the ports a workspace declares for previews (at most `MAX_PREVIEW_PORTS`, each
+    through `preview_port`) and return them without repeats, in their order. Raises
+    `PolicyError` (rules `port.range` naming the entry, `port.too-many`)."""
+
 GPU_TYPES: tuple[tuple[str, int], ...]
 """Modal's GPU types a workspace may ask for, as Modal writes them, each with the most one
 workspace may have (`("T4", 8)`, …, `("A10", 4)`, …)."""
@@ -468,6 +512,36 @@ def template_name(text: str) -> str:
 def template_name_pattern() -> str:
     """The shape of a template's name (a schema's `pattern`): exactly what `template_name`
     accepts."""
+
+# --- metric lines ---------------------------------------------------------------------------
+
+METRIC_PREFIX: str
+"""The word that starts a metric line: `::metric`."""
+
+MAX_METRIC_LINE_BYTES: int
+"""A longer line is not a metric line (4096 bytes, without its newline)."""
+
+MAX_METRIC_NAMES: int
+"""The most names a line may give, and a run keeps (32)."""
+
+def metric_line(line: str) -> dict[str, float] | None:
+    """The metrics one output line (without its newline) reports: `::metric loss=0.31 step=120`
+    or `::metric {"loss": 0.31, "step": 120}`. `{}` for a line that is not a metric line, None
+    for one that says `::metric` and does not parse (a name outside
+    `[A-Za-z_][A-Za-z0-9_.:/-]{0,63}`, a value that is not a finite number, more than
+    `MAX_METRIC_NAMES` names). A name given twice keeps its last value."""
+
+@final
+class MetricLines:
+    """One output stream (stdout or stderr, never both) read for metric lines, as the agent
+    reads it: bytes cut anywhere joined into lines, a line longer than `MAX_METRIC_LINE_BYTES`
+    dropped whole (however many reads it spans)."""
+
+    def __new__(cls) -> Self: ...
+    def feed(self, data: bytes) -> list[dict[str, float] | None]:
+        """What each metric line that `data` completes says (as `metric_line`; never `{}`)."""
+    def finish(self) -> list[dict[str, float] | None]:
+        """The stream ended: its last line too, if it had no newline."""
 
 # --- the event ring -------------------------------------------------------------------------
 
@@ -558,6 +632,9 @@ class Page:
         """The events alone, as the JSON array `to_json()` holds."""
     def __len__(self) -> int: ...
 
+# The smallest page budget: a smaller max_bytes would not hold the largest event.
+MIN_PAGE_BYTES: int
+
 @disjoint_base
 class EventRing:
     """A stream's events numbered `seq = 1, 2, 3, …`, bounded in encoded bytes (and optionally
@@ -586,9 +663,9 @@ class EventRing:
     def append(self, type: str, data: bytes | None = None, **fields: Any) -> int:
         """Appends an event and returns the last seq assigned so far.
 
-        `type` is one of status, stdout, stderr, error, exit, fs, metrics, progress. Output
-        (`stdout`, `stderr`) is decoded incrementally per stream: a character cut by the end of
-        `data` is held back (at most 3 bytes) until the next append of that stream, so an
+        `type` is one of status, stdout, stderr, error, exit, fs, metrics, progress, reported.
+        Output (`stdout`, `stderr`) is decoded incrementally per stream: a character cut by the
+        end of `data` is held back (at most 3 bytes) until the next append of that stream, so an
         append may add no event. Data larger than 16 KiB becomes consecutive events. Other
         types take `fields` (JSON-like values) merged at the top level of the event; the keys
         seq, seq_start, timestamp, type, data and data_b64 are refused, as are fields on

@@ -16,9 +16,10 @@ from pydantic import BaseModel
 from .drivers.base import WorkspaceRecord
 from .policy import WORKSPACE_ROOT
 
-# The result fields that hold a path under the workspace root. Others that say `path` are
-# relative (to a repository, to the root in watch events) and never start with the root.
-PATH_FIELDS = frozenset({"path", "destination"})
+# The result fields that hold a path under the workspace root (`to`: where a patch moved a
+# file). Others that say `path` are relative (to a repository, to the root in watch events) and
+# never start with the root.
+PATH_FIELDS = frozenset({"path", "destination", "to"})
 # The managed tags that hold one (a workspace's description carries its own root).
 PATH_TAGS = frozenset({"repo-path"})
 

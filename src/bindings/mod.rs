@@ -4,6 +4,7 @@ pub mod agent;
 pub mod channel;
 pub mod errors;
 pub mod host_tree;
+pub mod metric_line;
 pub mod policy;
 pub mod ring;
 pub mod stream;

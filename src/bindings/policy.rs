@@ -5,6 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::errors::policy_error;
+use crate::agent::ops::under_root;
+use crate::patch::{Format, Patch};
 use crate::policy::{self, PolicyError};
 
 /// A GitHub repository that passed the policy. Made only by `github_repo`.
@@ -220,6 +222,28 @@ fn idempotency_key(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::idempotency_key(self::text(text)?).map_err(policy_error)
 }
 
+/// Parses a patch (`format` "unified" or "apply_patch", detected when `None`) and checks every
+/// path it names under `root` as the agent will; returns the format's name.
+#[pyfunction]
+#[pyo3(signature = (text, format=None, root="/workspace"))]
+fn check_patch(text: &Bound<'_, PyString>, format: Option<&str>, root: &str) -> PyResult<String> {
+    let format = match format {
+        None => None,
+        Some(name) => Some(Format::from_name(name).ok_or_else(|| {
+            policy_error(PolicyError::new(
+                "patch.format",
+                "the format must be 'unified' or 'apply_patch'",
+                name,
+            ))
+        })?),
+    };
+    let mut patch = Patch::parse(self::text(text)?, format).map_err(policy_error)?;
+    patch
+        .check_paths(root, |p| policy::workspace_path(root, &under_root(p)))
+        .map_err(policy_error)?;
+    Ok(patch.format.name().to_owned())
+}
+
 /// Checks a snapshot's label and returns it unchanged.
 #[pyfunction]
 fn snapshot_label(text: &Bound<'_, PyString>) -> PyResult<String> {
@@ -337,6 +361,32 @@ fn outbound_cidr(text: &Bound<'_, PyString>) -> PyResult<String> {
 #[pyfunction]
 fn outbound_domain(text: &Bound<'_, PyString>) -> PyResult<String> {
     policy::outbound_domain(self::text(text)?).map_err(policy_error)
+}
+
+/// A whole number as the port rules read it: one past any `i64` (a Python int of any size)
+/// stays out of range, on its own side.
+fn port_number(value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if let Ok(n) = value.extract::<i64>() {
+        return Ok(n);
+    }
+    let positive = value.gt(0)?;
+    Ok(if positive { i64::MAX } else { i64::MIN })
+}
+
+/// Checks one preview port (a TCP port a workspace declared, 1024 to 65535).
+#[pyfunction]
+fn preview_port(port: &Bound<'_, PyAny>) -> PyResult<u16> {
+    policy::preview_port(port_number(port)?).map_err(policy_error)
+}
+
+/// Checks the ports a workspace declares for previews; returns them without repeats.
+#[pyfunction]
+fn preview_ports(ports: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<u16>> {
+    let ports = ports
+        .iter()
+        .map(port_number)
+        .collect::<PyResult<Vec<_>>>()?;
+    policy::preview_ports(&ports).map_err(policy_error)
 }
 
 /// Checks the regions a workspace may run in and returns them canonical, without repeats.
@@ -507,6 +557,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stored_tag, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot_label, m)?)?;
+    m.add_function(wrap_pyfunction!(check_patch, m)?)?;
+    m.add("MAX_PATCH_BYTES", crate::patch::MAX_PATCH_BYTES)?;
+    m.add("MAX_PATCH_FILES", crate::patch::MAX_PATCH_FILES)?;
     m.add_function(wrap_pyfunction!(volume_mount, m)?)?;
     m.add_function(wrap_pyfunction!(image_name, m)?)?;
     m.add_function(wrap_pyfunction!(image_id, m)?)?;
@@ -532,6 +585,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(outbound_cidr, m)?)?;
     m.add_function(wrap_pyfunction!(outbound_domain, m)?)?;
     m.add_function(wrap_pyfunction!(regions, m)?)?;
+    m.add_function(wrap_pyfunction!(preview_port, m)?)?;
+    m.add_function(wrap_pyfunction!(preview_ports, m)?)?;
     m.add_function(wrap_pyfunction!(outbound_allowlists, m)?)?;
     m.add_function(wrap_pyfunction!(gpu, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_allowlist, m)?)?;
@@ -552,6 +607,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MIN_MEMORY_MIB", policy::MIN_MEMORY_MIB)?;
     m.add("MAX_MEMORY_MIB", policy::MAX_MEMORY_MIB)?;
     m.add("MAX_REGIONS", policy::MAX_REGIONS)?;
+    m.add("MIN_PREVIEW_PORT", policy::MIN_PREVIEW_PORT)?;
+    m.add("MAX_PREVIEW_PORTS", policy::MAX_PREVIEW_PORTS)?;
     m.add("MAX_ALLOWLIST_ENTRIES", policy::MAX_LIST_ENTRIES)?;
     let gpu_types: Vec<(&str, u32)> = policy::GPU_TYPES.to_vec();
     m.add("GPU_TYPES", PyTuple::new(py, gpu_types)?)?;

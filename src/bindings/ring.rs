@@ -321,6 +321,7 @@ fn to_timeout(timeout: f64) -> PyResult<Duration> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MIN_PAGE_BYTES", crate::ring::MIN_PAGE_BYTES)?;
     m.add_class::<PyEventRing>()?;
     m.add_class::<PyPage>()?;
     wait::register(m)

@@ -37,6 +37,15 @@ impl FrameDecoder {
         self.buf.len() - self.start
     }
 
+    /// The bytes fed but not returned as frames, taken out: what follows the last frame on a
+    /// stream that stops being framed (a relay, `server`).
+    pub fn take_pending(&mut self) -> Vec<u8> {
+        let rest = self.buf.split_off(self.start);
+        self.buf.clear();
+        self.start = 0;
+        rest
+    }
+
     /// The next whole frame, `Ok(None)` when more bytes are needed, or an error that leaves the
     /// stream unusable (the caller closes the channel).
     pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {

@@ -5,6 +5,7 @@ pub mod client;
 pub mod decoder;
 pub mod frame;
 pub mod message;
+pub mod relay;
 pub mod server;
 pub mod subscription;
 

@@ -1,5 +1,6 @@
 //! The agent's side of one connection: the Hello exchange, requests dispatched concurrently
 //! (each its own task, answered in any order), subscriptions, and one bounded outgoing queue.
+//! A connection whose first request is `port.connect` becomes a relay instead (`relay`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +18,7 @@ use super::message::{
     frame, parse_header, response_bytes, CreditHeader, ErrorBody, ErrorCode, Hello, RequestHeader,
     Role, KEEPALIVE_MISSES, KEEPALIVE_RANGE,
 };
+use super::relay::{self, RelayFuture, RELAY_OP};
 use super::subscription::{pump, Control, EventSource};
 use crate::ring::MIN_PAGE_BYTES;
 
@@ -79,6 +81,18 @@ pub trait Service: Send + Sync + 'static {
     fn channel_key(&self) -> Option<&str> {
         None
     }
+
+    /// What a relay connection carries bytes to: the TCP connection its `port.connect` opens
+    /// (`relay`). A service that opens none refuses.
+    fn relay(&self, request: Request) -> RelayFuture {
+        drop(request);
+        Box::pin(async {
+            Err(ErrorBody::new(
+                ErrorCode::Conflict,
+                "this agent relays nothing",
+            ))
+        })
+    }
 }
 
 /// Serves one connection until the peer closes it or breaks the protocol.
@@ -89,30 +103,63 @@ where
 {
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(OUTGOING_FRAMES);
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
-    if let Err(reason) = converse(reader, &out_tx, service).await {
-        tracing::info!(%reason, "closing a channel connection");
-    }
+    let relayed = match converse(reader, &out_tx, Arc::clone(&service)).await {
+        Ok(relayed) => relayed,
+        Err(reason) => {
+            tracing::info!(%reason, "closing a channel connection");
+            None
+        }
+    };
+    let Some((frames, request)) = relayed else {
+        drop(out_tx);
+        // Everything queued (a final error response included) is written before the socket
+        // closes.
+        if let Ok(Some(mut writer)) = writer_task.await {
+            let _ = writer.shutdown().await;
+        }
+        return;
+    };
+    let id = request.id;
+    let (answer, target) = match service.relay(request).await {
+        Ok(stream) => (Ok(json!({})), Some(stream)),
+        Err(error) => (Err(error), None),
+    };
+    // The answer is the last frame: once it is written, the connection carries raw bytes.
+    let _ = out_tx.send(response_bytes(id, answer, Vec::new())).await;
     drop(out_tx);
-    // Everything queued (a final error response included) is written before the socket closes.
-    let _ = writer_task.await;
+    let Ok(Some(mut writer)) = writer_task.await else {
+        return;
+    };
+    match target {
+        Some(stream) => {
+            let FrameReader {
+                reader,
+                mut decoder,
+                ..
+            } = frames;
+            relay::carry(reader, decoder.take_pending(), writer, stream).await;
+        }
+        None => {
+            let _ = writer.shutdown().await;
+        }
+    }
 }
 
-async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::Receiver<Vec<u8>>) {
+/// Writes queued frames until the queue closes; returns the writer, or None once a write
+/// failed.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) -> Option<W> {
     while let Some(bytes) = rx.recv().await {
-        if writer.write_all(&bytes).await.is_err() {
-            return;
-        }
+        writer.write_all(&bytes).await.ok()?;
         // Write what else is queued before flushing: one flush per burst.
         while let Ok(more) = rx.try_recv() {
-            if writer.write_all(&more).await.is_err() {
-                return;
-            }
+            writer.write_all(&more).await.ok()?;
         }
-        if writer.flush().await.is_err() {
-            return;
-        }
+        writer.flush().await.ok()?;
     }
-    let _ = writer.shutdown().await;
+    Some(writer)
 }
 
 /// Reads whole frames from a byte stream.
@@ -151,11 +198,13 @@ async fn send(out: &mpsc::Sender<Vec<u8>>, bytes: Vec<u8>) -> Result<(), String>
         .map_err(|_| "the connection's writer stopped".to_string())
 }
 
+/// Serves the connection's requests until it closes (`None`), or hands back its reader and
+/// its first request when that is a relay's (`port.connect`).
 async fn converse<R: AsyncRead + Unpin>(
     reader: R,
     out: &mpsc::Sender<Vec<u8>>,
     service: Arc<dyn Service>,
-) -> Result<(), String> {
+) -> Result<Option<(FrameReader<R>, Request)>, String> {
     let mut frames = FrameReader {
         reader,
         decoder: FrameDecoder::new(),
@@ -167,7 +216,7 @@ async fn converse<R: AsyncRead + Unpin>(
     send(out, hello).await?;
     let first = match tokio::time::timeout(HELLO_TIMEOUT, frames.next()).await {
         Ok(Ok(Some(first))) => first,
-        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(None)) => return Ok(None),
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err("no Hello from the peer in time".into()),
     };
@@ -177,6 +226,9 @@ async fn converse<R: AsyncRead + Unpin>(
     let (control_tx, control_rx) = mpsc::channel::<Control>(64);
     let pump_task = tokio::spawn(pump(control_rx, out.clone()));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    // Only a connection's first request may make it a relay: a channel that is already
+    // serving stays one (a later `port.connect` is the service's to refuse).
+    let mut first = true;
     let result = loop {
         let next = match silence {
             None => frames.next().await,
@@ -193,13 +245,14 @@ async fn converse<R: AsyncRead + Unpin>(
         };
         let frame = match next {
             Ok(Some(frame)) => frame,
-            Ok(None) => break Ok(()),
+            Ok(None) => break Ok(None),
             Err(e) => break Err(e),
         };
+        let relay_allowed = std::mem::replace(&mut first, false);
         match frame.kind {
             FrameKind::Request => {
                 let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
-                    break Ok(());
+                    break Ok(None);
                 };
                 let header: RequestHeader = match parse_header(&frame) {
                     Ok(h) => h,
@@ -211,6 +264,9 @@ async fn converse<R: AsyncRead + Unpin>(
                     args: header.args,
                     payload: frame.payload,
                 };
+                if relay_allowed && request.op == RELAY_OP {
+                    break Ok(Some((frames, request)));
+                }
                 let out = out.clone();
                 match request.op.as_str() {
                     // Handled in order on the reader, so subscribe, credit and unsubscribe of
@@ -242,7 +298,7 @@ async fn converse<R: AsyncRead + Unpin>(
                     bytes: header.bytes,
                 };
                 if control_tx.send(credit).await.is_err() {
-                    break Ok(());
+                    break Ok(None);
                 }
             }
             // Its arrival is all it says: the wait for the next frame starts again.

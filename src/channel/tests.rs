@@ -317,3 +317,108 @@ async fn a_gateway_that_promised_nothing_may_stay_quiet() {
     let (_, response) = peer.header().await;
     assert_eq!(response["id"], 1);
 }
+
+/// A service whose relays go to one TCP address.
+struct Relaying {
+    to: std::net::SocketAddr,
+}
+
+impl Service for Relaying {
+    fn handle(&self, request: Request) -> ReplyFuture {
+        Box::pin(async move { Reply::ok(json!({"served": request.op})) })
+    }
+    fn stream(&self, _: &str) -> Result<Arc<dyn EventSource>, ErrorBody> {
+        Err(ErrorBody::new(ErrorCode::NotFound, "no streams"))
+    }
+    fn relay(&self, _: Request) -> super::relay::RelayFuture {
+        let to = self.to;
+        Box::pin(async move {
+            tokio::net::TcpStream::connect(to)
+                .await
+                .map_err(|e| ErrorBody::new(ErrorCode::Unavailable, e.to_string()))
+        })
+    }
+}
+
+async fn connect_to(service: Arc<dyn Service>) -> Peer {
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let (reader, writer) = tokio::io::split(theirs);
+    tokio::spawn(serve(reader, writer, service));
+    let mut peer = Peer {
+        io: ours,
+        decoder: FrameDecoder::new(),
+    };
+    let (kind, _) = peer.header().await;
+    assert_eq!(kind, FrameKind::Hello);
+    let hello = json!({"protocol": 1, "build": "test", "role": "gateway", "keepalive_seconds": 1});
+    peer.send(FrameKind::Hello, hello, b"").await;
+    peer
+}
+
+#[tokio::test]
+async fn a_first_port_connect_makes_the_connection_a_relay() {
+    let app = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let to = app.local_addr().unwrap();
+    let mut peer = connect_to(Arc::new(Relaying { to })).await;
+    peer.send(
+        FrameKind::Request,
+        json!({"id": 1, "op": "port.connect", "args": {"port": to.port()}}),
+        b"",
+    )
+    .await;
+    let (mut conn, _) = app.accept().await.unwrap();
+    let (kind, answer) = peer.header().await;
+    assert_eq!(
+        (kind, answer["id"].clone(), answer["ok"].clone()),
+        (FrameKind::Response, json!(1), json!(true))
+    );
+    assert_eq!(
+        peer.decoder.pending(),
+        0,
+        "nothing but the answer came before the app's bytes"
+    );
+    // Raw bytes now, both ways; and no keepalive is owed on a relay (the promise of 1 s above
+    // would have closed a channel that said nothing for 3 s).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    peer.io.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut request = [0u8; 18];
+    conn.read_exact(&mut request).await.unwrap();
+    assert_eq!(&request, b"GET / HTTP/1.0\r\n\r\n");
+    conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nhi").await.unwrap();
+    drop(conn);
+    let mut back = Vec::new();
+    peer.io.read_to_end(&mut back).await.unwrap();
+    assert_eq!(back, b"HTTP/1.0 200 OK\r\n\r\nhi");
+}
+
+#[tokio::test]
+async fn a_port_connect_on_a_serving_channel_is_the_services_to_answer() {
+    let to: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut peer = connect_to(Arc::new(Relaying { to })).await;
+    for (id, op) in [(1, "ping"), (2, "port.connect")] {
+        peer.send(
+            FrameKind::Request,
+            json!({"id": id, "op": op, "args": {"port": 8000}}),
+            b"",
+        )
+        .await;
+        let (kind, answer) = peer.header().await;
+        assert_eq!(kind, FrameKind::Response);
+        assert_eq!(answer["result"]["served"], op);
+    }
+}
+
+#[tokio::test]
+async fn a_relay_that_cannot_open_answers_why_and_closes() {
+    let mut peer = connect(Vec::new(), 1).await;
+    peer.send(
+        FrameKind::Request,
+        json!({"id": 1, "op": "port.connect", "args": {"port": 8000}}),
+        b"",
+    )
+    .await;
+    let (_, answer) = peer.header().await;
+    assert_eq!(answer["ok"], false);
+    assert_eq!(answer["error"]["code"], "conflict");
+    assert!(peer.next().await.is_none());
+}

@@ -42,10 +42,13 @@ pub enum EventType {
     Fs,
     Metrics,
     Progress,
+    /// Metrics a command printed of itself (`::metric` lines), in the metrics stream beside
+    /// the samples: a type of its own, so that a reader of samples never takes one for a sample.
+    Reported,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 8] = [
+    pub const ALL: [EventType; 9] = [
         Self::Status,
         Self::Stdout,
         Self::Stderr,
@@ -54,6 +57,7 @@ impl EventType {
         Self::Fs,
         Self::Metrics,
         Self::Progress,
+        Self::Reported,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -66,6 +70,7 @@ impl EventType {
             Self::Fs => "fs",
             Self::Metrics => "metrics",
             Self::Progress => "progress",
+            Self::Reported => "reported",
         }
     }
 
@@ -77,7 +82,7 @@ impl EventType {
                 PolicyError::new(
                     "event.type",
                     "unknown event type: expected one of status, stdout, stderr, error, exit, fs, \
-                 metrics, progress",
+                 metrics, progress, reported",
                     name,
                 )
             })

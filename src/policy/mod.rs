@@ -1,5 +1,6 @@
 //! Every rule that decides whether a client's input is safe to hand to a shell, git, the disk or
-//! a provider, and the operator's allowlist settings those rules read.
+//! a provider, the operator's allowlist settings those rules read, and the rules by which a
+//! workspace's own output is read as data (`metric_line`).
 //! Each function returns the input in canonical form or a [`PolicyError`] naming the rule.
 
 mod allowlist;
@@ -10,9 +11,11 @@ mod functions;
 mod git_ref;
 mod id;
 mod image;
+mod metric_line;
 mod mount;
 mod names;
 mod path;
+mod ports;
 mod repo;
 mod resources;
 mod signing;
@@ -39,9 +42,14 @@ pub use image::{
     apt_package, image_id, image_name, image_packages, pip_package, MAX_IMAGE_PACKAGES,
     MAX_IMAGE_TAG_BYTES, MAX_PACKAGE_NAME_BYTES, MAX_PACKAGE_VERSION_BYTES,
 };
+pub use metric_line::{
+    is_metric_name, metric_line, MetricLine, MetricLineReader, MAX_METRIC_LINE_BYTES,
+    MAX_METRIC_NAMES, MAX_METRIC_NAME_CHARS, METRIC_PREFIX,
+};
 pub use mount::{volume_mount, SYSTEM_TREES, WRITABLE_DIRS};
 pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAME_CHARS};
 pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
+pub use ports::{preview_port, preview_ports, MAX_PREVIEW_PORTS, MIN_PREVIEW_PORT};
 pub use repo::{github_base, github_repo, GitHubRepo, MAX_BASE_URL_CHARS, MAX_REPO_INPUT_CHARS};
 pub use resources::{
     allowed_gpu, cpu_cores, cpu_limit, gpu, gpu_allowlist, memory_limit_mib, memory_mib,

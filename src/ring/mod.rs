@@ -28,7 +28,10 @@ use crate::event::{Event, EventType, Fields, StreamKind, StreamStatus};
 use crate::policy::PolicyError;
 use ledger::Ledger;
 pub use mirror::Inserted;
-pub use page::{envelope_max_len, Layout, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
+pub use page::{
+    envelope_max_len, events_budget, Layout, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES,
+    RESUME_NOTE_MAX_LEN,
+};
 
 /// A stream's events, bounded in encoded bytes (and optionally in count). Share it in an `Arc`:
 /// any number of threads may append, read and wait at once.

@@ -17,6 +17,17 @@ pub const MIN_PAGE_BYTES: usize = 32 * 1024;
 /// events a reader clones while holding the ring's lock, coalesced or not.
 pub const MAX_PAGE_EVENTS: usize = 10_000;
 
+/// What the gateway may add to a client's page after the read: `resumed_from`, the snapshot a
+/// read resumed its workspace from (`,"resumed_from":"sn-` and 32 hex digits and `"`).
+pub const RESUME_NOTE_MAX_LEN: usize = ",\"resumed_from\":\"sn-\"".len() + 32;
+
+/// The bytes of events a page of `max_bytes` holds: budgets below [`MIN_PAGE_BYTES`] are
+/// raised to it; the envelope at its largest and the gateway's resume note come off it, so the
+/// page a client gets is at most `max_bytes` long in either layout.
+pub fn events_budget(max_bytes: usize) -> usize {
+    max_bytes.max(MIN_PAGE_BYTES) - envelope_max_len() - RESUME_NOTE_MAX_LEN
+}
+
 /// The page envelope around the events at its largest (20-digit numbers, the longest state, the
 /// lowest return code, `false` flags), in the wire layout (the client's is shorter by `closed`).
 pub fn envelope_max_len() -> usize {
@@ -277,7 +288,7 @@ impl EventRing {
             });
         }
         let max_events = max_events.min(MAX_PAGE_EVENTS);
-        let budget = max_bytes.max(MIN_PAGE_BYTES) - envelope_max_len();
+        let budget = events_budget(max_bytes);
         let state = self.state.lock();
         if cursor > state.last_seq {
             return Err(RingError::CursorAhead {
@@ -373,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_largest_event_and_envelope_fit_the_smallest_page() {
-        assert!(crate::event::MAX_EVENT_JSON + envelope_max_len() <= MIN_PAGE_BYTES);
+        assert!(crate::event::MAX_EVENT_JSON <= events_budget(0));
     }
 
     fn exec_ring() -> EventRing {
@@ -584,7 +595,28 @@ mod tests {
         };
         page.write_events(&mut out);
         // The envelope's bound already counts the brackets of an empty list.
-        envelope_max_len() + out.len() - 2
+        envelope_max_len() + RESUME_NOTE_MAX_LEN + out.len() - 2
+    }
+
+    #[test]
+    fn a_full_page_with_the_gateways_resume_note_is_within_its_budget() {
+        let ring = text_ring(4000);
+        for max_bytes in [0, MIN_PAGE_BYTES, MIN_PAGE_BYTES + 777, 100_000] {
+            let page = ring.read(0, MAX_PAGE_EVENTS, max_bytes, false).unwrap();
+            assert!(page.has_more, "a full page");
+            let client = page.to_json_as(Layout::Client);
+            // As the gateway adds it: before the closing brace.
+            let note = format!(",\"resumed_from\":\"sn-{}\"", "f".repeat(32));
+            assert_eq!(note.len(), RESUME_NOTE_MAX_LEN);
+            let noted = format!("{}{note}}}", &client[..client.len() - 1]);
+            assert!(serde_json::from_str::<serde_json::Value>(&noted).is_ok());
+            assert!(
+                noted.len() <= max_bytes.max(MIN_PAGE_BYTES),
+                "{}",
+                noted.len()
+            );
+            assert!(page.to_json().len() <= max_bytes.max(MIN_PAGE_BYTES));
+        }
     }
 
     #[test]

@@ -273,6 +273,38 @@ class ModalClientServicer(
             api_pb2.TaskGetCommandRouterAccessResponse(jwt=access.jwt, url=access.url)
         )
 
+    # -- tunnels --------------------------------------------------------------------------------
+
+    async def _tunnels(self, stream: Any, auth_token: bool) -> None:
+        """The tunnels of the ports the sandbox's definition opened (`encrypted_ports`, fixed at
+        create): one TLS endpoint each, on port 443 of a host of its own; an ended sandbox has
+        none."""
+        request = await _request(self.state, stream, auth_token=auth_token)
+        record = self.state.sandbox(request.sandbox_id)
+        if not record.running:
+            status = api_pb2.GenericResult.GENERIC_STATUS_TERMINATED
+            await stream.send_message(
+                api_pb2.SandboxGetTunnelsResponse(result=api_pb2.GenericResult(status=status))
+            )
+            return
+        response = api_pb2.SandboxGetTunnelsResponse(
+            result=api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_SUCCESS)
+        )
+        for spec in record.definition.open_ports.ports:
+            host = f"{record.sandbox_id[-10:].lower()}-{spec.port}.tunnel.modal.test"
+            tunnel = api_pb2.TunnelData(host=host, port=443, container_port=spec.port)
+            if spec.unencrypted:
+                tunnel.unencrypted_host = "r." + host
+                tunnel.unencrypted_port = 40000 + spec.port % 10000
+            response.tunnels.append(tunnel)
+        await stream.send_message(response)
+
+    async def SandboxGetTunnelsV2(self, stream: Any) -> None:
+        await self._tunnels(stream, auth_token=True)
+
+    async def SandboxGetTunnels(self, stream: Any) -> None:
+        await self._tunnels(stream, auth_token=False)
+
     # -- wait, lookup, list, tags, terminate --------------------------------------------------
 
     async def _wait(self, stream: Any, auth_token: bool) -> None:

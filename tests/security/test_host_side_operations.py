@@ -116,6 +116,20 @@ async def test_file_and_artifact_operations_under_the_tenant_stay_in_the_workspa
                 assert "HOST-CANARY" not in str(got)
         listing = await bounded("file_list", ws.file_list("t", depth=3))
         assert "HOST-CANARY" not in str(listing)
+        # A patch that updates, adds and deletes in each directory as it is swapped: it applies
+        # inside the workspace or is refused, and never reaches the canary.
+        for d in range(6):
+            patch = (
+                f"*** Begin Patch\n*** Update File: t/d{d}/secret\n@@\n-workspace data\n"
+                f"+patched\n*** Add File: t/d{d}/added.txt\n+added\n"
+                f"*** Delete File: t/d{d}/channel.key\n*** End Patch\n"
+            )
+            try:
+                patched = await bounded("file_patch", ws.file_patch(patch))
+            except mwc.WorkspaceError as err:
+                assert "HOST-CANARY" not in err.message
+                continue
+            assert "HOST-CANARY" not in str(patched)
     target = tmp_path / "download"
     got = await bounded("artifact_download", ws.download_artifact("t", target))
     assert got is not None

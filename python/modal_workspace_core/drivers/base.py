@@ -274,7 +274,13 @@ class Driver(Protocol):
     open a channel to a workspace it made moments ago without looking it up has
     `just_made(workspace_id)`, the record its create answered (or None). One that attaches the
     GPU `resources.gpu` asks for says `attaches_gpus = True`: the service then holds the request
-    to the GPU allowlist before anything is looked up; any other driver refuses the field."""
+    to the GPU allowlist before anything is looked up; any other driver refuses the field.
+    A workspace's preview ports (`resources.ports`) are reached one of two ways: a driver whose
+    provider publishes them itself has `async preview_url(workspace_id, port)` (Modal: the
+    sandbox's tunnel), else one has `async open_port(workspace_id, port)`, a byte stream
+    (`asyncio.StreamReader`, `asyncio.StreamWriter`) to the port on the workspace's loopback
+    that the gateway's preview proxy carries a browser's requests over (local: the agent's
+    relay)."""
 
     name: str
     # Whether `workspace_terminate` keeps a snapshot unless told otherwise (Modal: a sandbox

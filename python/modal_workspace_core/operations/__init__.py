@@ -11,9 +11,11 @@ from . import (
     execs,
     experiment_page,
     experiments,
+    file_patch,
     files,
     functions,
     metrics,
+    previews,
     repo,
     snapshots,
     streams,
@@ -45,6 +47,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
     op
     for domain in (
         workspaces,
+        previews,
         snapshots,
         templates,
         execs,
@@ -53,6 +56,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         experiment_page,
         *repo.JOBS,
         files,
+        file_patch,
         artifacts,
         watches,
         streams,

@@ -40,9 +40,12 @@ def exec_args(
     pty: dict[str, int] | None = None,
     secrets: list[str] | None = None,
     internal: bool = False,
+    report_metrics: bool = False,
 ) -> dict[str, Any]:
     """`exec.start`'s arguments. `internal` marks the gateway's own exec (git for a repo's
-    status), which the agent leaves out of `exec.list`: no client input ever sets it."""
+    status), which the agent leaves out of `exec.list`: no client input ever sets it.
+    `report_metrics` has the agent tee the `::metric` lines of its output into the workspace's
+    metrics stream (an experiment's run)."""
     args: dict[str, Any] = {"exec_id": exec_id, "env": dict(env or {})}
     if argv is not None:
         args["argv"] = argv
@@ -57,6 +60,8 @@ def exec_args(
         args["secrets"] = secrets  # values to redact; they travel only in this request's header
     if internal:
         args["internal"] = True
+    if report_metrics:
+        args["report_metrics"] = True
     return args
 
 

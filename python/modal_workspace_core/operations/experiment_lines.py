@@ -5,9 +5,11 @@
 
 (one line each, on stdout or stderr, anywhere in the output; names of letters, digits and
 `_ . : / -`, starting with a letter or `_`, at most 64 characters; values finite numbers). The
-output is the workspace's, so every byte of it is hostile: lines are bounded, names and values
-checked, a run keeps at most `MAX_NAMES` names and `MAX_POINTS` points of each, and what does
-not parse is counted (`refused`), never raised.
+rules are the core's (`_core.metric_line`, `_core.MetricLines`), the same the agent reads the
+lines by when it tees them into the workspace's metrics stream. The output is the workspace's, so
+every byte of it is hostile: lines are bounded, names and values checked, a run keeps at most
+`MAX_NAMES` names and `MAX_POINTS` points of each, and what does not parse is counted
+(`refused`), never raised.
 
 `MetricLog` folds the output into a summary per name (last, min, max, count) and a series of
 (seconds since the run started, value) points for plots, halved (every other point dropped) each
@@ -16,67 +18,27 @@ time it fills, so a long run keeps its whole shape at a coarser grain.
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from dataclasses import dataclass, field
 
+from .._core import (
+    MAX_METRIC_LINE_BYTES,
+    MAX_METRIC_NAMES,
+    METRIC_PREFIX,
+    MetricLines,
+    metric_line,
+)
 from .experiment_records import MetricSummary
 
 __all__ = ["MAX_NAMES", "MAX_POINTS", "PREFIX", "MetricLog", "MetricSummary", "parse_line"]
 
-PREFIX = "::metric"
+PREFIX = METRIC_PREFIX
 # Longer lines are not metric lines (nor kept while waiting for their end).
-MAX_LINE_BYTES = 4096
-MAX_NAMES = 32
+MAX_LINE_BYTES = MAX_METRIC_LINE_BYTES
+MAX_NAMES = MAX_METRIC_NAMES
 MAX_POINTS = 240
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,63}")
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def parse_line(line: str) -> dict[str, float] | None:
-    """The metrics of one output line (without its newline): {} for a line that is not a metric
-    line, None for one that says it is and does not parse."""
-    text = line.strip()
-    if not text.startswith(PREFIX):
-        return {}
-    rest = text[len(PREFIX) :]
-    if rest and not rest[0].isspace():
-        return {}  # `::metrics…`: another word
-    rest = rest.strip()
-    if not rest:
-        return None
-    if rest.startswith("{"):
-        try:
-            data = json.loads(rest)
-        except (ValueError, RecursionError):
-            return None
-        if not isinstance(data, dict):
-            return None
-        pairs = list(data.items())
-    else:
-        pairs = []
-        for word in rest.split():
-            name, sep, value = word.partition("=")
-            if not sep:
-                return None
-            try:
-                pairs.append((name, float(value)))
-            except ValueError:
-                return None
-    out: dict[str, float] = {}
-    for name, value in pairs:
-        number = _number(value)
-        if not isinstance(name, str) or not _NAME.fullmatch(name) or number is None:
-            return None
-        out[name] = number
-    return out or None
+# The metrics of one output line (without its newline): {} for a line that is not a metric
+# line, None for one that says it is and does not parse.
+parse_line = metric_line
 
 
 @dataclass
@@ -106,33 +68,26 @@ class MetricLog:
     summary: dict[str, MetricSummary] = field(default_factory=dict)
     series: dict[str, Series] = field(default_factory=dict)
     refused: int = 0  # metric lines that did not parse, or named one name too many
-    _partial: dict[str, bytes] = field(default_factory=dict)
+    _readers: dict[str, MetricLines] = field(default_factory=dict)
 
     def feed(self, stream: str, data: bytes, at: float) -> None:
-        buffered = self._partial.get(stream, b"") + data
-        *lines, rest = buffered.split(b"\n")
-        if len(rest) > MAX_LINE_BYTES:
-            rest = b""  # no metric line is this long: drop it rather than hold it
-        self._partial[stream] = rest
-        for raw in lines:
-            self._line(raw, at)
+        reader = self._readers.get(stream)
+        if reader is None:
+            reader = self._readers[stream] = MetricLines()
+        self._lines(reader.feed(data), at)
 
     def finish(self, at: float) -> None:
         """The output ended: a last line without its newline counts too."""
-        for stream, rest in list(self._partial.items()):
-            if rest:
-                self._line(rest, at)
-            self._partial[stream] = b""
+        for reader in self._readers.values():
+            self._lines(reader.finish(), at)
 
-    def _line(self, raw: bytes, at: float) -> None:
-        if len(raw) > MAX_LINE_BYTES or PREFIX.encode() not in raw:
-            return
-        parsed = parse_line(raw.decode("utf-8", errors="replace"))
-        if parsed is None:
-            self.refused += 1
-            return
-        for name, value in parsed.items():
-            self._add(name, value, at)
+    def _lines(self, lines: list[dict[str, float] | None], at: float) -> None:
+        for parsed in lines:
+            if parsed is None:
+                self.refused += 1
+                continue
+            for name, value in parsed.items():
+                self._add(name, value, at)
 
     def _add(self, name: str, value: float, at: float) -> None:
         held = self.summary.get(name)

@@ -164,6 +164,7 @@ async def experiment_start(svc: Service, inp: ExperimentStart) -> Experiment:
         workdir=inp.workdir,
         env=env,
         timeout_seconds=inp.timeout_seconds,
+        report_metrics=True,
     )
     try:
         await svc.request(inp.workspace_id, "exec.start", args)

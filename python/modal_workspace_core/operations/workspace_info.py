@@ -97,8 +97,11 @@ async def latest_metrics(svc: Service, workspace_id: str) -> MetricsSample | Non
 
 
 def metrics_sample(sample: object) -> MetricsSample | None:
-    """An agent's sample as answered, or None for none (or for what is not a sample)."""
+    """An agent's sample as answered, or None for none (or for what is not a sample: the
+    stream also carries `reported` events, which an agent of this build never answers here)."""
     if not isinstance(sample, dict) or not isinstance(sample.get("seq"), int):
+        return None
+    if sample.get("type") != "metrics":
         return None
     return sample
 

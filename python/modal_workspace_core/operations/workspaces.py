@@ -11,7 +11,16 @@ from ..drivers.base import WorkspaceRecord, WorkspaceSecrets, WorkspaceSpec
 from ..errors import InvalidArgumentError
 from .experiment_records import ExperimentStore
 from .lifecycle import take_snapshot
-from .machinery.fields import Env, IdempotencyKey, Input, Output, Tags, TemplateName, WorkspaceId
+from .machinery.fields import (
+    Env,
+    IdempotencyKey,
+    Input,
+    Output,
+    PreviewPorts,
+    Tags,
+    TemplateName,
+    WorkspaceId,
+)
 from .machinery.fitting import KeepFirst
 from .machinery.table import DESTROY, READ, WRITE, WS, Declarations
 from .resources import IMAGE_FIELDS, Resources
@@ -45,6 +54,10 @@ class WorkspaceCreate(Input):
         None, description="Makes retries safe: the same key, the same workspace."
     )
     template: TemplateName | None = Field(None, description="Start from its newest build.")
+    ports: PreviewPorts = Field(
+        default_factory=list,
+        description="TCP ports for workspace_preview_url (1024-65535, at most 8).",
+    )
 
     @field_validator("block_network")
     @classmethod
@@ -120,6 +133,9 @@ async def workspace_create(svc: Service, inp: WorkspaceCreate) -> Workspace:
                 )
     if volumes:
         resources["volumes"] = volumes
+    if inp.ports:
+        # Kept in the record with the resources, so a fork and a resume serve the same ones.
+        resources["ports"] = list(inp.ports)
     tags = dict(inp.tags)
     key = inp.idempotency_key
     if key is None:

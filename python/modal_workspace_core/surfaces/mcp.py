@@ -8,9 +8,9 @@ is declared twice; the FastAPI app mounts the returned ASGI app at `/mcp/`.
 from __future__ import annotations
 
 import base64
-import math
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -47,7 +47,8 @@ Remote workspaces: each is a machine whose files live under /workspace.
    start. Use a realtime exec for anything long, then workspace_realtime_exec_input (stdin) or
    workspace_realtime_exec_cancel as needed.
 5. file_read/file_write/file_edit/file_list/file_search work on paths under /workspace;
-   repo_status and repo_diff show what changed.
+   file_patch applies a unified diff or an apply_patch envelope to several files, all or
+   nothing; repo_status and repo_diff show what changed.
 6. To deliver the work: repo_commit, then repo_push (a new branch agent/<workspace>/<branch> by
    default; its answer lists the commits and files it pushed: show them to the user), then
    repo_pull_request (a draft; asking again for the same branch answers the same one).

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use super::sys::{linkat, rename_into, symlinkat, Swap};
+use super::sys::{linkat, symlinkat};
+use crate::agent::files::sys::{rename_into, Swap};
 use crate::agent::files::{remove_tree, sys, FileError, Workspace};
 use crate::policy::{PolicyError, TarEntry, TarKind, TarLimits, TarPlan};
 

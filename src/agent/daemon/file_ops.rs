@@ -8,9 +8,10 @@ use serde_json::{json, Value};
 
 use crate::agent::files::{GlobQuery, GrepQuery, Workspace};
 use crate::agent::ops::{file_error, internal, policy, shown_path, under_root};
-use crate::agent::ops::{FileOp, FileRequest};
+use crate::agent::ops::{FileOp, FileRequest, PatchRequest};
 use crate::channel::message::ErrorBody;
 use crate::channel::server::Reply;
+use crate::patch::Patch;
 use crate::policy as rules;
 
 fn to_value<T: serde::Serialize>(v: T) -> Result<Value, ErrorBody> {
@@ -99,6 +100,33 @@ fn run_inner(
         }
     };
     Ok((result, Vec::new()))
+}
+
+/// Runs one patch: parsed, every path put under the daemon's root and checked by the policy,
+/// then applied all or nothing; blocking (call it on a blocking thread).
+pub(crate) fn run_patch(ws: &Workspace, root: &str, request: PatchRequest) -> Reply {
+    let refused = |e: rules::PolicyError| ErrorBody::invalid("patch", e.message);
+    let applied = (|| {
+        let mut patch = Patch::parse(&request.text, request.format).map_err(refused)?;
+        patch
+            .check_paths(root, |p| rules::workspace_path(root, &under_root(p)))
+            .map_err(refused)?;
+        let mut outcome = ws.patch(&patch).map_err(file_error)?;
+        for file in &mut outcome.files {
+            file.path = shown_path(&file.path);
+            file.to = file.to.as_deref().map(shown_path);
+        }
+        let mut result = to_value(outcome)?;
+        result["format"] = json!(patch.format.name());
+        Ok(result)
+    })();
+    match applied {
+        Ok(result) => Reply {
+            result: Ok(result),
+            payload: Vec::new(),
+        },
+        Err(e) => Reply::err(e),
+    }
 }
 
 fn shown_hits(mut result: crate::agent::files::SearchResult) -> Result<Value, ErrorBody> {

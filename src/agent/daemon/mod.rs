@@ -12,6 +12,7 @@ mod fs_user;
 pub mod launch_config;
 mod lock;
 pub mod metrics;
+mod port_relay;
 mod service;
 mod tasks;
 mod watches;
@@ -181,6 +182,8 @@ impl Daemon {
         .map_err(|e| format!("cannot start the process supervisor: {e}"))?;
         let budget = LogBudget::new(config.max_total_log_bytes);
         let credentials = Arc::new(askpass::Credentials::default());
+        // Before the registry: execs that report metrics put them in its stream.
+        let metrics = metrics::MetricsStream::open(root.clone(), &config.metrics)?;
         let execs = execs::ExecRegistry::new(
             config.state_dir.join("execs"),
             root_str.clone(),
@@ -191,12 +194,12 @@ impl Daemon {
         )
         .with_agent_home(agent_home)
         .with_max_ended(config.max_ended_execs)
-        .with_askpass(Arc::clone(&credentials), config.askpass_env());
+        .with_askpass(Arc::clone(&credentials), config.askpass_env())
+        .with_reported_metrics(metrics.reported());
         let loaded = execs
             .load()
             .map_err(|e| format!("cannot load earlier execs: {e}"))?;
         tracing::info!(loaded, "loaded the execs of earlier agents");
-        let metrics = metrics::MetricsStream::open(root.clone(), &config.metrics)?;
         Ok(Arc::new(Self {
             metrics,
             watches: watches::WatchStreams::new(

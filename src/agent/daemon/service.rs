@@ -18,6 +18,7 @@ use crate::agent::files::Workspace;
 use crate::agent::ops::{internal, AgentRequest};
 use crate::agent::process::CommandUser;
 use crate::channel::message::{ErrorBody, ErrorCode, BUILD, PROTOCOL_VERSION};
+use crate::channel::relay::RelayFuture;
 use crate::channel::server::{Reply, ReplyFuture, Request, Service};
 use crate::channel::subscription::{EventSource, RingSource, WaitFuture, WAIT_SLICE};
 use crate::event::StreamKind;
@@ -56,6 +57,19 @@ fn ready(result: Result<Value, ErrorBody>) -> ReplyFuture {
 impl Service for Daemon {
     fn channel_key(&self) -> Option<&str> {
         self.channel_key.as_deref()
+    }
+
+    fn relay(&self, request: Request) -> RelayFuture {
+        match AgentRequest::parse(&request.op, &request.args, Vec::new()) {
+            Ok(AgentRequest::PortConnect(port)) => Box::pin(super::port_relay::connect(port)),
+            Ok(_) => Box::pin(async {
+                Err(ErrorBody::new(
+                    ErrorCode::Internal,
+                    "only port.connect opens a relay",
+                ))
+            }),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
     }
 
     fn handle(&self, request: Request) -> ReplyFuture {
@@ -122,6 +136,13 @@ impl Service for Daemon {
             AgentRequest::TaskStatus(task) => ready(self.tasks.status(&task)),
             AgentRequest::MetricsStatus => ready(Ok(self.metrics.status())),
             AgentRequest::MetricsSet(set) => ready(self.metrics.set_interval(set.interval)),
+            // Only a connection's first request opens a relay (`channel::server`): on a channel
+            // that already serves, it would have no bytes to carry.
+            AgentRequest::PortConnect(_) => ready(Err(ErrorBody::new(
+                ErrorCode::Conflict,
+                "port.connect opens a relay: send it as the first request of a connection of \
+                 its own (docs/protocol.md)",
+            ))),
             AgentRequest::Archive(request) => {
                 let cx = super::archive_ops::ArchiveContext {
                     ws: Arc::clone(&self.ws),
@@ -134,6 +155,19 @@ impl Service for Daemon {
                         tokio::task::spawn_blocking(move || super::archive_ops::run(&cx, request))
                             .await;
                     done.unwrap_or_else(|e| Reply::err(internal("an archive operation failed", e)))
+                })
+            }
+            AgentRequest::FilePatch(request) => {
+                let ws = Arc::clone(&self.ws);
+                let root = self.root.clone();
+                let user = self.workspace_user;
+                Box::pin(async move {
+                    let done = tokio::task::spawn_blocking(move || {
+                        let _as_user = AsUser::enter(user);
+                        file_ops::run_patch(&ws, &root, request)
+                    })
+                    .await;
+                    done.unwrap_or_else(|e| Reply::err(internal("a patch failed", e)))
                 })
             }
             AgentRequest::File(file) => {

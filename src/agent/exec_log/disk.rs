@@ -14,7 +14,7 @@ use super::segment::{self, Segment, RECORD_HEADER};
 use super::LogError;
 use crate::event::{Event, StreamStatus};
 use crate::ring::ledger::Ledger;
-use crate::ring::{envelope_max_len, Page, PageEvent, MAX_PAGE_EVENTS, MIN_PAGE_BYTES};
+use crate::ring::{events_budget, Page, PageEvent, MAX_PAGE_EVENTS};
 
 const INDEX_FILE: &str = "index.json";
 
@@ -357,7 +357,7 @@ impl Disk {
             return Err(LogError::cursor_ahead(cursor, last));
         }
         let max_events = max_events.clamp(1, MAX_PAGE_EVENTS);
-        let budget = max_bytes.max(MIN_PAGE_BYTES) - envelope_max_len();
+        let budget = events_budget(max_bytes);
         let first_seq = self.first_seq();
         let cursor_expired = cursor + 1 < first_seq;
         let (dropped_events, dropped_bytes) = match cursor_expired {

@@ -1,5 +1,6 @@
 //! The workspace agent's file operations, contained in the workspace root: stat, list, read,
-//! write, edit, remove, mkdir and search, every one of them done through fds opened beneath it.
+//! write, edit, patch, remove, mkdir and search, every one of them done through fds opened
+//! beneath it.
 //!
 //! # The guarantee
 //!
@@ -28,10 +29,12 @@
 //! tree with the `ignore` crate by path; each hit is re-opened beneath the root before it is
 //! read or reported (see [`search`]).
 
+mod changeset;
 mod edit;
 mod error;
 mod list;
 mod mkdir;
+mod patch;
 mod read;
 mod remove;
 mod resolve;
@@ -50,6 +53,7 @@ pub use edit::{EditOutcome, EditRequest};
 pub use error::{FileError, FileErrorKind};
 pub use list::{ListOptions, Listing};
 pub use mkdir::MkdirOutcome;
+pub use patch::{PatchAction, PatchOutcome, PatchedFile, MAX_PATCH_READ_BYTES};
 pub use read::{ReadChunk, ReadOptions};
 pub(crate) use remove::remove_tree;
 pub use remove::RemoveOutcome;

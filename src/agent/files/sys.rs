@@ -157,6 +157,57 @@ pub fn renameat(dir: BorrowedFd<'_>, from: &[u8], to: &[u8]) -> io::Result<()> {
         .map(drop)
 }
 
+/// How a rename takes its destination's name (an extraction's, a patch's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swap {
+    /// Only when nothing has that name (race-free where the kernel has `RENAME_NOREPLACE`).
+    NoReplace,
+    /// Exchanged atomically with what has that name, which then has the temporary name.
+    Exchange,
+}
+
+/// `renameat2` within one directory. A kernel or file system without it (EINVAL, ENOSYS)
+/// gets the nearest plain `renameat` steps: a check before the rename, or the old entry moved
+/// aside first (a reader may then briefly find no entry, never a partial one).
+pub fn rename_into(dir: BorrowedFd<'_>, from: &[u8], to: &[u8], how: Swap) -> io::Result<()> {
+    let (cfrom, cto) = (cstring(from)?, cstring(to)?);
+    let flags = match how {
+        Swap::NoReplace => libc::RENAME_NOREPLACE,
+        Swap::Exchange => libc::RENAME_EXCHANGE,
+    };
+    // SAFETY: both names are NUL-terminated and outlive the call; the fd is live.
+    let ret = unsafe {
+        libc::renameat2(
+            dir.as_raw_fd(),
+            cfrom.as_ptr(),
+            dir.as_raw_fd(),
+            cto.as_ptr(),
+            flags,
+        )
+    };
+    match check(ret).map(drop) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) => {}
+        other => return other,
+    }
+    match how {
+        Swap::NoReplace => {
+            match fstatat(dir, to, libc::AT_SYMLINK_NOFOLLOW) {
+                Ok(_) => return Err(io::Error::from_raw_os_error(libc::EEXIST)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+            renameat(dir, from, to)
+        }
+        Swap::Exchange => {
+            let mut aside = from.to_vec();
+            aside.extend_from_slice(b".old");
+            renameat(dir, to, &aside)?;
+            renameat(dir, from, to)?;
+            renameat(dir, &aside, from)
+        }
+    }
+}
+
 /// The names in the directory `dir` (which must be opened for reading), without `.` and `..`.
 pub fn read_dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
     // fdopendir takes ownership of its fd, so hand it a fresh one for the same directory.

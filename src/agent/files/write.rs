@@ -31,9 +31,10 @@ pub struct WriteOutcome {
 
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// The agent's temporary files are `.mwc-write-{pid}-{seq}.{new|old}.tmp`: `new` when the
-/// rename creates the file, `old` when it replaces one. Watches hide them and report the
-/// rename as what it means for the final name (`watch::tree`).
+/// The agent's temporary files are `.mwc-write-{pid}-{seq}.{new|old|del}.tmp`: `new` when the
+/// rename creates the file, `old` when it replaces one, `del` when a file is renamed to it to
+/// be removed (a patch keeps it until every other change is made). Watches hide them and report
+/// the rename as what it means for the final name (`watch::tree`).
 const TEMP_PREFIX: &str = ".mwc-write-";
 
 /// What the rename of one of the agent's temporary files does to its final name.
@@ -41,6 +42,9 @@ const TEMP_PREFIX: &str = ".mwc-write-";
 pub(crate) enum AgentWrite {
     Creates,
     Replaces,
+    /// The final name is renamed to the temporary one: the file is removed (and renamed back,
+    /// should the patch that removed it fail).
+    Removes,
 }
 
 /// `Some` when `name` (a file name, no directory) is one of the agent's temporary files. The
@@ -56,14 +60,17 @@ pub(crate) fn agent_write_temp(name: &str) -> Option<AgentWrite> {
     match intent {
         "new" => Some(AgentWrite::Creates),
         "old" => Some(AgentWrite::Replaces),
+        "del" => Some(AgentWrite::Removes),
         _ => None,
     }
 }
 
-fn temp_name(intent: AgentWrite) -> String {
+/// A fresh temporary name for `intent`.
+pub(crate) fn temp_name(intent: AgentWrite) -> String {
     let intent = match intent {
         AgentWrite::Creates => "new",
         AgentWrite::Replaces => "old",
+        AgentWrite::Removes => "del",
     };
     format!(
         "{TEMP_PREFIX}{}-{}.{intent}.tmp",
@@ -177,23 +184,13 @@ fn replace(
     data: &[u8],
     mode: Option<u32>,
 ) -> std::io::Result<()> {
-    let temp = temp_name(if mode.is_some() {
+    let intent = if mode.is_some() {
         AgentWrite::Replaces
     } else {
         AgentWrite::Creates
-    });
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-    let fd = sys::openat(dir, temp.as_bytes(), flags, 0o666)?;
-    let result = (|| {
-        let mut file = File::from(fd);
-        if let Some(mode) = mode {
-            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        }
-        file.write_all(data)?;
-        file.sync_all()?;
-        sys::renameat(dir, temp.as_bytes(), name)
-    })();
-    if let Err(e) = result {
+    };
+    let temp = write_temp(dir, data, mode, None, intent)?;
+    if let Err(e) = sys::renameat(dir, temp.as_bytes(), name) {
         let _ = sys::unlinkat(dir, temp.as_bytes(), 0);
         return Err(e);
     }
@@ -201,12 +198,57 @@ fn replace(
     File::from(sys::reopen_dir(dir)?).sync_all()
 }
 
+/// The first half of an atomic write: `data` in a fresh temporary file in `dir`, synced, with
+/// the permission bits `mode` (a new file's default when `None`) and the executable bits set
+/// or cleared where `executable` says (each where the read bit is, as `chmod +x` under a umask
+/// does). Answers the temporary name; a failure removes the file.
+pub(crate) fn write_temp(
+    dir: BorrowedFd<'_>,
+    data: &[u8],
+    mode: Option<u32>,
+    executable: Option<bool>,
+    intent: AgentWrite,
+) -> std::io::Result<String> {
+    let temp = temp_name(intent);
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+    let fd = sys::openat(dir, temp.as_bytes(), flags, 0o666)?;
+    let result = (|| {
+        let mut file = File::from(fd);
+        let mode = match (mode, executable) {
+            (Some(mode), _) => Some(mode),
+            (None, Some(_)) => Some(file.metadata()?.permissions().mode() & 0o7777),
+            (None, None) => None,
+        };
+        if let Some(mode) = mode {
+            let mode = match executable {
+                Some(true) => mode | ((mode & 0o444) >> 2),
+                Some(false) => mode & !0o111,
+                None => mode,
+            };
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
+        file.write_all(data)?;
+        file.sync_all()
+    })();
+    match result {
+        Ok(()) => Ok(temp),
+        Err(e) => {
+            let _ = sys::unlinkat(dir, temp.as_bytes(), 0);
+            Err(e)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn only_the_whole_shape_of_a_temporary_name_is_the_agents() {
         use super::{agent_write_temp, temp_name, AgentWrite};
-        for intent in [AgentWrite::Creates, AgentWrite::Replaces] {
+        for intent in [
+            AgentWrite::Creates,
+            AgentWrite::Replaces,
+            AgentWrite::Removes,
+        ] {
             assert_eq!(agent_write_temp(&temp_name(intent)), Some(intent));
         }
         for name in [

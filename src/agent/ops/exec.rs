@@ -198,6 +198,8 @@ pub(crate) struct StartRequest {
     pub(crate) note: Option<Value>,
     /// The gateway's own exec (git for a repo status or diff): left out of `exec.list`.
     pub(crate) internal: bool,
+    /// Tee the `::metric` lines of its output into the workspace's metrics stream.
+    pub(crate) report_metrics: bool,
 }
 
 impl StartRequest {
@@ -299,6 +301,7 @@ impl StartRequest {
             kill_grace,
             note,
             internal,
+            report_metrics: a.bool("report_metrics")?,
         })
     }
 }

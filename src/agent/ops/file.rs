@@ -6,6 +6,7 @@ use super::AgentOp;
 use crate::agent::files::{EditRequest, ListOptions, ReadOptions, WriteOptions};
 use crate::channel::message::ErrorBody;
 use crate::channel::MAX_FRAME_BYTES;
+use crate::patch::Format;
 
 /// The most bytes one `file.read` returns: its payload must fit in one frame with its header.
 pub(crate) const MAX_READ_PAYLOAD: usize = MAX_FRAME_BYTES - 64 * 1024;
@@ -113,5 +114,26 @@ impl FileRequest {
             }
         };
         Ok(Self { path, op })
+    }
+}
+
+/// `file.patch`: the patch's text (the payload) and its format (detected when not named).
+#[derive(Debug)]
+pub(crate) struct PatchRequest {
+    pub(crate) text: String,
+    pub(crate) format: Option<Format>,
+}
+
+impl PatchRequest {
+    pub(crate) fn parse(a: &Args<'_>, payload: Vec<u8>) -> Result<Self, ErrorBody> {
+        let format = match a.str("format")? {
+            None => None,
+            Some(name) => Some(Format::from_name(name).ok_or_else(|| {
+                ErrorBody::invalid("format", "'format' must be 'unified' or 'apply_patch'")
+            })?),
+        };
+        let text = String::from_utf8(payload)
+            .map_err(|_| ErrorBody::invalid("patch", "the patch must be UTF-8 text"))?;
+        Ok(Self { text, format })
     }
 }

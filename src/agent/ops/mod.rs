@@ -27,7 +27,7 @@ pub(crate) use exec::{
     CancelRequest, InputRequest, ReadRequest, ResizeRequest, StartRequest, StatusRequest,
     StepCredential, StepProgram, StepRequest,
 };
-pub(crate) use file::{FileOp, FileRequest};
+pub(crate) use file::{FileOp, FileRequest, PatchRequest};
 pub(crate) use metrics::{
     interval as metrics_interval, MetricsSetRequest, DEFAULT_INTERVAL as DEFAULT_METRICS_INTERVAL,
 };
@@ -54,6 +54,7 @@ pub enum AgentOp {
     FileRead,
     FileWrite,
     FileEdit,
+    FilePatch,
     FileRemove,
     FileMkdir,
     FileGlob,
@@ -73,10 +74,11 @@ pub enum AgentOp {
     ArchiveWrite,
     ArchiveExtract,
     ArchiveRemove,
+    PortConnect,
 }
 
 impl AgentOp {
-    pub const ALL: [AgentOp; 34] = [
+    pub const ALL: [AgentOp; 35] = [
         AgentOp::Ping,
         AgentOp::ExecStart,
         AgentOp::ExecInput,
@@ -92,6 +94,7 @@ impl AgentOp {
         AgentOp::FileRead,
         AgentOp::FileWrite,
         AgentOp::FileEdit,
+        AgentOp::FilePatch,
         AgentOp::FileRemove,
         AgentOp::FileMkdir,
         AgentOp::FileGlob,
@@ -111,6 +114,7 @@ impl AgentOp {
         AgentOp::ArchiveWrite,
         AgentOp::ArchiveExtract,
         AgentOp::ArchiveRemove,
+        AgentOp::PortConnect,
     ];
 
     /// The op's name on the wire.
@@ -131,6 +135,7 @@ impl AgentOp {
             AgentOp::FileRead => "file.read",
             AgentOp::FileWrite => "file.write",
             AgentOp::FileEdit => "file.edit",
+            AgentOp::FilePatch => "file.patch",
             AgentOp::FileRemove => "file.remove",
             AgentOp::FileMkdir => "file.mkdir",
             AgentOp::FileGlob => "file.glob",
@@ -150,6 +155,7 @@ impl AgentOp {
             AgentOp::ArchiveWrite => "archive.write",
             AgentOp::ArchiveExtract => "archive.extract",
             AgentOp::ArchiveRemove => "archive.remove",
+            AgentOp::PortConnect => "port.connect",
         }
     }
 
@@ -160,22 +166,26 @@ impl AgentOp {
     /// Whether sending the op again after the channel was lost (not knowing whether the agent
     /// got it) does nothing twice. `exec.start` is: the gateway names the exec, and a second
     /// start of the same id answers the first. `exec.input` (stdin would be written twice),
-    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.remove`,
+    /// `exec.resize`, `file.edit` (a replacement could apply twice), `file.patch` (likewise),
+    /// `file.remove`,
     /// `watch.start` and `task.progress` (a report would show twice) are not; `task.start` and
     /// `task.end` are (the gateway names the task; a second end answers the first), and so is
     /// `metrics.set` (it sets a value: twice is once). The
     /// `archive.*` steps name their archive and offset, so they repeat safely, except
-    /// `archive.extract` (a second one would find its own result in place).
+    /// `archive.extract` (a second one would find its own result in place). `port.connect`
+    /// opens a connection: twice is two.
     pub fn repeatable(self) -> bool {
         !matches!(
             self,
             AgentOp::ExecInput
                 | AgentOp::ExecResize
                 | AgentOp::FileEdit
+                | AgentOp::FilePatch
                 | AgentOp::FileRemove
                 | AgentOp::WatchStart
                 | AgentOp::TaskProgress
                 | AgentOp::ArchiveExtract
+                | AgentOp::PortConnect
         )
     }
 
@@ -206,6 +216,7 @@ impl AgentOp {
             | AgentOp::FileMkdir
             | AgentOp::FileGlob
             | AgentOp::FileGrep => AgentRequest::File(FileRequest::parse(self, &a, payload)?),
+            AgentOp::FilePatch => AgentRequest::FilePatch(PatchRequest::parse(&a, payload)?),
             AgentOp::WatchStart => AgentRequest::WatchStart(WatchStartRequest::parse(&a)?),
             AgentOp::WatchCancel => AgentRequest::WatchCancel(WatchRef::parse(&a)?),
             AgentOp::WatchStatus => AgentRequest::WatchStatus(WatchRef::parse(&a)?),
@@ -223,6 +234,7 @@ impl AgentOp {
             | AgentOp::ArchiveRemove => {
                 AgentRequest::Archive(ArchiveRequest::parse(self, &a, payload)?)
             }
+            AgentOp::PortConnect => AgentRequest::PortConnect(port_arg(&a)?),
         })
     }
 }
@@ -242,6 +254,7 @@ pub(crate) enum AgentRequest {
     ExecSettle(String),
     ExecRead(ReadRequest),
     File(FileRequest),
+    FilePatch(PatchRequest),
     WatchStart(WatchStartRequest),
     WatchCancel(WatchRef),
     WatchStatus(WatchRef),
@@ -253,6 +266,18 @@ pub(crate) enum AgentRequest {
     MetricsStatus,
     MetricsSet(MetricsSetRequest),
     Archive(ArchiveRequest),
+    /// A TCP port on the workspace's loopback to relay a connection to (`port.connect`, the
+    /// first and only request of a connection of its own: `channel::server`).
+    PortConnect(u16),
+}
+
+/// `port`: a preview port under the core's rule (1024 to 65535), the only ports a relay opens.
+fn port_arg(a: &Args<'_>) -> Result<u16, ErrorBody> {
+    let port = a
+        .u64("port")?
+        .ok_or_else(|| ErrorBody::invalid("port", "'port' is required"))?;
+    policy::preview_port(i64::try_from(port).unwrap_or(i64::MAX))
+        .map_err(|e| args::policy("port", e))
 }
 
 impl AgentRequest {

@@ -131,9 +131,15 @@ fn bad_arguments_are_refused_naming_the_argument() {
             json!({"argv": ["x"], "secret_env": {}}),
             "secret_env",
         ),
+        (
+            "exec.start",
+            json!({"argv": ["x"], "report_metrics": 1}),
+            "report_metrics",
+        ),
         ("file.read", json!({}), "path"),
         ("file.grep", json!({"path": "."}), "pattern"),
         ("file.edit", json!({"path": "a"}), "old"),
+        ("file.patch", json!({"format": "git"}), "format"),
         ("watch.start", json!({"kinds": ["explode"]}), "kinds"),
         (
             "watch.status",
@@ -170,6 +176,17 @@ fn an_internal_exec_is_one_command_nobody_follows() {
         Ok(AgentRequest::ExecStart(start)) => assert!(start.internal),
         other => panic!("not taken: {other:?}"),
     }
+}
+
+#[test]
+fn an_exec_reports_metrics_only_when_asked() {
+    let start = |v: Value| match AgentRequest::parse("exec.start", &args(v), Vec::new()) {
+        Ok(AgentRequest::ExecStart(start)) => start.report_metrics,
+        other => panic!("not taken: {other:?}"),
+    };
+    assert!(!start(json!({"argv": ["x"]})));
+    assert!(!start(json!({"argv": ["x"], "report_metrics": null})));
+    assert!(start(json!({"argv": ["x"], "report_metrics": true})));
 }
 
 #[test]
@@ -297,5 +314,26 @@ fn results_name_paths_under_workspace() {
         ("/a/", "/workspace/a"),
     ] {
         assert_eq!(shown_path(relative), shown, "{relative}");
+    }
+}
+
+#[test]
+fn port_connect_takes_a_preview_port_and_nothing_else() {
+    match AgentRequest::parse("port.connect", &args(json!({"port": 8000})), Vec::new()) {
+        Ok(AgentRequest::PortConnect(port)) => assert_eq!(port, 8000),
+        other => panic!("port.connect was read as {other:?}"),
+    }
+    for bad in [
+        json!({}),
+        json!({"port": 22}),
+        json!({"port": 0}),
+        json!({"port": 65536}),
+        json!({"port": -1}),
+        json!({"port": "8000"}),
+        json!({"port": u64::MAX}),
+    ] {
+        let e = refused("port.connect", bad.clone());
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+        assert_eq!(e.field.as_deref(), Some("port"), "{bad}");
     }
 }

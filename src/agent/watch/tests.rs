@@ -203,6 +203,42 @@ fn a_tree_made_at_once_is_reported_whole_parents_first() {
 }
 
 #[test]
+fn a_patch_is_the_modify_create_and_remove_of_its_files_never_its_temporaries() {
+    let fx = Fixture::new("agent-patch");
+    std::fs::write(fx.at("w/a.txt"), "a\n").unwrap();
+    std::fs::write(fx.at("w/gone.txt"), "x\n").unwrap();
+    let ws = Workspace::open(fx.at("")).unwrap();
+    let rx = fx.start(WatchRequest::new("fw-1", "w"));
+    let patch = crate::patch::Patch::parse(
+        "*** Begin Patch\n*** Update File: w/a.txt\n@@\n-a\n+b\n*** Add File: w/new.txt\n+n\n\
+         *** Delete File: w/gone.txt\n*** End Patch",
+        None,
+    )
+    .unwrap();
+    ws.patch(&patch).unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let e = next_event(&rx);
+        assert!(!e.path.contains(".mwc-write-"), "{e:?}");
+        seen.push((e.kind, e.path));
+    }
+    assert_eq!(
+        seen,
+        [
+            (EventKind::Modify, "w/a.txt".to_owned()),
+            (EventKind::Create, "w/new.txt".to_owned()),
+            (EventKind::Remove, "w/gone.txt".to_owned()),
+        ]
+    );
+    assert!(fx.registry.cancel("fw-1"));
+    // Nothing else came: neither half of an exchange nor a temporary file.
+    match rx.recv_timeout(PATIENCE).expect("the end") {
+        WatchMessage::Ended(end) => assert_eq!(end, WatchEnd::Cancelled),
+        WatchMessage::Event(e) => panic!("{e:?}"),
+    }
+}
+
+#[test]
 fn the_agents_own_writes_are_a_create_or_a_modify_of_the_file_never_its_temporary() {
     let fx = Fixture::new("agent-write");
     let ws = Workspace::open(fx.at("")).unwrap();

@@ -33,7 +33,9 @@ pub struct Tree {
 }
 
 /// The agent's own atomic writes as what they mean: its temporary file is never reported, and
-/// the temporary file's rename over the final name is that file's create (or modify).
+/// the temporary file's rename over the final name is that file's create (or modify). A file
+/// renamed to a temporary name to be removed (a patch's removal) is that file's removal, and
+/// the other half of an exchange (the replaced file taking the temporary name) is not reported.
 fn as_meant(event: WatchEvent) -> Option<WatchEvent> {
     let temp = |path: &str| agent_write_temp(path.rsplit('/').next().unwrap_or(path));
     if event.is_dir || event.kind == EventKind::Overflow {
@@ -43,7 +45,20 @@ fn as_meant(event: WatchEvent) -> Option<WatchEvent> {
         let kind = match event.from.as_deref().and_then(temp) {
             Some(AgentWrite::Creates) => EventKind::Create,
             Some(AgentWrite::Replaces) => EventKind::Modify,
-            None => return Some(event),
+            // A removed file put back by a patch that failed.
+            Some(AgentWrite::Removes) => EventKind::Create,
+            None => {
+                return match (temp(&event.path), event.from.clone()) {
+                    (Some(AgentWrite::Removes), Some(from)) => Some(WatchEvent {
+                        kind: EventKind::Remove,
+                        path: from,
+                        from: None,
+                        ..event
+                    }),
+                    (Some(_), _) => None,
+                    (None, _) => Some(event),
+                }
+            }
         };
         return Some(WatchEvent {
             kind,

@@ -24,6 +24,7 @@ from typing import Any
 from ... import policy
 from ..._core import CHANNEL_KEEPALIVE_SECONDS
 from ...channel.client import AgentClient, AgentError
+from ...channel.relay import open_relay
 from ...config import DEFAULT_DISK_MB, ISOLATION_ENV, IsolationMode
 from ...errors import (
     ConflictError,
@@ -307,6 +308,23 @@ class LocalDriver(LocalLifecycle):
                 "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
             ) from err
 
+    async def open_port(
+        self, workspace_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to `port` on the workspace's loopback, relayed by its agent from inside
+        the workspace (`channel.relay`): a preview's connection. The agent must be running
+        (`connect` starts it). Raises AgentError (`unavailable`: nothing listens there)."""
+        ws = self._dir(workspace_id)
+        check_live(await asyncio.to_thread(self._meta, ws))
+        check = functools.partial(daemon.check_peer, ws.pid_file)
+        key = await asyncio.to_thread(ws.channel_key)
+        try:
+            return await open_relay(self._socket_paths.get(ws.socket), port, check=check, key=key)
+        except OSError as err:
+            raise UpstreamError(
+                "upstream", f"cannot reach the agent of workspace {workspace_id}: {err}"
+            ) from err
+
     async def revive(self, workspace_id: str) -> bool:
         """Restarts the agent when it is stopped (SIGSTOP, a tracer): it would never answer
         again. A busy agent is left alone. True when it was restarted."""
@@ -551,6 +569,8 @@ _ENFORCED_RESOURCES = (
     "timeout_seconds",
     "idle_timeout_seconds",
     "volumes",
+    # Served to a browser through the agent's relays (`open_port`): nothing to enforce.
+    "ports",
 )
 # Why the fields a client may well send cannot apply here (others get the general reason).
 _WHY_NOT = {

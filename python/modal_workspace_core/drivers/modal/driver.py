@@ -62,6 +62,7 @@ from .sandbox_options import SandboxOptions, check_env, sandbox_options
 from .secret_env import delete_secret_env, make_secret_env
 from .secrets import ModalSecrets
 from .snapshots import delete_image
+from .tunnels import tunnel_url
 from .volume_store import VolumeStore
 from .warm_pool import WarmPool, end_stray_pools
 from .workspace_lookup import (
@@ -457,6 +458,12 @@ class ModalDriver(WorkspaceLookup, ModalLifecycle):
             # An idle channel is closed through its client, which then reads as closed at once.
             channel.on_idle = client.close
             return cast("AgentClient", ChannelClient(client, channel))
+
+    async def preview_url(self, workspace_id: str, port: int) -> str:
+        """The public URL of the workspace's tunnel to `port` (one it declared at create)."""
+        async with modal_errors(workspace_id):
+            sandbox = await (await self._running(workspace_id)).handle()
+            return await tunnel_url(sandbox, workspace_id, port)
 
     async def _drop_client(self, workspace_id: str) -> None:
         """Forgets the workspace's channel and its sandbox's handle (it is being ended or

@@ -96,6 +96,7 @@ async def start_sandbox(
         outbound_cidr_allowlist=options.outbound_cidr_allowlist,
         outbound_domain_allowlist=options.outbound_domain_allowlist,
         inbound_cidr_allowlist=options.inbound_cidr_allowlist,
+        encrypted_ports=list(options.ports),
         experimental_options=dict(EXIT_SNAPSHOT_OPTIONS),
     )
     if channel_key is not None:

@@ -44,6 +44,8 @@ class SandboxOptions:
     outbound_cidr_allowlist: list[str] | None = None
     outbound_domain_allowlist: list[str] | None = None
     inbound_cidr_allowlist: list[str] | None = None
+    # Preview ports: each an encrypted tunnel, fixed at the sandbox's create (`tunnels`).
+    ports: list[int] = field(default_factory=list)
     secret_names: list[str] = field(default_factory=list)
     volumes: dict[str, str] = field(default_factory=dict)
     image_name: str | None = None
@@ -73,6 +75,8 @@ class SandboxOptions:
             value = getattr(self, key)
             if value is not None:
                 out[key] = list(value)
+        if self.ports:
+            out["ports"] = list(self.ports)
         if self.secret_names:
             out["secret_names"] = list(self.secret_names)
         if self.volumes:
@@ -163,6 +167,26 @@ def _allowlists(
     return _checked(policy.outbound_allowlists, field_name, block_network, cidrs, domains)
 
 
+def _ports(value: Any, block_network: bool) -> list[int]:
+    """The preview ports under the core's rule. Modal opens no tunnel into a sandbox whose
+    network is blocked, so the two together are refused here rather than by the SDK."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(p, int) and not isinstance(p, bool) for p in value
+    ):
+        raise InvalidArgumentError("invalid_argument", "ports must be a list of ports", "ports")
+    ports = _checked(policy.preview_ports, "ports", list(value))
+    if ports and block_network:
+        raise InvalidArgumentError(
+            "invalid_argument",
+            "a workspace with block_network serves no ports on Modal (a tunnel is network "
+            "access): leave out block_network or ports",
+            "ports",
+        )
+    return ports
+
+
 def _seconds(value: Any, field_name: str, default: int | None, maximum: int) -> int | None:
     if value is None:
         return default
@@ -231,7 +255,8 @@ def sandbox_options(
     before the default (or while it was off) keeps running without one.
     """
     r = dict(resources)
-    cidrs, domains = _allowlists(r, block_network or r.get("block_network") is True)
+    blocked = block_network or r.get("block_network") is True
+    cidrs, domains = _allowlists(r, blocked)
     options = SandboxOptions(
         cpu=_cpu(r),
         memory=_memory(r),
@@ -255,6 +280,7 @@ def sandbox_options(
         outbound_domain_allowlist=domains,
         inbound_cidr_allowlist=_strings(r.get("inbound_cidr_allowlist"), "inbound_cidr_allowlist"),
         run_as_root=commands_run_as_root(r),
+        ports=_ports(r.get("ports"), blocked),
     )
     # The image: a name or an id (else the default), and packages layered on it.
     image = image_request(r, settings.default_image_name)

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from ... import policy
-from ..._core import StreamKind
+from ..._core import MIN_PAGE_BYTES, StreamKind
 from ...errors import InvalidArgumentError
 from ...policy import WORKSPACE_ROOT
 from .fitting import Shrink, check_declared
@@ -165,6 +165,17 @@ TemplateName = Annotated[
 # setting one could forge a workspace's identity, its root, or the record of what was cloned.
 Tags = Annotated[dict[str, str], AfterValidator(policy.caller_tags)]
 Env = Annotated[dict[str, str], AfterValidator(_env)]
+# The TCP ports a workspace serves previews on (`workspace_preview_url`), the core's rule.
+PreviewPorts = Annotated[
+    list[int],
+    Field(max_length=policy.MAX_PREVIEW_PORTS),
+    AfterValidator(policy.preview_ports),
+]
+PreviewPort = Annotated[
+    int,
+    AfterValidator(policy.preview_port),
+    Field(description="Declared at create."),
+]
 # A name a client gives what it makes (a snapshot, a run).
 Label = Annotated[
     str,
@@ -194,7 +205,9 @@ MaxEvents = Annotated[int, Field(ge=1, le=10_000, description="Most per page.")]
 MaxBytes = Annotated[
     int,
     Field(
-        ge=1024,
+        # The core's smallest page: it holds the largest event (a smaller budget was raised to
+        # it, and a page answered over what was asked).
+        ge=MIN_PAGE_BYTES,
         le=MAX_PAGE_BYTES,
         description="Most bytes of the page's JSON.",
     ),

@@ -54,7 +54,9 @@ class Event(Open):
     timestamp: str | float | None = Field(
         None, exclude_if=_unset, description="When the event happened (RFC 3339, UTC)."
     )
-    type: str = Field(description="stdout, stderr, status, exit, error, fs, progress, metrics, ...")
+    type: str = Field(
+        description="stdout, stderr, status, exit, error, fs, progress, metrics, reported, ..."
+    )
     data: str | None = Field(None, exclude_if=_unset, description="Output or detail as UTF-8 text.")
     data_b64: str | None = Field(
         None, exclude_if=_unset, description="Output that is not UTF-8, base64-encoded."

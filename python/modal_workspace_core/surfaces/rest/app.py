@@ -40,6 +40,7 @@ from .experiment_page import experiment_page_routes
 from .forwarded import TrustedProxyHeaders
 from .home import home_page
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
+from .preview_proxy import PreviewProxy
 from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
 from .terminal_page import terminal_page_routes
 
@@ -91,6 +92,7 @@ def create_app(
     if not tokens:
         raise ValueError("create_app needs at least one bearer token")
     mcp_app = McpEndpoint(service, host=host, allowed_hosts=allowed_hosts)
+    previews = PreviewProxy(service)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -103,6 +105,7 @@ def create_app(
             try:
                 yield
             finally:
+                await previews.aclose()
                 if close_service:
                     await service.close()
 
@@ -199,6 +202,8 @@ def create_app(
     # Pages for people, opened with a ticket an authenticated call minted (no bearer token).
     app.router.routes.extend(experiment_page_routes(service))
     app.router.routes.extend(terminal_page_routes(service))
+    # A workspace's app, through a preview ticket (HTTP and WebSocket).
+    app.router.routes.extend(previews.routes())
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::agent::daemon::metrics::ReportedCounts;
 use crate::agent::exec_log::write_atomically;
 use crate::event::timestamp;
 
@@ -110,6 +111,10 @@ pub(crate) struct ExecMeta {
     /// reach of every other step and of the workspace's processes, unlike the exec's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) report: Option<ReportMeta>,
+    /// Set for an exec started with `report_metrics`: what became of its metric lines, as of
+    /// its end (the record shows them live while it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) reported_metrics: Option<ReportedCounts>,
 }
 
 impl ExecMeta {
@@ -140,6 +145,7 @@ impl ExecMeta {
             note_settled: false,
             internal: false,
             report: None,
+            reported_metrics: None,
         }
     }
 
@@ -166,9 +172,10 @@ impl ExecMeta {
         json!({"argv": self.argv, "command": self.command, "steps": steps})
     }
 
-    /// The protocol's status object.
-    pub(crate) fn status(&self, last_seq: u64) -> Value {
-        json!({
+    /// The protocol's status object; with `reported_metrics` for an exec that reports them
+    /// (`reported`: the counts as they are now, else as recorded).
+    pub(crate) fn status(&self, last_seq: u64, reported: Option<ReportedCounts>) -> Value {
+        let mut status = json!({
             "exec_id": self.exec_id,
             "state": self.state,
             "pid": self.pid,
@@ -180,6 +187,12 @@ impl ExecMeta {
             "ended_at": self.ended_at,
             "last_seq": last_seq,
             "pty": self.pty,
-        })
+        });
+        if let (Some(counts), Value::Object(fields)) =
+            (reported.or(self.reported_metrics), &mut status)
+        {
+            fields.insert("reported_metrics".into(), json!(counts));
+        }
+        status
     }
 }

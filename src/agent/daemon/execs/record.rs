@@ -1,5 +1,6 @@
 //! One exec as the daemon records it: its log, its `meta.json`, and the sink that redacts its
-//! output into the log and writes `exit` and the final `status` before the meta says it ended.
+//! output into the log (and, for an exec that reports metrics, reads it for them) and writes
+//! `exit` and the final `status` before the meta says it ended.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -10,6 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::meta::{is_final, ExecMeta, PtyMeta, ReportMeta, REPORT_FILE};
 use super::steps::redact_text;
+use crate::agent::daemon::metrics::{ExecReports, ReportCounters, ReportedCounts};
 use crate::agent::exec_log::{write_atomically, ExecLog};
 use crate::agent::process::{
     Exec, ExecState, ExecStatus, ExitStatus, OutputSink, PtySize, Redactor, SinkFuture, StepReport,
@@ -27,6 +29,8 @@ pub(crate) struct ExecRecord {
     pub(crate) exec: OnceLock<Exec>,
     /// Whether the `running` status event has been written.
     announced: Mutex<bool>,
+    /// What became of its metric lines, while it runs here with `report_metrics`.
+    reported: Option<Arc<ReportCounters>>,
 }
 
 pub(crate) fn time_string(t: Option<SystemTime>) -> Option<String> {
@@ -52,11 +56,24 @@ impl ExecRecord {
             meta: Mutex::new(meta),
             exec: OnceLock::new(),
             announced: Mutex::new(false),
+            reported: None,
         }
     }
 
+    /// The record of an exec whose metric lines `counters` count.
+    pub(crate) fn reporting(mut self, counters: Option<Arc<ReportCounters>>) -> Self {
+        self.reported = counters;
+        self
+    }
+
+    fn reported_counts(&self) -> Option<ReportedCounts> {
+        self.reported.as_ref().map(|counters| counters.counts())
+    }
+
     pub(crate) fn status(&self) -> Value {
-        self.meta.lock().status(self.log.last_seq())
+        self.meta
+            .lock()
+            .status(self.log.last_seq(), self.reported_counts())
     }
 
     /// The status with what ran (`exec.status` with `"command": true`).
@@ -69,7 +86,7 @@ impl ExecRecord {
     pub(crate) fn status_with(&self, command: bool, report: bool) -> Value {
         let (mut status, kept) = {
             let meta = self.meta.lock();
-            let mut status = meta.status(self.log.last_seq());
+            let mut status = meta.status(self.log.last_seq(), self.reported_counts());
             if let (true, Value::Object(fields), Value::Object(ran)) =
                 (command, &mut status, meta.command())
             {
@@ -228,8 +245,10 @@ impl ExecRecord {
         if let Err(e) = appended {
             tracing::error!(exec_id = %self.id, error = %e, "cannot log an exec's end");
         }
+        let reported = self.reported_counts();
         self.change_meta(&mut meta, |meta| {
             meta.state = state.to_owned();
+            meta.reported_metrics = reported.or(meta.reported_metrics);
             meta.returncode = returncode;
             meta.signal = signal;
             meta.error = error;
@@ -273,15 +292,25 @@ pub(crate) struct LogSink {
     pub(crate) stderr: Mutex<Redactor>,
     /// A redactor that has seen nothing yet, for the report.
     pub(crate) report: Redactor,
+    /// For an exec started with `report_metrics`: reads the output as stored (redacted, so no
+    /// secret value reaches the metrics stream) for metric lines.
+    pub(crate) metrics: Option<ExecReports>,
 }
 
 impl LogSink {
-    fn store(&self, kind: EventType, data: &[u8]) {
+    fn store(&self, stream: Stream, data: &[u8]) {
         if data.is_empty() {
             return;
         }
+        let kind = match stream {
+            Stream::Stdout => EventType::Stdout,
+            Stream::Stderr => EventType::Stderr,
+        };
         if let Err(e) = self.record.log.append(kind, Some(data), &Map::new()) {
             tracing::error!(exec_id = %self.record.id, error = %e, "cannot log an exec's output");
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.scan(stream, data);
         }
     }
 }
@@ -291,13 +320,14 @@ impl OutputSink for LogSink {
         // The handle is stored right after the spawn returns, with no await in between: the
         // wait is at most that long, and keeps `running` ahead of the first output.
         self.record.announce_for(self.record.exec.wait());
-        let (redactor, kind) = match stream {
-            Stream::Stdout => (&self.stdout, EventType::Stdout),
-            Stream::Stderr => (&self.stderr, EventType::Stderr),
+        let redactor = match stream {
+            Stream::Stdout => &self.stdout,
+            Stream::Stderr => &self.stderr,
         };
+        // Held while the output is stored and read, so that both see one stream in order.
         let mut redactor = redactor.lock();
         let data = redactor.redact(chunk);
-        self.store(kind, &data);
+        self.store(stream, &data);
         Box::pin(async {})
     }
 
@@ -321,9 +351,12 @@ impl OutputSink for LogSink {
             self.record.announce_for(self.record.exec.wait());
         }
         let out = self.stdout.lock().finish();
-        self.store(EventType::Stdout, &out);
+        self.store(Stream::Stdout, &out);
         let err = self.stderr.lock().finish();
-        self.store(EventType::Stderr, &err);
+        self.store(Stream::Stderr, &err);
+        if let Some(metrics) = &self.metrics {
+            metrics.finish();
+        }
         // The end is several file writes (log segment, index, meta.json). On the blocking pool
         // they overlap with the ends of other execs; on the runtime's few workers (two on a
         // two-core machine) a cancel of many execs would queue every one behind the others.

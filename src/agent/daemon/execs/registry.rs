@@ -17,6 +17,7 @@ use super::prune::Pruner;
 use super::record::{ExecRecord, LogSink};
 use super::steps::StepRules;
 use crate::agent::daemon::askpass::Credentials;
+use crate::agent::daemon::metrics::{ReportCounters, ReportedMetrics};
 use crate::agent::exec_log::{ExecLog, LogBudget, LogConfig};
 use crate::agent::ops::{internal, policy as policy_error, CancelRequest, StartRequest};
 use crate::agent::ops::{InputRequest, ReadRequest, ResizeRequest};
@@ -36,6 +37,8 @@ pub(crate) struct ExecRegistry {
     pub(super) entries: Entries,
     /// How many ended execs are kept (see `prune`).
     max_ended: usize,
+    /// Where an exec started with `report_metrics` puts them: the daemon's metrics stream.
+    reported: Option<Arc<ReportedMetrics>>,
 }
 
 impl ExecRegistry {
@@ -56,7 +59,14 @@ impl ExecRegistry {
             inherited_secrets,
             entries: Arc::new(Mutex::new(HashMap::new())),
             max_ended: super::prune::DEFAULT_MAX_ENDED_EXECS,
+            reported: None,
         }
+    }
+
+    /// Execs started with `report_metrics` put the metric lines of their output in `stream`.
+    pub(crate) fn with_reported_metrics(mut self, stream: Arc<ReportedMetrics>) -> Self {
+        self.reported = Some(stream);
+        self
     }
 
     /// Steps with a `credential` get `env` (the askpass socket and how to reach it) and their
@@ -160,6 +170,16 @@ impl ExecRegistry {
         if let Some(existing) = self.entries.lock().get(&id) {
             return Ok(existing.record.status());
         }
+        let metrics = match (start.report_metrics, &self.reported) {
+            (false, _) => None,
+            (true, Some(stream)) => Some(stream.for_exec(&id)),
+            (true, None) => {
+                return Err(ErrorBody::new(
+                    ErrorCode::Conflict,
+                    "this agent keeps no metrics stream to report metrics into",
+                ))
+            }
+        };
         let redactor = Redactor::new(start.secrets.iter().chain(&self.inherited_secrets));
         let mut specs = Vec::new();
         let mut step_metas = Vec::new();
@@ -203,12 +223,14 @@ impl ExecRegistry {
         if let Some(existing) = entries.get(&id) {
             return Ok(existing.record.status());
         }
-        let record = self.new_record(&id, meta)?;
+        let counters = metrics.as_ref().map(|m| m.counters());
+        let record = self.new_record(&id, meta, counters)?;
         let sink = Arc::new(LogSink {
             record: Arc::clone(&record),
             stdout: Mutex::new(redactor.clone()),
             stderr: Mutex::new(redactor.clone()),
             report: redactor,
+            metrics,
         });
         let exec = self.supervisor.spawn(spec, sink);
         let _ = record.exec.set(exec.clone());
@@ -235,14 +257,20 @@ impl ExecRegistry {
         Ok(record.status())
     }
 
-    fn new_record(&self, id: &str, meta: ExecMeta) -> Result<Arc<ExecRecord>, ErrorBody> {
+    fn new_record(
+        &self,
+        id: &str,
+        meta: ExecMeta,
+        reported: Option<Arc<ReportCounters>>,
+    ) -> Result<Arc<ExecRecord>, ErrorBody> {
         let dir = self.dir.join(id);
         std::fs::create_dir_all(&dir).map_err(|e| internal("cannot create an exec record", e))?;
         meta.save(&dir)
             .map_err(|e| internal("cannot write an exec record", e))?;
         let log = ExecLog::create(&dir.join("log"), &self.config, &self.budget)
             .map_err(|e| internal("cannot create an exec log", e))?;
-        Ok(Arc::new(ExecRecord::new(id.to_owned(), dir, log, meta)))
+        let record = ExecRecord::new(id.to_owned(), dir, log, meta).reporting(reported);
+        Ok(Arc::new(record))
     }
 
     /// Cancels the exec. An id never started is recorded as cancelled, so a later
@@ -260,7 +288,7 @@ impl ExecRegistry {
             }
             return Ok(entry.record.status());
         }
-        let record = self.new_record(&id, ExecMeta::starting(&id))?;
+        let record = self.new_record(&id, ExecMeta::starting(&id), None)?;
         record.conclude("cancelled", None, None, None, None);
         tracing::info!(exec_id = %id, "exec cancelled before it was started");
         let status = record.status();

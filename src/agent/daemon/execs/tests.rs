@@ -2,6 +2,7 @@
 //! records, recovery of earlier execs as `lost`, cancel before start and idempotent starts.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -429,6 +430,87 @@ async fn an_internal_exec_is_left_out_of_the_list_also_after_a_restart() {
     drop(reg);
     let reg = registry(&dir.0);
     assert_eq!(listed(&reg), [user["exec_id"].clone()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_that_reports_metrics_tees_its_metric_lines_into_the_stream_and_counts_them() {
+    use crate::agent::daemon::metrics::ReportedMetrics;
+    use crate::event::StreamKind;
+    use crate::ring::EventRing;
+
+    let dir = TempDir::new();
+    let ring = Arc::new(EventRing::of_kind(Some(StreamKind::Metrics), 1 << 20, None).unwrap());
+    let reg =
+        registry(&dir.0).with_reported_metrics(Arc::new(ReportedMetrics::new(Arc::clone(&ring))));
+    // A line cut across two writes, one on stderr, a refused one, one naming a secret (redacted
+    // first, so refused too), and a last one without its newline.
+    let script = "echo '::metric loss=0.9 step=1'; printf '::metric lo'; sleep 0.1; \
+                  echo 'ss=0.5 step=2'; echo '::metric {\"acc\": 0.25}' >&2; \
+                  echo '::metric loss=high'; echo \"::metric $S=1\"; printf '::metric loss=0.1'";
+    let reporting = reg
+        .start_json(&args(json!({
+            "argv": ["sh", "-c", script], "report_metrics": true,
+            "env": {"S": "s3cr3t"}, "secrets": ["s3cr3t"],
+        })))
+        .unwrap();
+    let plain = reg
+        .start_json(&args(
+            json!({"argv": ["sh", "-c", "echo '::metric loss=7'"]}),
+        ))
+        .unwrap();
+    let id = reporting["exec_id"].as_str().unwrap().to_owned();
+    wait_final(&dir.0, &id).await;
+    wait_final(&dir.0, plain["exec_id"].as_str().unwrap()).await;
+    let page = ring.read(0, 1000, 1 << 20, false).unwrap();
+    let events: Value = serde_json::from_str(&page.events_json()).unwrap();
+    let events = events.as_array().unwrap();
+    assert!(events
+        .iter()
+        .all(|e| e["type"] == "reported" && e["exec_id"] == id.as_str()));
+    let stdout: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["stream"] == "stdout")
+        .map(|e| &e["values"])
+        .collect();
+    assert_eq!(
+        stdout,
+        [
+            &json!({"loss": 0.9, "step": 1.0}),
+            &json!({"loss": 0.5, "step": 2.0}),
+            &json!({"loss": 0.1}),
+        ]
+    );
+    let stderr: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["stream"] == "stderr")
+        .map(|e| &e["values"])
+        .collect();
+    assert_eq!(stderr, [&json!({"acc": 0.25})]);
+    assert!(!page.events_json().contains("s3cr3t"));
+    let counts = json!({"events": 4, "dropped": 0, "refused": 2});
+    let status = reg.record(&id).unwrap().status();
+    assert_eq!(status["reported_metrics"], counts);
+    assert!(reg
+        .record(plain["exec_id"].as_str().unwrap())
+        .unwrap()
+        .status()["reported_metrics"]
+        .is_null());
+    // Kept with the record: a later daemon answers them too.
+    drop(reg);
+    let reg = registry(&dir.0);
+    assert_eq!(
+        reg.record(&id).unwrap().status()["reported_metrics"],
+        counts
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_agent_without_a_metrics_stream_refuses_to_report_metrics() {
+    let dir = TempDir::new();
+    let err = registry(&dir.0)
+        .start_json(&args(json!({"argv": ["true"], "report_metrics": true})))
+        .unwrap_err();
+    assert_eq!(err.code, crate::channel::message::ErrorCode::Conflict);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

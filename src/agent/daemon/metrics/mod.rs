@@ -9,6 +9,9 @@
 //! Sources, one module each: `processes` and `cpu` (the processes that descend from the
 //! daemon: CPU, top processes, RSS), `memory` (cgroup or `/proc/meminfo`), `disk` (the root's
 //! file system), `network` (`/proc/net/dev`), `gpu` (`nvidia-smi`, where there is one).
+//!
+//! Beside the samples, the stream carries what commands report of themselves (`reported`:
+//! `reported` events, for the execs started with `report_metrics`, held to a budget).
 
 mod bounded;
 mod cpu;
@@ -17,6 +20,7 @@ mod gpu;
 mod memory;
 mod network;
 mod processes;
+mod reported;
 mod sample;
 
 use std::ffi::OsString;
@@ -30,9 +34,10 @@ use serde_json::{json, Value};
 
 use crate::agent::ops::internal;
 use crate::channel::message::{ErrorBody, ErrorCode};
-use crate::event::{EventType, StreamKind};
+use crate::event::{Event, EventType, StreamKind};
 use crate::policy;
 use crate::ring::EventRing;
+pub(crate) use reported::{ExecReports, ReportCounters, ReportedCounts, ReportedMetrics};
 
 /// Encoded bytes of samples kept (a sample is under a kilobyte without GPUs: about half an
 /// hour at the default interval). A reader further behind is told exactly what it lost.
@@ -57,6 +62,11 @@ impl Default for MetricsConfig {
 
 pub(crate) struct MetricsStream {
     pub(crate) ring: Arc<EventRing>,
+    /// The latest sample, kept apart from the ring: the ring's newest event may be a reported
+    /// one, and the sample it followed may have left the ring.
+    latest: Arc<Mutex<Option<Event>>>,
+    /// Where the execs that report metrics put them (see `reported`).
+    reported: Arc<ReportedMetrics>,
     id: String,
     root: PathBuf,
     /// The daemon's `PATH`, where `nvidia-smi` is looked for.
@@ -80,8 +90,11 @@ impl MetricsStream {
     pub(crate) fn open(root: PathBuf, config: &MetricsConfig) -> Result<Self, String> {
         let ring = EventRing::of_kind(Some(StreamKind::Metrics), config.ring_bytes.max(1), None)
             .map_err(|e| format!("cannot make the metrics ring: {}", e.message()))?;
+        let ring = Arc::new(ring);
         let stream = Self {
-            ring: Arc::new(ring),
+            reported: Arc::new(ReportedMetrics::new(Arc::clone(&ring))),
+            latest: Arc::default(),
+            ring,
             id: policy::new_id("mt").map_err(|e| e.message)?,
             root,
             path_var: std::env::var_os("PATH"),
@@ -117,20 +130,22 @@ impl MetricsStream {
         Ok(Arc::clone(&self.ring))
     }
 
-    /// The stream's id, state, interval and its latest sample (null before the first).
+    /// Where the execs that report metrics put them.
+    pub(crate) fn reported(&self) -> Arc<ReportedMetrics> {
+        Arc::clone(&self.reported)
+    }
+
+    /// The stream's id, state, interval, newest seq (a sample's or a reported event's) and its
+    /// latest sample (null before the first).
     pub(crate) fn status(&self) -> Value {
         let interval = self.control.state.lock().interval;
         let last_seq = self.ring.last_seq();
-        let sample = match last_seq {
-            0 => Value::Null,
-            seq => self
-                .ring
-                .read(seq - 1, 1, crate::ring::MIN_PAGE_BYTES, false)
-                .ok()
-                .and_then(|page| serde_json::from_str::<Value>(&page.events_json()).ok())
-                .and_then(|events| events.get(0).cloned())
-                .unwrap_or(Value::Null),
-        };
+        let sample = self
+            .latest
+            .lock()
+            .as_ref()
+            .and_then(|event| serde_json::from_str::<Value>(event.json()).ok())
+            .unwrap_or(Value::Null);
         let state = self
             .ring
             .status()
@@ -166,11 +181,14 @@ impl MetricsStream {
         }
         let control = Arc::clone(&self.control);
         let ring = Arc::clone(&self.ring);
+        let latest = Arc::clone(&self.latest);
         let root = self.root.clone();
         let path_var = self.path_var.clone();
         let handle = std::thread::Builder::new()
             .name("metrics-sampler".into())
-            .spawn(move || sample_until_stopped(&control, &ring, &root, path_var.as_deref()))
+            .spawn(move || {
+                sample_until_stopped(&control, (&ring, &latest), &root, path_var.as_deref())
+            })
             .map_err(|e| format!("cannot start the metrics sampler: {e}"))?;
         *thread = Some(handle);
         Ok(())
@@ -197,10 +215,10 @@ impl Drop for MetricsStream {
 }
 
 /// The sampler's thread: a sample each interval (a new interval counts from the last sample),
-/// until stopped.
+/// into the ring and as the latest, until stopped.
 fn sample_until_stopped(
     control: &Control,
-    ring: &EventRing,
+    (ring, latest): (&EventRing, &Mutex<Option<Event>>),
     root: &std::path::Path,
     path_var: Option<&std::ffi::OsStr>,
 ) {
@@ -231,7 +249,14 @@ fn sample_until_stopped(
         }
         last = Instant::now();
         let fields = sources.sample(interval);
-        if let Err(e) = ring.append(EventType::Metrics, None, &fields) {
+        // Kept as the latest before readers of the ring can see it: a reader woken by the
+        // sample finds it in the status too.
+        let appended = ring.append_with(EventType::Metrics, None, &fields, &mut |events| {
+            if let Some(sample) = events.last() {
+                *latest.lock() = Some(sample.clone());
+            }
+        });
+        if let Err(e) = appended {
             tracing::warn!(error = %e.message(), "a metrics sample was not recorded");
         }
     }

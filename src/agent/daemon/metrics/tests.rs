@@ -126,3 +126,49 @@ fn a_child_that_burns_a_core_shows_within_two_intervals() {
     );
     assert!(second["processes"].as_u64().unwrap() >= 1);
 }
+
+#[test]
+fn the_status_answers_the_latest_sample_when_reported_events_came_after_it() {
+    let stream = MetricsStream::open(std::env::temp_dir(), &config(60_000, 1 << 20)).unwrap();
+    stream.set_interval(Duration::from_millis(500)).unwrap();
+    wait_for_seq(&stream, 1);
+    stream.set_interval(Duration::from_secs(60)).unwrap();
+    let exec = stream
+        .reported()
+        .for_exec("ex-0123456789abcdef0123456789abcdef");
+    exec.scan(crate::agent::process::Stream::Stdout, b"::metric loss=1\n");
+    let status = stream.status();
+    let sample = &status["sample"];
+    assert_eq!(sample["type"], "metrics", "{status}");
+    assert!(sample["cpu"].is_object());
+    assert!(
+        status["last_seq"].as_u64() > sample["seq"].as_u64(),
+        "{status}"
+    );
+    let (_, events) = samples(&stream.ring, 0);
+    let reported = events.iter().find(|e| e["type"] == "reported").unwrap();
+    assert_eq!(reported["values"]["loss"], 1.0);
+}
+
+#[test]
+fn the_latest_sample_is_answered_after_the_ring_lost_it() {
+    // A ring of about two samples; one sample, then no other for a minute.
+    let stream = MetricsStream::open(std::env::temp_dir(), &config(60_000, 2048)).unwrap();
+    stream.set_interval(Duration::from_millis(500)).unwrap();
+    wait_for_seq(&stream, 1);
+    stream.set_interval(Duration::from_secs(60)).unwrap();
+    let seq = stream.status()["sample"]["seq"].as_u64().unwrap();
+    let mut fields = serde_json::Map::new();
+    fields.insert("values".into(), json!({"x": "y".repeat(200)}));
+    for _ in 0..20 {
+        stream
+            .ring
+            .append(EventType::Reported, None, &fields)
+            .unwrap();
+    }
+    let (page, _) = samples(&stream.ring, 0);
+    assert!(page.first_seq > seq, "the sample left the ring");
+    let status = stream.status();
+    assert_eq!(status["sample"]["seq"], seq, "{status}");
+    assert_eq!(status["sample"]["type"], "metrics");
+}
