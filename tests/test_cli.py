@@ -3,6 +3,7 @@ to serve a non-loopback address without a configured token."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -40,6 +41,8 @@ def test_token_prints_a_fresh_url_safe_token_each_time() -> None:
     assert re.fullmatch(r"[A-Za-z0-9_-]{43}", a)
     assert a != b
     assert len(mint_token()) == 43
+    as_json = cli("token", "--json")
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", json.loads(as_json.stdout)["token"])
 
 
 def test_serve_help_lists_its_flags_and_where_tokens_come_from() -> None:

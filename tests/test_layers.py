@@ -47,10 +47,20 @@ LAZY: dict[tuple[str, str], str] = {
     ("drivers", "drivers.modal.driver"): "a driver, once chosen (and with it the Modal SDK)",
     ("drivers", "drivers.modal.credentials"): "a driver, once chosen (the Modal SDK's "
     "configuration, checked before the driver opens)",
-    ("surfaces.cli", "operations"): "the server, for `modal-workspace serve` alone",
-    ("surfaces.cli", "surfaces.http_listen"): "the server, for `modal-workspace serve` alone",
-    ("surfaces.cli", "surfaces.http_serving"): "the server, for `modal-workspace serve` alone",
-    ("surfaces.cli", "surfaces.rest.app"): "the server, for `modal-workspace serve` alone",
+    ("surfaces.cli.serving", "operations"): "the server, for `modal-workspace serve` alone",
+    ("surfaces.cli.serving", "surfaces.http_listen"): "the server, for `modal-workspace serve` "
+    "alone",
+    ("surfaces.cli.serving", "surfaces.http_serving"): "the server, for `modal-workspace serve` "
+    "alone",
+    ("surfaces.cli.serving", "surfaces.rest.app"): "the server, for `modal-workspace serve` alone",
+    # The command line loads what a command does only when it runs: `--help` and shell
+    # completion (this program, run at every Tab) load no operation, driver or server.
+    ("surfaces.cli.app", "surfaces.cli.serving"): "the server's settings, for `serve` alone",
+    ("surfaces.cli.app", "surfaces.cli.session"): "a command's client, when it runs",
+    ("surfaces.cli.app", "surfaces.cli.workspace_commands"): "a command's work, when it runs",
+    ("surfaces.cli.app", "surfaces.cli.exec_commands"): "a command's work, when it runs",
+    ("surfaces.cli.app", "surfaces.cli.copying"): "a command's work, when it runs",
+    ("surfaces.cli.app", "surfaces.cli.shell"): "a command's work, when it runs",
 }
 
 

@@ -12,6 +12,7 @@ HOW_TOS = [
     "Two commands",
     "Serving",
     "Walkthrough",
+    "The CLI",
     "Connecting an agent",
     "Artifacts",
     "Snapshots and forks",

@@ -243,6 +243,10 @@ def _every_setting(tmp_path: Path) -> dict[str, str]:
         f"{PREFIX}WARM_POOL": "2",
         f"{PREFIX}STATE_VOLUME": "gateway-state",
         f"{PREFIX}WHEEL": str(tmp_path / "wheels"),
+        # The command-line client's: the token wins over its file, whose path is still read.
+        f"{PREFIX}URL": "https://gateway.example.com",
+        f"{PREFIX}TOKEN": "a-client-token",
+        f"{PREFIX}TOKEN_FILE": str(token_file),
         "GH_TOKEN": "gh-token",
     }
 

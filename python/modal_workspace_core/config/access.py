@@ -81,7 +81,7 @@ class AccessSettings(BaseModel):
 
 
 def read_access(env: Environ) -> AccessSettings:
-    tokens = [_check_token(t, TOKEN_ENV) for t in split_list(env.get(TOKEN_ENV))]
+    tokens = [check_token(t, TOKEN_ENV) for t in split_list(env.get(TOKEN_ENV))]
     source = TOKEN_ENV if tokens else None
     token_file = None
     if path := env.get(TOKEN_FILE_ENV):
@@ -104,13 +104,13 @@ def _tokens_from_file(path: str) -> list[str]:
     except UnicodeDecodeError:
         # The decoder's message quotes the file's bytes: a token must never reach a log.
         raise ConfigError(f"{TOKEN_FILE_ENV}: {path} is not UTF-8 text") from None
-    tokens = [_check_token(t, TOKEN_FILE_ENV) for t in split_list(text.replace("\n", ",")) if t]
+    tokens = [check_token(t, TOKEN_FILE_ENV) for t in split_list(text.replace("\n", ",")) if t]
     if not tokens:
         raise ConfigError(f"{TOKEN_FILE_ENV}: {path} holds no token")
     return tokens
 
 
-def _check_token(token: str, source: str) -> str:
+def check_token(token: str, source: str) -> str:
     if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
         raise ConfigError(f"{source}: a token must be printable ASCII without spaces")
     if len(token) < MIN_TOKEN_CHARS:

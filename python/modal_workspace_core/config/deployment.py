@@ -50,6 +50,7 @@ SECRETS = {
 }
 
 _LOCAL = "the local driver's"
+_CLIENT = "the command-line client's: the gateway it calls, not a setting of a gateway"
 _A_FILE = "a file on the serving machine, which a deployed gateway does not have"
 
 
@@ -152,6 +153,10 @@ SETTINGS: dict[str, Route] = {
         "the wheel installed in the image; where `modal deploy` runs it names a wheel to "
         "install instead of one built from the checkout",
     ),
+    # The command-line client (config/client.py): where it finds a gateway, not a gateway's own.
+    "MODAL_WORKSPACE_URL": Route(NOT_DEPLOYED, _CLIENT),
+    "MODAL_WORKSPACE_TOKEN": Route(NOT_DEPLOYED, _CLIENT),
+    "MODAL_WORKSPACE_TOKEN_FILE": Route(NOT_DEPLOYED, _CLIENT),
     # `modal deploy` itself (modal_app.py).
     "MODAL_WORKSPACE_APP_NAME": Route(AT_DEPLOY, "the name of the gateway's app"),
     SECRETS["the gateway's"]: Route(AT_DEPLOY, "the Modal Secret that holds the gateway's token"),

@@ -5,13 +5,12 @@ clients reach it by, and how long it waits on a workspace's agent.
 from __future__ import annotations
 
 import ipaddress
-import urllib.parse
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from .._core import CHANNEL_KEEPALIVE_SECONDS
-from .reading import ConfigError, Environ, read_seconds, split_list
+from .reading import ConfigError, Environ, http_url, read_seconds, split_list
 
 __all__ = [
     "AGENT_TIMEOUT_ENV",
@@ -103,20 +102,4 @@ def _trusted_proxies(value: str | None) -> tuple[str, ...]:
 
 
 def _public_url(value: str | None) -> str | None:
-    if not value:
-        return None
-    shape = "like https://gateway.example.com"
-    try:
-        url = urllib.parse.urlsplit(value.strip())
-        url.port  # noqa: B018  # raises on a malformed port
-    except ValueError:
-        raise ConfigError(f"{PUBLIC_URL_ENV}: not a URL ({shape})") from None
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise ConfigError(f"{PUBLIC_URL_ENV}: an http(s) URL with a host name, {shape}")
-    if url.username is not None or url.password is not None or url.query or url.fragment:
-        raise ConfigError(f"{PUBLIC_URL_ENV}: no credentials, query or fragment ({shape})")
-    if not value.strip().isascii() or any(
-        c.isspace() or not c.isprintable() for c in value.strip()
-    ):
-        raise ConfigError(f"{PUBLIC_URL_ENV}: printable ASCII without spaces ({shape})")
-    return urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/"), "", ""))
+    return http_url(value, PUBLIC_URL_ENV, "like https://gateway.example.com") if value else None

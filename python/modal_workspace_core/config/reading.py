@@ -7,12 +7,14 @@ be a secret.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from typing import overload
 
 __all__ = [
     "ConfigError",
     "Environ",
+    "http_url",
     "read_flag",
     "read_mib",
     "read_seconds",
@@ -39,6 +41,25 @@ def setting_error(message: str, _setting: str | None) -> ConfigError:
 def split_list(value: str | None) -> tuple[str, ...]:
     """A comma-separated list, entries stripped, empty ones dropped."""
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def http_url(value: str, name: str, shape: str) -> str:
+    """An http(s) URL with a host name and no credentials, query or fragment, without its
+    trailing slash; `shape` (an example) is quoted in the message when it is not one."""
+    try:
+        url = urllib.parse.urlsplit(value.strip())
+        url.port  # noqa: B018  # raises on a malformed port
+    except ValueError:
+        raise ConfigError(f"{name}: not a URL ({shape})") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ConfigError(f"{name}: an http(s) URL with a host name, {shape}")
+    if url.username is not None or url.password is not None or url.query or url.fragment:
+        raise ConfigError(f"{name}: no credentials, query or fragment ({shape})")
+    if not value.strip().isascii() or any(
+        c.isspace() or not c.isprintable() for c in value.strip()
+    ):
+        raise ConfigError(f"{name}: printable ASCII without spaces ({shape})")
+    return urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/"), "", ""))
 
 
 def read_flag(env: Environ, name: str) -> bool:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from .access import AccessSettings, read_access
 from .allowlists import AllowlistSettings, read_allowlists
 from .artifacts import ArtifactSettings, read_artifacts
+from .client import ClientSettings, read_client
 from .functions import FunctionSettings, read_functions
 from .gateway import GatewaySettings, read_gateway
 from .github import GitHubSettings, read_github
@@ -39,8 +40,9 @@ class Settings(
     FunctionSettings,
     ArtifactSettings,
     OAuthSettings,
+    ClientSettings,
 ):
-    """Everything the gateway reads from its environment."""
+    """Everything the gateway (and the command-line client) reads from its environment."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -51,7 +53,12 @@ class Settings(
     def private_files(self) -> tuple[Path, ...]:
         """Files of the operator's that hold secrets (the token file, the local secrets file,
         the GitHub App's key): the local driver refuses to start when a sandbox would see one."""
-        held = (self.token_file, self.local_secrets_file, self.github_app_key_file)
+        held = (
+            self.token_file,
+            self.local_secrets_file,
+            self.github_app_key_file,
+            self.client_token_file,
+        )
         return tuple(path for path in held if path is not None)
 
     def __repr__(self) -> str:
@@ -69,9 +76,12 @@ def load_settings(
     *,
     driver: str | None = None,
     data_root: str | Path | None = None,
+    url: str | None = None,
+    token_file: str | Path | None = None,
 ) -> Settings:
-    """Reads every setting once; `driver` and `data_root` (command-line flags) win over the
-    environment. Raises `ConfigError` naming the variable that is wrong."""
+    """Reads every setting once; `driver`, `data_root`, and the client's `url` and
+    `token_file` (command-line flags) win over the environment. Raises `ConfigError` naming the
+    variable that is wrong."""
     env = os.environ if environ is None else environ
     access = read_access(env)
     gateway = read_gateway(env, driver)
@@ -87,6 +97,7 @@ def load_settings(
         read_functions(env),
         read_artifacts(env),
         read_oauth(env),
+        read_client(env, url, token_file),
     )
     # Each section's fields as it holds them (iterating a model yields its fields, unconverted).
     fields = {name: value for section in sections for name, value in section}

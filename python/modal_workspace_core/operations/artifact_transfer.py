@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -188,11 +189,34 @@ async def write_to(reply: RawReply, dest: Path) -> int:
     return written
 
 
+@dataclass(frozen=True)
+class LocalBody:
+    """What an upload of a local path sends: its chunks, whether they are a file's bytes or a
+    tree's tar, and how many bytes they come to."""
+
+    chunks: AsyncIterator[bytes]
+    format: Format
+    size: int
+    # The tar written for a tree: removed once read, or by `discard` when it never is.
+    temporary: Path | None = None
+
+    def discard(self) -> None:
+        if self.temporary is not None:
+            self.temporary.unlink(missing_ok=True)
+
+
 async def local_chunks(src: Path) -> tuple[AsyncIterator[bytes], Format]:
+    """A local file's bytes, or a local directory's tree as a tar, in chunks; and which of the
+    two it is (`local_body`)."""
+    body = await local_body(src)
+    return body.chunks, body.format
+
+
+async def local_body(src: Path) -> LocalBody:
     """A local file's bytes, or a local directory's tree as a tar (written to a temporary file
-    first, so nothing is held whole), in chunks; and which of the two it is."""
+    first, so nothing is held whole), in chunks."""
     if not src.is_dir():
-        return _chunks_of(src, remove=False), "file"
+        return LocalBody(_chunks_of(src, remove=False), "file", src.stat().st_size)
     fd, name = tempfile.mkstemp(suffix=".tar")
     os.close(fd)
     archive = Path(name)
@@ -204,10 +228,11 @@ async def local_chunks(src: Path) -> tuple[AsyncIterator[bytes], Format]:
 
     try:
         await asyncio.to_thread(pack)
+        size = archive.stat().st_size
     except BaseException:
         archive.unlink(missing_ok=True)
         raise
-    return _chunks_of(archive, remove=True), "tar"
+    return LocalBody(_chunks_of(archive, remove=True), "tar", size, archive)
 
 
 async def _chunks_of(path: Path, *, remove: bool) -> AsyncIterator[bytes]:

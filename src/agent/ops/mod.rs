@@ -78,7 +78,7 @@ pub enum AgentOp {
 }
 
 impl AgentOp {
-    pub const ALL: [AgentOp; 35] = [
+    pub const ALL: [AgentOp; 36] = [
         AgentOp::Ping,
         AgentOp::ExecStart,
         AgentOp::ExecInput,

@@ -143,6 +143,12 @@ class Operation:
         return tuple(re.findall(r"{(\w+)}", self.path))
 
     @property
+    def rest_query(self) -> bool:
+        """Whether REST takes the inputs beyond the path from the query string: a GET's or a
+        DELETE's, and every input of a route whose body is raw bytes."""
+        return self.method in ("GET", "DELETE") or self.raw is not None
+
+    @property
     def description(self) -> str:
         return f"{self.summary} {self.limits}".strip()
 

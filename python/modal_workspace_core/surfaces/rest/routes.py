@@ -62,9 +62,9 @@ def rest_model(op: Operation) -> type[BaseModel] | None:
 
 
 def takes_query(op: Operation) -> bool:
-    """Whether the route's inputs (beyond the path) come from the query string: a GET's or a
-    DELETE's, and every input of a route whose body is raw bytes."""
-    return op.method in ("GET", "DELETE") or op.raw is not None
+    """Whether the route's inputs (beyond the path) come from the query string
+    (`Operation.rest_query`)."""
+    return op.rest_query
 
 
 class OperationServer:
