@@ -14,6 +14,7 @@ HOW_TOS = [
     "Walkthrough",
     "The CLI",
     "Connecting an agent",
+    "Patching files",
     "Artifacts",
     "Snapshots and forks",
     "Templates",
