@@ -2,8 +2,9 @@
 directory of its own), its printed lines pasted into one terminal, then every block the README
 asks the reader to run, in the README's order, in that terminal: the REST walkthrough, the MCP
 walkthrough, the Python examples (saved under the names the README gives), artifacts, snapshots,
-templates, experiments and delivery. What each console command prints must match its transcript
-(`support/readme_session.py` says how), and the journey leaves no workspace behind.
+templates, experiments, the terminal, previews and delivery. What each console command prints
+must match its transcript (`support/readme_session.py` says how), and the journey leaves no
+workspace behind.
 
 Blocks that are not run here are named below with the reason; a new block must be added to one
 list or the other."""
@@ -145,6 +146,16 @@ def check_experiments(lines: list[str]) -> None:
     assert lines[6:] == ["1", "true"]
 
 
+def check_terminal(lines: list[str]) -> None:
+    ticket = r"\.ws-[0-9a-f]{32}\.ex-[0-9a-f]{32}\.[0-9]+\.[\w-]{22}\.[\w-]{43}"
+    page = r"http://127\.0\.0\.1:[0-9]+/pages/terminals/terminal-"
+    assert lines[0] == "false"
+    assert re.fullmatch(page + "read" + ticket, lines[1]), lines[1]
+    assert json.loads(lines[2]) == {"write": True, "shell": "ex-"}
+    assert re.fullmatch(page + "write" + ticket, lines[3]), lines[3]
+    assert lines[4:] == ["true"]
+
+
 def check_delivery(lines: list[str]) -> None:
     assert lines[0] == "0"
     assert json.loads(lines[1]) == {"branch": "main", "files": ["answer.py"]}
@@ -174,6 +185,7 @@ SH_CHECKS = {
     "snapshots": check_snapshots,
     "templates": check_templates,
     "experiments": check_experiments,
+    "terminal": check_terminal,
     "previews": check_previews,
     "delivery": check_delivery,
 }
@@ -239,7 +251,8 @@ def test_every_readme_block_runs_in_order_after_make_demo(
     finally:
         session.close()
     assert ran_blocks.count("console") >= 5
-    assert {"snapshots", "templates", "experiments", "previews", "delivery"} <= set(ran_blocks)
+    ran = set(ran_blocks)
+    assert {"snapshots", "templates", "experiments", "terminal", "previews", "delivery"} <= ran
     auth = {"Authorization": f"Bearer {token[1]}"}
     left = httpx2.get(f"http://127.0.0.1:{port}/api/workspaces", headers=auth, timeout=60)
     assert left.json()["workspaces"] == [], "the README's blocks left a workspace behind"

@@ -20,6 +20,7 @@ from . import (
     snapshots,
     streams,
     templates,
+    terminal,
     watches,
     workspaces,
 )
@@ -50,6 +51,7 @@ OPERATIONS: tuple[Operation, ...] = tuple(
         snapshots,
         templates,
         execs,
+        terminal,
         experiments,
         experiment_page,
         *repo.JOBS,

@@ -24,6 +24,7 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..operations.experiment_page import PAGE_ROUTE
+from ..operations.terminal import TERMINAL_ROUTE
 from .http_shutdown import StoppingServer, Unfinished
 from .rest.connection_guard import (
     ConnectionGuard,
@@ -167,8 +168,13 @@ def _client(scope: Scope) -> str:
 
 
 # A download link's token and a page's ticket are capabilities: the log names the route, never
-# them (what follows a ticket, `run.json` or `plot.png`, is kept).
-_CAPABILITY_PREFIXES = (("/artifact-links/", "<token>"), (PAGE_ROUTE, "<ticket>"))
+# them (what follows a ticket, `run.json` or `plot.png`, is kept). The terminal's socket takes
+# its ticket in a header, which no log line writes.
+_CAPABILITY_PREFIXES = (
+    ("/artifact-links/", "<token>"),
+    (PAGE_ROUTE, "<ticket>"),
+    (TERMINAL_ROUTE, "<ticket>"),
+)
 
 
 def _path_with_query(scope: Scope) -> str:

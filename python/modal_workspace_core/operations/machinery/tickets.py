@@ -1,7 +1,6 @@
-"""Tickets: what a person's browser opens a page with (an experiment's, a workspace's preview;
-later a terminal) in place of the bearer token, which never goes in a URL. An authenticated call
-mints one; it grants one purpose on one object of one workspace until it expires, and nothing
-else.
+"""Tickets: what a person's browser opens a page with (an experiment's, a workspace's terminal
+or preview) in place of the bearer token, which never goes in a URL. An authenticated call mints
+one; it grants one purpose on one object of one workspace until it expires, and nothing else.
 
 The core holds the rule (`_core.mint_ticket`, `_core.verify_ticket`: the shape, checked before
 anything is decoded, the signature in constant time, the purpose, the expiry); the key is the
@@ -35,8 +34,8 @@ __all__ = [
 ]
 
 # What a ticket may be for: each is a page (or a stream) of its own, and a ticket for one is
-# refused by every other.
-Purpose = Literal["experiment-page", "preview"]
+# refused by every other. A terminal's are two: watching an exec, and typing into it.
+Purpose = Literal["experiment-page", "terminal-read", "terminal-write", "preview"]
 DEFAULT_SECONDS = 600
 MAX_SECONDS: int = _core.MAX_TICKET_SECONDS
 # One answer for every refusal: whether a ticket was altered, expired or is another page's is

@@ -42,6 +42,7 @@ from .home import home_page
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
 from .preview_proxy import PreviewProxy
 from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
+from .terminal_page import terminal_page_routes
 
 __all__ = ["BearerAuth", "create_app", "token_matches"]
 
@@ -200,6 +201,7 @@ def create_app(
     app.router.routes.extend(oauth_routes(oauth, tokens))
     # Pages for people, opened with a ticket an authenticated call minted (no bearer token).
     app.router.routes.extend(experiment_page_routes(service))
+    app.router.routes.extend(terminal_page_routes(service))
     # A workspace's app, through a preview ticket (HTTP and WebSocket).
     app.router.routes.extend(previews.routes())
     app.mount("/mcp", mcp_app)
@@ -225,7 +227,8 @@ def create_app(
 
 class LinkBase:
     """ASGI middleware: the base URL this request reached the gateway by (the settings' public
-    URL when set), for the download links an operation mints while serving it."""
+    URL when set), for the download links an operation mints while serving it, and the origin
+    a WebSocket handshake must come from (`same_origin`)."""
 
     def __init__(self, app: ASGIApp, public_url: str | None, scheme: str | None) -> None:
         self.app = app
@@ -233,7 +236,7 @@ class LinkBase:
         self.scheme = scheme
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         base = self.public_url or _server_url(scope, self.scheme)
@@ -242,6 +245,9 @@ class LinkBase:
             await self.app(scope, receive, send)
         finally:
             LINK_BASE.reset(token)
+
+
+_PAGE_SCHEMES = {"ws": "http", "wss": "https"}
 
 
 def _server_url(scope: Scope, public_scheme: str | None) -> str:
@@ -255,7 +261,9 @@ def _server_url(scope: Scope, public_scheme: str | None) -> str:
             forwarded = value.decode("latin-1")
         elif name == b"host" and named is None:
             named = value.decode("latin-1")
-    scheme = scope.get("scheme", "http")
+    # A WebSocket's scope says ws or wss: the page that opened it is http or https.
+    raw_scheme = str(scope.get("scheme", "http"))
+    scheme = _PAGE_SCHEMES.get(raw_scheme, raw_scheme)
     host = (forwarded or named or _listening(scope, scheme)).split(",")[0].strip()
     scheme = public_scheme or scheme
     if scheme not in ("http", "https"):

@@ -1,8 +1,8 @@
-"""ASGI middleware: `/api/*` and `/mcp/*` need `Authorization: Bearer <token>`, one of the
-operator's static keys or an access token the gateway's OAuth server issued for this server's
-`/mcp` (`surfaces/oauth`). A missing, malformed, non-ASCII, unknown, expired or revoked token,
-or a second header, is a 401 — never a 500 — whose `WWW-Authenticate` points OAuth clients at
-the resource's metadata (RFC 9728), with the scopes.
+"""ASGI middleware: `/api/*` and `/mcp/*` take no WebSocket and need `Authorization: Bearer
+<token>`, one of the operator's static keys or an access token the gateway's OAuth server issued
+for this server's `/mcp` (`surfaces/oauth`). A missing, malformed, non-ASCII, unknown, expired
+or revoked token, or a second header, is a 401 — never a 500 — whose `WWW-Authenticate` points
+OAuth clients at the resource's metadata (RFC 9728), with the scopes.
 
 A static key grants everything; an OAuth token its scopes, which the operations check
 (`GRANT`, read by `operations/machinery/run.py`). The static keys are compared first, in
@@ -41,6 +41,11 @@ class BearerAuth:
         self.oauth = oauth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and _protected(scope.get("path", "")):
+            # No operation is served over a WebSocket: a handshake there is refused (403)
+            # before it reaches the API or MCP, which take HTTP alone.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http" or not _protected(scope.get("path", "")):
             await self.app(scope, receive, send)
             return

@@ -147,6 +147,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse(b"431 Request Header Fields Too Large")
 
+    def handle_websocket_upgrade(self) -> None:
+        # From here the connection is the WebSocket protocol's (the terminal page's socket):
+        # no request deadline applies, and its end is never reported to this protocol. The
+        # guard forgets it now, as uvicorn's own bookkeeping does, rather than count it for
+        # ever and, over the cap, abort a live socket as if it were an idle connection.
+        self._disarm()
+        self.guard.closed(self)
+        super().handle_websocket_upgrade()
+
     def evictable(self) -> bool:
         """Whether closing it loses nothing the client finished: it is idle, or still sending
         a head or a body. A request the app holds whole is being served."""
