@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import typer
 from e2e_support import Served, local_backend, serve
@@ -139,7 +140,7 @@ def test_help_lists_every_command_with_one_line_saying_what_it_does() -> None:
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     expected = {
         "serve", "token", "create", "clone", "list", "get", "exec", "logs", "cp", "snapshot",
-        "fork", "resume", "terminate",
+        "fork", "resume", "terminate", "shell", "open",
     }  # fmt: skip
     assert expected <= set(commands)
     done = subprocess.run(
@@ -519,6 +520,25 @@ def test_shell_runs_commands_on_a_terminal_and_exits_with_the_shells_status(
         assert termios.tcgetattr(terminal.slave) == terminal.saved
     finally:
         terminal.close()
+
+
+def test_open_prints_a_terminal_link_with_a_ticket_and_never_the_token(
+    cli: Cli, workspace: str
+) -> None:
+    if cli.mode == "in-process":
+        # No gateway, so no page: one line that says what to do.
+        done = cli.run("open", workspace, "--print")
+        assert done.returncode != 0 and "--url" in done.stderr, done.stderr
+        return
+    answer = cli.json("open", workspace, "--print")
+    assert answer["write"] is True and answer["exec_id"].startswith("ex-")
+    url = answer["url"]
+    assert url.startswith(cli.env["MODAL_WORKSPACE_URL"]) and TOKEN not in url
+    page = httpx2.get(url, timeout=30)
+    assert page.status_code == 200 and "terminal" in page.text.lower()
+    # The shell it opened is an exec of the workspace; a watch link for it reads only.
+    watch = cli.json("open", workspace, "--exec", answer["exec_id"], "--print")
+    assert watch["write"] is False and watch["exec_id"] == answer["exec_id"]
 
 
 def test_shell_needs_a_terminal(cli: Cli, workspace: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -471,6 +472,38 @@ def shell(ctx: typer.Context, workspace_id: WorkspaceId) -> None:
     from . import shell as terminal
 
     _run(ctx, False, lambda client, out: terminal.shell(client, out, workspace_id))
+
+
+@app.command("open")
+def open_(
+    ctx: typer.Context,
+    workspace_id: WorkspaceId,
+    exec_id: Annotated[
+        str | None,
+        typer.Option("--exec", help="Watch this exec (an agent's) instead of a new shell."),
+    ] = None,
+    write: Annotated[bool, typer.Option(help="Type into the exec too, not only watch.")] = False,
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Print the link; open no browser.")
+    ] = False,
+    json_: Json = False,
+) -> None:
+    """Open a workspace's terminal page in a browser (a new shell, or an exec to watch).
+
+    The link carries a ticket for this one terminal that expires in a few minutes, never your
+    token; it is printed, and opened in this machine's browser when this runs in a terminal.
+    It needs a gateway (--url): in process there is no page to open.
+    """
+    from . import workspace_commands as commands
+
+    browse = not print_only and sys.stdout.isatty()
+    _run(
+        ctx,
+        json_,
+        lambda client, out: commands.open_terminal(
+            client, out, workspace_id, exec_id, write, browse
+        ),
+    )
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import webbrowser
 from collections.abc import Mapping
 from typing import Any
 
 from rich.table import Table
 
-from ...errors import UpstreamError, WorkspaceError
+from ...errors import ConflictError, UpstreamError, WorkspaceError
 from .contract import Client
 from .git_progress import GitProgress
 from .output import Output
@@ -222,3 +223,29 @@ async def terminate(
 def _compact(value: Any) -> str:
     """A nested value on one line, as JSON."""
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+async def open_terminal(
+    client: Client,
+    out: Output,
+    workspace_id: str,
+    exec_id: str | None,
+    write: bool,
+    browse: bool,
+) -> int:
+    """The terminal page's link (a short-lived ticket, never the token), printed and opened in
+    a browser where this machine has one: an exec's (watched, or typed into with `write`), or a
+    new shell's."""
+    fields = {"workspace_id": workspace_id, "exec_id": exec_id, "write": write or exec_id is None}
+    answer = await client.call("workspace_terminal_url", fields)
+    url = answer.get("url")
+    if not url:
+        # In process there is no gateway, and so no page: the link needs one to open it.
+        raise ConflictError(
+            f"no gateway serves the page of {answer.get('path')}: run `modal-workspace serve` "
+            "and give its address with --url (or MODAL_WORKSPACE_URL)"
+        )
+    out.result(answer, str(url))
+    if browse and not out.json_mode:
+        webbrowser.open(str(url))
+    return 0
