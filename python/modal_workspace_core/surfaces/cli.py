@@ -8,13 +8,13 @@ is minted for the run and printed for the person who started it.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import secrets
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
 from ..config import TOKEN_ENV, TOKEN_FILE_ENV, ConfigError, load_settings
+from ..config.gateway import is_loopback
 from ..errors import WorkspaceError
 
 __all__ = ["main", "mint_token"]
@@ -23,15 +23,6 @@ __all__ = ["main", "mint_token"]
 def mint_token() -> str:
     """A fresh bearer token: 256 bits from the OS's random source, URL-safe."""
     return secrets.token_urlsafe(32)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _parser() -> argparse.ArgumentParser:
