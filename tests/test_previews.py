@@ -28,7 +28,8 @@ import httpx2
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 from modal_workspace_core import _core
-from modal_workspace_core.config import Settings, load_settings
+from modal_workspace_core.config import ConfigError, Settings, load_settings
+from modal_workspace_core.config.gateway import preview_zone
 from modal_workspace_core.operations import open_service
 from modal_workspace_core.operations.machinery import tickets
 from modal_workspace_core.surfaces.rest.app import create_app
@@ -473,3 +474,30 @@ async def test_a_gateway_off_loopback_makes_no_preview_link_without_a_preview_ho
         # Its name reaches the proxy (nothing listens yet), given as a browser would send it.
         got = await browser.get(api.base + link["path"], headers={"Host": urlsplit(own).netloc})
         assert (got.status_code, "Nothing answers on port 8000" in got.text) == (502, True)
+
+
+def test_the_preview_host_setting_is_a_name_apart_from_the_gateways() -> None:
+    def zone(bind: str = "127.0.0.1", **env: str) -> str | None:
+        return preview_zone(load_settings(env), bind)
+
+    assert zone() == "localhost"
+    assert zone("::1") == "localhost"
+    assert zone("0.0.0.0") is None
+    assert zone(MODAL_WORKSPACE_PUBLIC_URL="https://gw.example.com") is None
+    assert zone("0.0.0.0", MODAL_WORKSPACE_PUBLIC_URL="http://localhost:8765") == "localhost"
+    named = {"MODAL_WORKSPACE_PREVIEW_HOST": "Preview.Example.COM."}
+    assert zone("0.0.0.0", **named) == "preview.example.com"
+    beside = {"MODAL_WORKSPACE_PUBLIC_URL": "https://example.com", **named}
+    assert zone("0.0.0.0", **beside) == "preview.example.com"
+    for value, public in [
+        ("*.preview.example.com", None),
+        ("https://preview.example.com", None),
+        ("preview.example.com:8443", None),
+        ("127.0.0.1", None),
+        ("example.com", "https://gw.example.com"),
+    ]:
+        env = {"MODAL_WORKSPACE_PREVIEW_HOST": value}
+        if public:
+            env["MODAL_WORKSPACE_PUBLIC_URL"] = public
+        with pytest.raises(ConfigError, match="MODAL_WORKSPACE_PREVIEW_HOST"):
+            load_settings(env)

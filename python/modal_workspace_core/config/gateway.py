@@ -166,11 +166,11 @@ def _preview_host(value: str | None, public_url: str | None) -> str | None:
     with core_refusal(PREVIEW_HOST_ENV, error=setting_error):
         zone = _core.preview_host(value.strip())
     public = urllib.parse.urlsplit(public_url).hostname if public_url else None
-    if public and (public == zone or public.endswith("." + zone)):
-        # The gateway's own name under the zone would make the gateway a preview's site.
+    if public and public.endswith("." + zone):
+        # Every name under the zone is a preview's or nothing: the gateway's would be unreachable.
         raise ConfigError(
-            f"{PREVIEW_HOST_ENV}: the gateway's public host ({public[:64]}) must not be the "
-            "preview host or a name under it: give previews a zone of their own (e.g. "
+            f"{PREVIEW_HOST_ENV}: the gateway's public host ({public[:64]}) is a name under "
+            "it, where only previews are served: give previews a zone of their own (e.g. "
             "preview.example.com beside gateway.example.com)"
         )
     return zone

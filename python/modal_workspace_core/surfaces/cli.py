@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import TOKEN_ENV, TOKEN_FILE_ENV, ConfigError, load_settings
-from ..config.gateway import is_loopback
+from ..config.gateway import PREVIEW_HOST_ENV, is_loopback, preview_zone
 from ..errors import WorkspaceError
 
 __all__ = ["main", "mint_token"]
@@ -126,6 +126,14 @@ def _serve(args: argparse.Namespace) -> int:
         f"  Actions schema: {base}/action-openapi.json",
         f"  health:         {base}/healthz",
     ]
+    if settings.driver == "local":
+        zone = preview_zone(settings, args.host)
+        lines.append(
+            f"  previews:       http://p-<workspace>-<port>.{zone}:{args.port}/…"
+            if zone
+            else f"  previews:       off (set {PREVIEW_HOST_ENV}: a name whose subdomains reach "
+            "this server)"
+        )
     print("\n".join(lines), flush=True)
     serve(app, sockets, on_stop=service.end_waits)
     return 0
