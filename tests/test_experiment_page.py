@@ -376,6 +376,7 @@ async def test_the_page_loads_only_the_gateways_own_files_and_keeps_its_ticket_t
         assert answer.headers["referrer-policy"] == "no-referrer"
         assert answer.headers["cache-control"] == "no-store"
         assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["cross-origin-opener-policy"] == "same-origin"
     assert (await get(url + "/plot.png")).content.startswith(b"\x89PNG")
     view = (await get(url + "/run.json")).json()
     assert view["name"] == HOSTILE and view["live"] is False

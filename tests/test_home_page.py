@@ -83,6 +83,7 @@ async def test_the_page_is_plain_html_that_nothing_can_frame_or_script(app: Fast
     assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
     assert headers[b"x-frame-options"] == b"DENY"
     assert headers[b"x-content-type-options"] == b"nosniff"
+    assert headers[b"cross-origin-opener-policy"] == b"same-origin"
 
 
 async def test_a_hostile_host_header_is_shown_escaped(app: FastAPI) -> None:

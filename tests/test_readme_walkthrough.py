@@ -174,10 +174,13 @@ def check_delivery(lines: list[str]) -> None:
 
 
 def check_previews(lines: list[str]) -> None:
-    # The link is the gateway's, with a preview ticket for the workspace's port in its path.
-    assert re.fullmatch(
-        r"http://127\.0\.0\.1:\d+/preview/preview\.ws-[0-9a-f]{32}\.8000\.\S+/", lines[0]
+    # The link is on the preview's own host name (the workspace's id and port under
+    # localhost, at the gateway's port), with a preview ticket for them in its path.
+    named = re.fullmatch(
+        r"http://p-([0-9a-f]{32})-8000\.localhost:\d+/preview/preview\.ws-([0-9a-f]{32})\.8000\.\S+/",
+        lines[0],
     )
+    assert named and named[1] == named[2], lines[0]
     assert lines[1:] == ["<h1>Hello from the workspace</h1>", "403", "port", "true"]
 
 

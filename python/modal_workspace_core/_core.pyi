@@ -90,6 +90,9 @@ __all__ = [
     "outbound_cidr",
     "outbound_domain",
     "parse_page",
+    "preview_host",
+    "preview_host_target",
+    "preview_origin_host",
     "preview_port",
     "preview_ports",
     "pull_request_body",
@@ -437,6 +440,21 @@ def preview_ports(ports: Sequence[int]) -> list[int]:
     """Check the ports a workspace declares for previews (at most `MAX_PREVIEW_PORTS`, each
     through `preview_port`) and return them without repeats, in their order. Raises
     `PolicyError` (rules `port.range` naming the entry, `port.too-many`)."""
+
+def preview_host(text: str) -> str:
+    """Check the preview zone an operator names (`MODAL_WORKSPACE_PREVIEW_HOST`): a DNS name of
+    one or more labels whose every subdomain reaches the gateway; return it canonical
+    (lowercase, no trailing dot). Raises `PolicyError` (rules `preview-host.shape`,
+    `preview-host.address`)."""
+
+def preview_origin_host(host: str, workspace_id: str, port: int) -> str:
+    """The host name a preview of `port` of `workspace_id` is served on under the zone `host`:
+    `p-<the id's 32 hex digits>-<port>.<zone>`. Raises `PolicyError`."""
+
+def preview_host_target(host: str, zone: str) -> tuple[str, int] | None:
+    """What a request's `Host` header names under the preview zone `zone` (canonical): None for
+    a name outside it (the gateway's own pages), `(workspace_id, port)` for a preview's name.
+    Raises `PolicyError` (rule `preview-host.label`) for any other name under the zone."""
 
 GPU_TYPES: tuple[tuple[str, int], ...]
 """Modal's GPU types a workspace may ask for, as Modal writes them, each with the most one

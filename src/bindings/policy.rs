@@ -379,6 +379,36 @@ fn preview_port(port: &Bound<'_, PyAny>) -> PyResult<u16> {
     policy::preview_port(port_number(port)?).map_err(policy_error)
 }
 
+/// Checks the preview zone an operator names; returns it canonical.
+#[pyfunction]
+fn preview_host(text: &Bound<'_, PyString>) -> PyResult<String> {
+    policy::preview_host(self::text(text)?).map_err(policy_error)
+}
+
+/// The host name a preview of `port` of `workspace_id` is served on, under the zone `host`.
+#[pyfunction]
+fn preview_origin_host(
+    host: &Bound<'_, PyString>,
+    workspace_id: &Bound<'_, PyString>,
+    port: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    policy::preview_origin_host(text(host)?, text(workspace_id)?, port_number(port)?)
+        .map_err(policy_error)
+}
+
+/// What a request's `Host` names under the preview zone `zone`: None for the gateway's own
+/// pages, `(workspace_id, port)` for a preview; any other name under the zone is refused.
+#[pyfunction]
+fn preview_host_target(
+    host: &Bound<'_, PyString>,
+    zone: &Bound<'_, PyString>,
+) -> PyResult<Option<(String, u16)>> {
+    match policy::preview_host_target(text(host)?, text(zone)?).map_err(policy_error)? {
+        policy::HostTarget::Gateway => Ok(None),
+        policy::HostTarget::Preview { workspace_id, port } => Ok(Some((workspace_id, port))),
+    }
+}
+
 /// Checks the ports a workspace declares for previews; returns them without repeats.
 #[pyfunction]
 fn preview_ports(ports: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<u16>> {
@@ -587,6 +617,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(regions, m)?)?;
     m.add_function(wrap_pyfunction!(preview_port, m)?)?;
     m.add_function(wrap_pyfunction!(preview_ports, m)?)?;
+    m.add_function(wrap_pyfunction!(preview_host, m)?)?;
+    m.add_function(wrap_pyfunction!(preview_origin_host, m)?)?;
+    m.add_function(wrap_pyfunction!(preview_host_target, m)?)?;
     m.add_function(wrap_pyfunction!(outbound_allowlists, m)?)?;
     m.add_function(wrap_pyfunction!(gpu, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_allowlist, m)?)?;

@@ -16,6 +16,7 @@ mod mount;
 mod names;
 mod path;
 mod ports;
+mod preview_host;
 mod repo;
 mod resources;
 mod signing;
@@ -50,6 +51,10 @@ pub use mount::{volume_mount, SYSTEM_TREES, WRITABLE_DIRS};
 pub use names::{allowed, env_name, modal_name, MAX_ENV_NAME_BYTES, MAX_MODAL_NAME_CHARS};
 pub use path::{workspace_path, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
 pub use ports::{preview_port, preview_ports, MAX_PREVIEW_PORTS, MIN_PREVIEW_PORT};
+pub use preview_host::{
+    preview_host, preview_host_target, preview_origin_host, HostTarget, MAX_PREVIEW_HOST_CHARS,
+    MAX_PREVIEW_LABEL_CHARS,
+};
 pub use repo::{github_base, github_repo, GitHubRepo, MAX_BASE_URL_CHARS, MAX_REPO_INPUT_CHARS};
 pub use resources::{
     allowed_gpu, cpu_cores, cpu_limit, gpu, gpu_allowlist, memory_limit_mib, memory_mib,

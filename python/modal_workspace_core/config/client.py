@@ -7,14 +7,13 @@ readable by every user of the machine (`/proc/<pid>/cmdline`).
 
 from __future__ import annotations
 
-import ipaddress
 import urllib.parse
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .access import check_token
-from .reading import ConfigError, Environ, http_url
+from .reading import ConfigError, Environ, http_url, is_loopback
 
 __all__ = [
     "CLIENT_TOKEN_ENV",
@@ -42,16 +41,6 @@ class ClientSettings(BaseModel):
     client_token: str | None = Field(default=None, repr=False)
     # The file the token was read from, which a sandbox must never see (`private_files`).
     client_token_file: Path | None = None
-
-
-def is_loopback(host: str) -> bool:
-    """`localhost`, or an address of the loopback network (IPv4 or IPv6, bracketed or not)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def read_client(

@@ -91,6 +91,11 @@ SETTINGS: dict[str, Route] = {
         "proxy needs trusting (addresses trusted where `modal deploy` runs mean nothing there)",
     ),
     "MODAL_WORKSPACE_PUBLIC_URL": _forwarded(),
+    "MODAL_WORKSPACE_PREVIEW_HOST": Route(
+        NOT_DEPLOYED,
+        "previews on Modal are the sandboxes' own tunnels; the preview proxy serves the local "
+        "driver only",
+    ),
     "MODAL_WORKSPACE_AGENT_TIMEOUT": _forwarded(),
     "MODAL_WORKSPACE_CHANNEL_KEEPALIVE_SECONDS": _forwarded(),
     # The local driver (config/local.py).

@@ -7,6 +7,7 @@ be a secret.
 
 from __future__ import annotations
 
+import ipaddress
 import urllib.parse
 from collections.abc import Mapping
 from typing import overload
@@ -15,6 +16,7 @@ __all__ = [
     "ConfigError",
     "Environ",
     "http_url",
+    "is_loopback",
     "read_flag",
     "read_mib",
     "read_seconds",
@@ -93,3 +95,13 @@ def read_mib(env: Environ, name: str, default: int | None, least: int = 1) -> in
             f"{name} must be a size in MiB from {least} to {MAX_MIB}, not {value[:16]!r}"
         )
     return int(value)
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost`, or an address of the loopback network (IPv4 or IPv6, bracketed or not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -5,22 +5,33 @@
 (Modal: the sandbox's encrypted tunnel, `preview_url`), the tunnel's URL; else a link to the
 gateway's preview proxy (`PREVIEW_ROUTE`, served by the REST surface), which carries the
 browser's requests over relays the driver opens (`open_port`: locally, the agent's connection to
-the port from inside the workspace). The link holds a ticket (purpose `preview`, one workspace,
-one port, expiring), never the bearer token. A port the workspace did not declare is refused,
-when the link is asked for and again when a ticket is presented.
+the port from inside the workspace). The link is on a host name of the preview's own
+(`policy.preview_origin_host`: `p-<id>-<port>.<zone>`), never the gateway's, so that the app's
+scripts (workspace output) share an origin with nothing else. It holds a ticket (purpose
+`preview`, one workspace, one port, expiring), never the bearer token. A port the workspace did
+not declare is refused, when the link is asked for and again when a ticket is presented.
 """
 
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from .. import policy
+from ..config.gateway import PREVIEW_HOST_ENV
 from ..drivers.base import WorkspaceRecord
-from ..errors import InvalidArgumentError, NotFoundError, core_refusal, denied
+from ..errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    core_refusal,
+    denied,
+)
+from ..runtime.call import LINK_BASE, PREVIEW_ZONE
 from .machinery import tickets
 from .machinery.fields import Input, Output, PreviewPort, Timestamp, WorkspaceId
 from .machinery.run import in_call
@@ -41,7 +52,7 @@ __all__ = [
 
 declare = Declarations()
 
-# Where the proxy serves previews, under the gateway's public base: `<PREVIEW_ROUTE><ticket>/`
+# Where the proxy serves previews, on the preview's own host name: `<PREVIEW_ROUTE><ticket>/`
 # is the app's `/`, so its relative links stay under the ticket.
 PREVIEW_ROUTE = "/preview/"
 PURPOSE: tickets.Purpose = "preview"
@@ -61,7 +72,7 @@ class PreviewInput(Input):
 class Preview(Output):
     url: str | None = Field(default=None, description="Open in a browser, no token.")
     port: int = Field(description="The workspace's port it reaches.")
-    path: str | None = Field(default=None, description="The link's path on this gateway.")
+    path: str | None = Field(default=None, description="The link's path on its preview host.")
     expires_at: Timestamp = Field(default=None, description="null: lives with the workspace.")
 
 
@@ -100,14 +111,36 @@ async def workspace_preview_url(svc: Service, inp: PreviewInput) -> Preview:
             await svc.agent(inp.workspace_id)
         url = await publish(inp.workspace_id, inp.port)
         return Preview(url=url, port=inp.port)
+    url = _preview_base(inp.workspace_id, inp.port)
     ticket = tickets.mint(svc.settings, PURPOSE, inp.workspace_id, str(inp.port), inp.seconds)
     path = f"{PREVIEW_ROUTE}{ticket.value}/"
     return Preview(
-        url=tickets.public_url(path),
+        url=None if url is None else url + path,
         port=inp.port,
         path=path,
         expires_at=ticket.expires,  # type: ignore[arg-type]  # made a timestamp
     )
+
+
+def _preview_base(workspace_id: str, port: int) -> str | None:
+    """`scheme://p-<id>-<port>.<zone>[:port]`: the preview's own origin, with the scheme and
+    port the gateway is reached by; None outside a request (an in-process caller has no proxy,
+    only the path)."""
+    base = LINK_BASE.get()
+    if base is None:
+        return None
+    zone = PREVIEW_ZONE.get()
+    if zone is None:
+        raise PermissionDeniedError(
+            "previews are off on this gateway: it serves each on a host name of its own, and "
+            "none is set (it defaults to localhost only on a loopback gateway). An operator "
+            f"turns them on with {PREVIEW_HOST_ENV}=<a DNS name whose every subdomain reaches "
+            "the gateway>"
+        )
+    with core_refusal(None):
+        host = policy.preview_origin_host(zone, workspace_id, port)
+    parts = urllib.parse.urlsplit(base)
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
 
 
 @dataclass(frozen=True)

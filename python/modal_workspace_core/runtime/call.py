@@ -20,6 +20,7 @@ __all__ = [
     "FULL_SCOPE",
     "GRANT",
     "LINK_BASE",
+    "PREVIEW_ZONE",
     "PROGRESS",
     "READ_SCOPE",
     "RESUMES",
@@ -37,6 +38,9 @@ ANSWER_BY: ContextVar[float | None] = ContextVar("ANSWER_BY", default=None)
 # The base URL the request being served reached the gateway by (the settings' public URL when
 # set): what the links an operation mints, and the OAuth server's issuer and resource, start with.
 LINK_BASE: ContextVar[str | None] = ContextVar("LINK_BASE", default=None)
+# The zone the serving gateway's previews are served under (`config.gateway.preview_zone`),
+# None where it has none: set beside LINK_BASE, for the preview links an operation mints.
+PREVIEW_ZONE: ContextVar[str | None] = ContextVar("PREVIEW_ZONE", default=None)
 # Whether reaching a suspended workspace's agent resumes it (a client's call): background work
 # the gateway does for itself (following a run) sets it false, and is refused instead, so that
 # it never brings back a workspace nobody asked for.

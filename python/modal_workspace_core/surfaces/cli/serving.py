@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ... import __version__
 from ...config import TOKEN_ENV, TOKEN_FILE_ENV, ConfigError, load_settings
-from ...config.client import is_loopback
+from ...config.gateway import PREVIEW_HOST_ENV, preview_zone
+from ...config.reading import is_loopback
 from ...errors import WorkspaceError
 from .tokens import mint_token
 
@@ -88,6 +89,14 @@ def serve(host: str, port: int, driver: str | None, data_root: Path | None) -> i
         f"  Actions schema: {base}/action-openapi.json",
         f"  health:         {base}/healthz",
     ]
+    if settings.driver == "local":
+        zone = preview_zone(settings, host)
+        lines.append(
+            f"  previews:       http://p-<workspace>-<port>.{zone}:{port}/…"
+            if zone
+            else f"  previews:       off (set {PREVIEW_HOST_ENV}: a name whose subdomains reach "
+            "this server)"
+        )
     print("\n".join(lines), flush=True)
     serve_app(app, sockets, on_stop=service.end_waits)
     return 0

@@ -37,6 +37,8 @@ _HEADERS = {
     "frame-ancestors 'none'; base-uri 'none'",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
+    # No Cross-Origin-Opener-Policy: a client that opens the sign-in in a popup learns its end
+    # through the window that opened it, which `same-origin` would cut off on the way here.
 }
 
 _SCOPE_WORDS = {

@@ -1,6 +1,6 @@
 """The HTTP face: FastAPI routes generated from the operation table, bearer auth, the error
 shape, the page at `/`, `/healthz`, the GPT Actions schema and the MCP endpoint mounted at
-`/mcp/`.
+`/mcp/`; and, on host names of their own, workspaces' previews (`preview_hosts.py`).
 
 `create_app` takes a ready `Service`; the CLI (or a test) owns the driver and the settings.
 """
@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ... import __version__
+from ...config.gateway import preview_zone
 from ...errors import (
     WorkspaceError,
     invalid_from_details,
@@ -28,7 +29,7 @@ from ...errors import (
 from ...janitor import start_sweep
 from ...operations import OPERATIONS, actions_operations, artifact_transfer
 from ...operations.machinery.fields import ErrorResponse
-from ...runtime.call import LINK_BASE
+from ...runtime.call import LINK_BASE, PREVIEW_ZONE
 from ...runtime.service import Service
 from ..keys import token_matches
 from ..mcp import McpEndpoint
@@ -40,6 +41,7 @@ from .experiment_page import experiment_page_routes
 from .forwarded import TrustedProxyHeaders
 from .home import home_page
 from .openapi import ERROR_STATUSES, actions_schema, full_schema
+from .preview_hosts import PreviewHosts, request_host
 from .preview_proxy import PreviewProxy
 from .routes import OperationRoute, OperationServer, bytes_response, endpoint, raw_openapi
 from .terminal_page import terminal_page_routes
@@ -93,6 +95,8 @@ def create_app(
         raise ValueError("create_app needs at least one bearer token")
     mcp_app = McpEndpoint(service, host=host, allowed_hosts=allowed_hosts)
     previews = PreviewProxy(service)
+    # The zone previews are served under, when this server has one (config.gateway).
+    zone = preview_zone(service.settings, host)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -202,8 +206,6 @@ def create_app(
     # Pages for people, opened with a ticket an authenticated call minted (no bearer token).
     app.router.routes.extend(experiment_page_routes(service))
     app.router.routes.extend(terminal_page_routes(service))
-    # A workspace's app, through a preview ticket (HTTP and WebSocket).
-    app.router.routes.extend(previews.routes())
     app.mount("/mcp", mcp_app)
     # The same app answers `/mcp` itself, so clients need not follow a redirect to `/mcp/`.
     app.router.routes.append(Route("/mcp", mcp_app, methods=["GET", "POST", "DELETE"]))
@@ -219,7 +221,12 @@ def create_app(
     )
     app.add_middleware(BearerAuth, tokens=tokens, oauth=oauth)
     # Outside the bearer check: a refusal points at the resource metadata under this base.
-    app.add_middleware(LinkBase, public_url=service.settings.public_url, scheme=public_scheme)
+    app.add_middleware(
+        LinkBase, public_url=service.settings.public_url, scheme=public_scheme, zone=zone
+    )
+    # A workspace's app, through a preview ticket (HTTP and WebSocket), on its own host name
+    # alone: a request for one never reaches the gateway's routes, nor the reverse.
+    app.add_middleware(PreviewHosts, previews=previews.app(), refused=previews.refused, zone=zone)
     # Outermost: no part of the app sees a proxy header that no trusted proxy sent.
     app.add_middleware(TrustedProxyHeaders, trusted=service.settings.trusted_proxies)
     return app
@@ -227,13 +234,17 @@ def create_app(
 
 class LinkBase:
     """ASGI middleware: the base URL this request reached the gateway by (the settings' public
-    URL when set), for the download links an operation mints while serving it, and the origin
-    a WebSocket handshake must come from (`same_origin`)."""
+    URL when set), and the zone previews are served under: for the download and preview links
+    an operation mints while serving it, and the origin a WebSocket handshake must come from
+    (`same_origin`)."""
 
-    def __init__(self, app: ASGIApp, public_url: str | None, scheme: str | None) -> None:
+    def __init__(
+        self, app: ASGIApp, public_url: str | None, scheme: str | None, zone: str | None
+    ) -> None:
         self.app = app
         self.public_url = public_url
         self.scheme = scheme
+        self.zone = zone
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -241,9 +252,11 @@ class LinkBase:
             return
         base = self.public_url or _server_url(scope, self.scheme)
         token = LINK_BASE.set(base)
+        zone = PREVIEW_ZONE.set(self.zone)
         try:
             await self.app(scope, receive, send)
         finally:
+            PREVIEW_ZONE.reset(zone)
             LINK_BASE.reset(token)
 
 
@@ -254,17 +267,10 @@ def _server_url(scope: Scope, public_scheme: str | None) -> str:
     """The base URL as the client reached it. Proxy headers are there only when a trusted proxy
     sent them (`TrustedProxyHeaders`, which also set the scheme from `X-Forwarded-Proto`). Read
     from the scope's headers as they are (not through a `Request`): every request pays for it."""
-    forwarded = named = None
-    for name, value in scope.get("headers", ()):
-        name = name.lower()
-        if name == b"x-forwarded-host" and forwarded is None:
-            forwarded = value.decode("latin-1")
-        elif name == b"host" and named is None:
-            named = value.decode("latin-1")
     # A WebSocket's scope says ws or wss: the page that opened it is http or https.
     raw_scheme = str(scope.get("scheme", "http"))
     scheme = _PAGE_SCHEMES.get(raw_scheme, raw_scheme)
-    host = (forwarded or named or _listening(scope, scheme)).split(",")[0].strip()
+    host = request_host(scope) or _listening(scope, scheme)
     scheme = public_scheme or scheme
     if scheme not in ("http", "https"):
         scheme = "https"

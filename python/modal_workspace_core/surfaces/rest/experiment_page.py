@@ -45,6 +45,9 @@ _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Robots-Tag": "noindex, nofollow",
     "Cross-Origin-Resource-Policy": "same-origin",
+    # A page of another origin (a workspace's preview among them) that opens this one keeps
+    # no handle on it.
+    "Cross-Origin-Opener-Policy": "same-origin",
 }
 _ASSETS = {
     "experiment-page.js": "text/javascript; charset=utf-8",

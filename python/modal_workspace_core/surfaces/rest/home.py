@@ -17,6 +17,9 @@ _HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
+    # A page of another origin (a workspace's preview among them) that opens this one keeps
+    # no handle on it.
+    "Cross-Origin-Opener-Policy": "same-origin",
 }
 
 # (path, open, what it is): each shown with the full URL a client is given; linked where a

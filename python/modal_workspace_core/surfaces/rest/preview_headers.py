@@ -1,10 +1,12 @@
 """What the preview proxy changes in the headers it passes (pure functions, no I/O).
 
-The app is served under `<PREVIEW_ROUTE><ticket>/` of the gateway's origin, so what it says
-about its own paths is moved under that prefix (`Location`, a cookie's `Path`), what it learns
-of the browser's location is moved back (`Origin`, `Referer`: `http://localhost:PORT`, where
-the app believes it runs), and what could reach past the prefix is dropped: a service worker's
-wider scope, an order to clear the site's data, a cookie's `Domain`, hop-by-hop headers.
+The app is served under `<PREVIEW_ROUTE><ticket>/` of its own origin (a host name of the
+preview's, `preview_hosts.py`), so what it says about its own paths is moved under that prefix
+(`Location`, a cookie's `Path`), what it learns of the browser's location is moved back
+(`Origin`, `Referer`: `http://localhost:PORT`, where the app believes it runs), and what could
+reach past the link is dropped: a service worker's wider scope (one that outlives its ticket),
+an order to clear the site's data (a site is the zone: the gateway's and every preview's), a
+cookie's `Domain` (which would send it to them), hop-by-hop headers.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ _HOP_BY_HOP = {
 # Never passed to the app: the gateway's own credential (none is needed here, and a browser
 # sends none), and what a proxy in front of the gateway said of the client.
 _REQUEST_DROPPED = _HOP_BY_HOP | {b"authorization", b"forwarded"}
-# Never passed to the browser: a service worker scope wider than the prefix would put the
-# app in front of every page of the gateway's origin; Clear-Site-Data would clear the
-# origin's data, not the app's.
+# Never passed to the browser: a service worker scope wider than the prefix would answer for
+# the preview's later links, a live ticket or not; Clear-Site-Data's cookies are the site's
+# (the zone's: the gateway's and every preview's), not the app's alone.
 _RESPONSE_DROPPED = _HOP_BY_HOP | {b"service-worker-allowed", b"clear-site-data"}
 # The ticket is in the page's URL: no request the page makes may carry it to another site.
 _RESPONSE_ADDED: Headers = [
@@ -50,21 +52,22 @@ def app_origin(port: int) -> bytes:
 
 
 def request_headers(
-    headers: Iterable[tuple[bytes, bytes]], port: int, prefix: str, gateway_host: bytes
+    headers: Iterable[tuple[bytes, bytes]], port: int, prefix: str, own_host: bytes
 ) -> Headers:
     """The browser's request headers as the app gets them: `Host`, and `Origin` and `Referer`
-    of the gateway's own pages, as if the app were opened at `http://localhost:PORT`."""
+    of the preview's own pages (its host name `own_host`), as if the app were opened at
+    `http://localhost:PORT`."""
     out: Headers = [(b"host", b"localhost:" + str(port).encode())]
     for name, value in headers:
         lower = name.lower()
         if lower in _REQUEST_DROPPED or lower.startswith(b"x-forwarded-"):
             continue
-        if lower == b"origin" and _same_host(value, gateway_host):
+        if lower == b"origin" and _same_host(value, own_host):
             value = app_origin(port)
         elif lower == b"referer":
-            moved = _under_prefix(value, gateway_host, prefix)
+            moved = _under_prefix(value, own_host, prefix)
             if moved is None:
-                continue  # another site's page, or the gateway's own: the app has no need of it
+                continue  # another site's page: the app has no need of it
             value = app_origin(port) + moved
         out.append((lower, value))
     return out
@@ -100,7 +103,8 @@ def location(value: bytes, port: int, prefix: str) -> bytes:
 
 def cookie(value: bytes, prefix: str) -> bytes:
     """A cookie the app sets, kept to the prefix: its `Path` under it (`/` is the prefix
-    itself), no `Domain` (the gateway's host only)."""
+    itself), no `Domain` (the preview's host name only: a `Domain` would send it to every name
+    under it, the gateway's and the other previews')."""
     parts = value.split(b";")
     path = b"/"
     kept = [parts[0]]
@@ -114,21 +118,21 @@ def cookie(value: bytes, prefix: str) -> bytes:
     return b";".join(kept)
 
 
-def _same_host(origin: bytes, gateway_host: bytes) -> bool:
+def _same_host(origin: bytes, own_host: bytes) -> bool:
     try:
         netloc = urlsplit(origin.decode("latin-1")).netloc
     except ValueError:
         return False
-    return netloc.lower().encode("latin-1") == gateway_host.lower()
+    return netloc.lower().encode("latin-1") == own_host.lower()
 
 
-def _under_prefix(url: bytes, gateway_host: bytes, prefix: str) -> bytes | None:
-    """The rest of a URL of the gateway's own under `prefix` (`/…`), else None."""
+def _under_prefix(url: bytes, own_host: bytes, prefix: str) -> bytes | None:
+    """The rest of a URL of the preview's own under `prefix` (`/…`), else None."""
     try:
         parts = urlsplit(url.decode("latin-1"))
     except ValueError:
         return None
-    if parts.netloc.lower().encode("latin-1") != gateway_host.lower():
+    if parts.netloc.lower().encode("latin-1") != own_host.lower():
         return None
     if not parts.path.startswith(prefix):
         return None

@@ -1,12 +1,12 @@
 """The preview proxy: a workspace's app, at the link `workspace_preview_url` answers on a driver
-that relays ports (`<PREVIEW_ROUTE><ticket>/…`, the app's `/…`), HTTP and WebSocket both.
+that relays ports (`<PREVIEW_ROUTE><ticket>/…`, the app's `/…`, on the preview's own host name:
+`preview_hosts.py` sends a request here only from there), HTTP and WebSocket both.
 
 The ticket in the path is the only credential (a browser has no bearer token, and one in a URL
-would leak): it opens one declared port of one workspace until it expires, and each request and
-each WebSocket is checked again, so an expired ticket stops working at once. The app's relative
-links and fetches stay under the ticket's prefix, so they carry it without a cookie; a cookie
-would be sent by the browser to any page of the gateway's origin that asks, another
-workspace's app included. Each connection to the app is a relay the driver opens
+would leak): it opens one declared port of one workspace until it expires, and only on the host
+name of that workspace and port; each request and each WebSocket is checked again, so an
+expired ticket stops working at once. The app's relative links and fetches stay under the
+ticket's prefix, so they carry it. Each connection to the app is a relay the driver opens
 (`operations.previews.open_preview`: locally the agent's, from inside the workspace), kept
 alive between requests in a small pool per port; bodies stream both ways.
 """
@@ -23,13 +23,16 @@ from typing import Any
 import httpcore2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, Router, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ...errors import NotFoundError, PermissionDeniedError, WorkspaceError
 from ...operations.previews import PREVIEW_ROUTE, PreviewTarget, open_preview, preview_target
 from ...runtime.service import Service
+from .body_limit import BodyLimit
 from .preview_headers import request_headers, response_headers
+from .preview_hosts import PREVIEW_HOST_KEY, PreviewHost
 from .preview_websocket import relay_websocket
 
 __all__ = ["PreviewProxy"]
@@ -135,16 +138,35 @@ class PreviewProxy:
             WebSocketRoute(PREVIEW_ROUTE + "{ticket}/{path:path}", self.websocket),
         ]
 
+    def app(self) -> ASGIApp:
+        """What a preview's host name serves: these routes and nothing else (a request body
+        bound as the gateway's own)."""
+        return BodyLimit(Router(self.routes(), default=self.refused))
+
+    @staticmethod
+    async def refused(scope: Scope, receive: Receive, send: Send) -> None:
+        """Any other path on a preview's host name, or any other name under the zone."""
+        if scope["type"] == "websocket":
+            await WebSocket(scope, receive, send).close(code=1008)
+            return
+        await _page("There is nothing here.", 404)(scope, receive, send)
+
     async def aclose(self) -> None:
         pools, self._pools = list(self._pools.values()), OrderedDict()
         for pool in pools:
             await pool.aclose()
 
-    async def _target(self, ticket: str) -> PreviewTarget | Response:
+    async def _target(self, ticket: str, scope: Scope) -> PreviewTarget | Response:
+        """The ticket's target, when it is for the workspace and port of the host name it was
+        presented on (a ticket carried to another preview's name opens nothing there)."""
+        named: PreviewHost | None = scope.get(PREVIEW_HOST_KEY)
         try:
-            return await preview_target(self.service, ticket)
+            target = await preview_target(self.service, ticket)
         except WorkspaceError as err:
             return _refusal(err, None)
+        if named is None or (named.workspace_id, named.port) != (target.workspace_id, target.port):
+            return _page(_REFUSED, 403)
+        return target
 
     def _pool(self, target: PreviewTarget) -> httpcore2.AsyncConnectionPool:
         key = (target.workspace_id, target.port)
@@ -163,13 +185,12 @@ class PreviewProxy:
 
     async def http(self, request: Request) -> Response:
         ticket = request.path_params["ticket"]
-        target = await self._target(ticket)
+        target = await self._target(ticket, request.scope)
         if isinstance(target, Response):
             return target
         prefix = _prefix(request.url.path, ticket)
-        headers = request_headers(
-            request.headers.raw, target.port, prefix, request.headers.get("host", "").encode()
-        )
+        own_host = request.scope[PREVIEW_HOST_KEY].host.encode("latin-1")
+        headers = request_headers(request.headers.raw, target.port, prefix, own_host)
         content: bytes | AsyncIterator[bytes] = b""
         if "content-length" in request.headers:
             content = _body(request)
@@ -202,7 +223,7 @@ class PreviewProxy:
 
     async def websocket(self, websocket: WebSocket) -> None:
         ticket = websocket.path_params["ticket"]
-        target = await self._target(ticket)
+        target = await self._target(ticket, websocket.scope)
         if isinstance(target, Response):
             await websocket.close(code=1008)
             return
@@ -211,6 +232,7 @@ class PreviewProxy:
             lambda: open_preview(self.service, target),
             port=target.port,
             target=_app_target(websocket, ticket),
+            own_host=websocket.scope[PREVIEW_HOST_KEY].host,
         )
 
 

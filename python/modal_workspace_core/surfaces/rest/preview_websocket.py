@@ -3,9 +3,9 @@ client (wsproto, sans-IO, over the relay the driver opens) and the browser's ser
 and passes whole messages both ways, closes with their codes, and answers the app's pings.
 
 The browser's socket is accepted only once the app has accepted its own, with the subprotocol
-the app chose; one the app refuses is refused to the browser too. A browser page of another
-site (its `Origin`) is refused before anything is opened: a preview's WebSocket is the
-preview's page's.
+the app chose; one the app refuses is refused to the browser too. A browser page of any other
+origin (its `Origin`: the gateway's pages, another preview's) is refused before anything is
+opened: a preview's WebSocket is the preview's own page's.
 """
 
 from __future__ import annotations
@@ -52,10 +52,11 @@ class _Refused(Exception):
 
 
 async def relay_websocket(
-    websocket: WebSocket, open_app: Opener, *, port: int, target: bytes
+    websocket: WebSocket, open_app: Opener, *, port: int, target: bytes, own_host: str
 ) -> None:
-    """Serves `websocket` by passing it to the app on `port` (its request `target`)."""
-    if not _same_origin(websocket):
+    """Serves `websocket` by passing it to the app on `port` (its request `target`), when it
+    comes from a page of the preview's own host name `own_host` (`name[:port]`)."""
+    if not _same_origin(websocket, own_host):
         await websocket.close(code=_POLICY)
         return
     try:
@@ -79,7 +80,7 @@ async def relay_websocket(
             await writer.wait_closed()
 
 
-def _same_origin(websocket: WebSocket) -> bool:
+def _same_origin(websocket: WebSocket, own_host: str) -> bool:
     origin = websocket.headers.get("origin")
     if origin is None:
         return True  # not a browser: it has the ticket, which is what counts
@@ -87,7 +88,7 @@ def _same_origin(websocket: WebSocket) -> bool:
         netloc = urlsplit(origin).netloc
     except ValueError:
         return False
-    return netloc.lower() == websocket.headers.get("host", "").lower()
+    return netloc.lower() == own_host.lower()
 
 
 async def _handshake(
