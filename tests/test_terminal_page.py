@@ -289,6 +289,7 @@ async def test_the_page_loads_xterm_from_the_gateway_under_a_strict_policy(api: 
         policy = page.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "unsafe-inline" not in policy
         assert page.headers["referrer-policy"] == "no-referrer"
+        assert page.headers["cross-origin-opener-policy"] == "same-origin"
         base = url.rsplit("/", 2)[0] + "/assets/terminal/"
         for name, (path, digest) in REVIEWED.items():
             served = await anonymous.get(base + name)

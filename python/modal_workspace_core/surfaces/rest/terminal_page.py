@@ -51,6 +51,8 @@ _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Robots-Tag": "noindex, nofollow",
     "Cross-Origin-Resource-Policy": "same-origin",
+    # A page that opened this one (a preview's, say) keeps no handle on its window.
+    "Cross-Origin-Opener-Policy": "same-origin",
 }
 _OWN_ASSETS = {
     "terminal-page.js": "text/javascript; charset=utf-8",
