@@ -19,9 +19,11 @@ async def test_links_are_minted_under_the_public_url_else_the_url_the_request_ca
 
     async def nothing() -> None: ...
 
-    await LinkBase(app, "https://gw.example.com/prefix", None)(scope(b"x:1"), nothing, nothing)  # type: ignore[arg-type]
-    await LinkBase(app, None, None)(scope(b"127.0.0.1:8765"), nothing, nothing)  # type: ignore[arg-type]
-    await LinkBase(app, None, "https")(scope(b"app.modal.run"), nothing, nothing)  # type: ignore[arg-type]
+    await LinkBase(app, "https://gw.example.com/prefix", None, None)(
+        scope(b"x:1"), nothing, nothing
+    )  # type: ignore[arg-type]
+    await LinkBase(app, None, None, None)(scope(b"127.0.0.1:8765"), nothing, nothing)  # type: ignore[arg-type]
+    await LinkBase(app, None, "https", None)(scope(b"app.modal.run"), nothing, nothing)  # type: ignore[arg-type]
     assert seen == [
         "https://gw.example.com/prefix/artifact-links/t",
         "http://127.0.0.1:8765/artifact-links/t",

@@ -208,6 +208,7 @@ def _every_setting(tmp_path: Path) -> dict[str, str]:
         f"{PREFIX}ALLOWED_HOSTS": "gateway.example.com",
         f"{PREFIX}TRUSTED_PROXIES": "10.0.0.5",
         f"{PREFIX}PUBLIC_URL": "https://gateway.example.com",
+        f"{PREFIX}PREVIEW_HOST": "preview.example.com",
         f"{PREFIX}AGENT_TIMEOUT": "45",
         f"{PREFIX}CHANNEL_KEEPALIVE_SECONDS": "20",
         f"{PREFIX}ISOLATION": "none",
