@@ -25,6 +25,7 @@ from ...operations.experiment_page import PAGE_ROUTE, PURPOSE
 from ...operations.machinery import tickets
 from ...runtime.service import Service
 from .experiment_view import run_view
+from .page_headers import TICKETED_PAGE_HEADERS
 
 __all__ = ["ASSETS_ROUTE", "REFRESH_SECONDS", "experiment_page_routes"]
 
@@ -32,23 +33,7 @@ ASSETS_ROUTE = "/pages/assets/"
 # How often an open page reads the run again while it runs.
 REFRESH_SECONDS = 3
 
-_HEADERS = {
-    # Only this gateway's script, style, pictures and JSON; no inline script, no frames, no
-    # forms, no plugins.
-    "Content-Security-Policy": "default-src 'self'; img-src 'self'; script-src 'self'; "
-    "style-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
-    "form-action 'none'; frame-ancestors 'none'",
-    "X-Frame-Options": "DENY",
-    # The ticket is in the page's URL: no request the page makes may carry it elsewhere.
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-    "X-Content-Type-Options": "nosniff",
-    "X-Robots-Tag": "noindex, nofollow",
-    "Cross-Origin-Resource-Policy": "same-origin",
-    # A page of another origin (a workspace's preview among them) that opens this one keeps
-    # no handle on it.
-    "Cross-Origin-Opener-Policy": "same-origin",
-}
+_HEADERS = TICKETED_PAGE_HEADERS
 _ASSETS = {
     "experiment-page.js": "text/javascript; charset=utf-8",
     "experiment-page.css": "text/css; charset=utf-8",

@@ -25,6 +25,7 @@ from ...operations.machinery import tickets
 from ...operations.terminal import READ, TERMINAL_ROUTE, WRITE
 from ...runtime.service import Service
 from .experiment_page import ASSETS_ROUTE
+from .page_headers import TICKETED_PAGE_HEADERS
 from .same_origin import same_origin
 from .terminal_relay import TerminalRelay
 from .xterm_assets import Asset, xterm_assets
@@ -39,21 +40,7 @@ SOCKET_ROUTE = TERMINAL_ROUTE + "socket"
 SOCKET_PROTOCOL = "mwc-terminal"
 _TICKET_PROTOCOL = "ticket."
 
-_HEADERS = {
-    # Only this gateway's script and style; the socket to this gateway ('self' takes ws: and
-    # wss: of the same host); no inline script, frames, forms or plugins.
-    "Content-Security-Policy": "default-src 'self'; img-src 'self'; script-src 'self'; "
-    "style-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
-    "form-action 'none'; frame-ancestors 'none'",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-    "X-Content-Type-Options": "nosniff",
-    "X-Robots-Tag": "noindex, nofollow",
-    "Cross-Origin-Resource-Policy": "same-origin",
-    # A page that opened this one (a preview's, say) keeps no handle on its window.
-    "Cross-Origin-Opener-Policy": "same-origin",
-}
+_HEADERS = TICKETED_PAGE_HEADERS
 _OWN_ASSETS = {
     "terminal-page.js": "text/javascript; charset=utf-8",
     "terminal-page.css": "text/css; charset=utf-8",
